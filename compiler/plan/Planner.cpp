@@ -1,0 +1,897 @@
+//===- Planner.cpp - Fused tx function -> Program -------------------------===//
+//
+// See [Note: levels] in Planner.h and [Note: the lean schedule] in Program.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/plan/Planner.h"
+#include "compiler/dialect/TxDialect.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+namespace tx = lcejit::tx;
+
+namespace lcejit::plan {
+namespace {
+
+constexpr int64_t kInvalid = -1;
+
+DType dtypeOf(Type t) {
+  if (t.isBF16()) return DType::BF16;
+  if (t.isF16()) return DType::F16;
+  if (t.isF32()) return DType::F32;
+  if (t.isF64()) return DType::F64;
+  if (t.isInteger(1)) return DType::I1;
+  if (t.isInteger(32)) return DType::I32;
+  return DType::I64;
+}
+
+/// Type a scalar instruction computes in: all floats are f32 on the device.
+DType computeType(Type t) {
+  DType d = dtypeOf(t);
+  return isFloat(d) ? DType::F32 : d;
+}
+
+RankedTensorType ttype(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+bool isScalarShape(ArrayRef<int64_t> s) {
+  return s.empty() || llvm::all_of(s, [](int64_t d) { return d == 1; });
+}
+
+bool isRowShape(ArrayRef<int64_t> s) {
+  if (s.empty() || !ShapedType::isDynamic(s[0]))
+    return false;
+  return llvm::all_of(s.drop_front(), [](int64_t d) { return d == 1; });
+}
+
+/// Builds one ScalarFunc and the operands its arguments read.
+class FuncBuilder {
+public:
+  ScalarFunc func;
+  std::vector<Operand> args;
+
+  int32_t arg(const Operand &o, DType type) {
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i] == o)
+        return argInst_[i];
+    ScalarInst inst;
+    inst.op = ScalarOp::Arg;
+    inst.type = type;
+    inst.argIndex = static_cast<int32_t>(args.size());
+    args.push_back(o);
+    argInst_.push_back(push(inst));
+    return argInst_.back();
+  }
+
+  int32_t constF(double v) {
+    ScalarInst i;
+    i.op = ScalarOp::Const;
+    i.type = DType::F32;
+    i.fValue = v;
+    return push(i);
+  }
+
+  int32_t constI(int64_t v, DType t) {
+    ScalarInst i;
+    i.op = ScalarOp::Const;
+    i.type = t;
+    i.iValue = v;
+    return push(i);
+  }
+
+  int32_t op(ScalarOp o, DType type, int32_t a = -1, int32_t b = -1, int32_t c = -1) {
+    ScalarInst i;
+    i.op = o;
+    i.type = type;
+    i.operands[0] = a;
+    i.operands[1] = b;
+    i.operands[2] = c;
+    return push(i);
+  }
+
+  DType typeOf(int32_t inst) const { return func.insts[static_cast<size_t>(inst)].type; }
+
+  int32_t result(int32_t inst) {
+    func.results.push_back(inst);
+    return static_cast<int32_t>(func.results.size()) - 1;
+  }
+
+private:
+  int32_t push(const ScalarInst &i) {
+    func.insts.push_back(i);
+    return static_cast<int32_t>(func.insts.size()) - 1;
+  }
+  std::vector<int32_t> argInst_;
+};
+
+ScalarOp cmpOp(tx::CmpPredicate p) {
+  switch (p) {
+  case tx::CmpPredicate::eq: return ScalarOp::CmpEq;
+  case tx::CmpPredicate::ne: return ScalarOp::CmpNe;
+  case tx::CmpPredicate::lt: return ScalarOp::CmpLt;
+  case tx::CmpPredicate::le: return ScalarOp::CmpLe;
+  case tx::CmpPredicate::gt: return ScalarOp::CmpGt;
+  case tx::CmpPredicate::ge: return ScalarOp::CmpGe;
+  }
+  return ScalarOp::CmpEq;
+}
+
+class Planner {
+public:
+  Planner(func::FuncOp f, const PlanOptions &o) : func_(f), opt_(o) {}
+
+  std::optional<Program> run(std::string *error) {
+    if (!analyze() || !build()) {
+      if (error)
+        *error = err_;
+      return std::nullopt;
+    }
+    return std::move(prog_);
+  }
+
+private:
+  //===--------------------------------------------------------------------===//
+  // Analysis
+  //===--------------------------------------------------------------------===//
+
+  bool fail(Operation *op, const std::string &msg) {
+    std::string where;
+    if (op) {
+      std::string s;
+      llvm::raw_string_ostream os(s);
+      op->getLoc().print(os);
+      where = fmt::format("'{}' at {}: ", op->getName().getStringRef().str(), os.str());
+    }
+    err_ = fmt::format("cannot plan @{}: {}{}", func_.getSymName().str(), where, msg);
+    return false;
+  }
+
+  std::string argName(unsigned i) {
+    if (auto n = func_.getArgAttrOfType<StringAttr>(i, "tx.name"))
+      return n.str();
+    return fmt::format("arg{}", i);
+  }
+
+  std::string resultName(unsigned i) {
+    if (auto n = func_.getResultAttrOfType<StringAttr>(i, "tx.name"))
+      return n.str();
+    return fmt::format("result{}", i);
+  }
+
+  static std::vector<int64_t> specShape(RankedTensorType t) {
+    std::vector<int64_t> s;
+    for (int64_t d : t.getShape())
+      s.push_back(ShapedType::isDynamic(d) ? -1 : d);
+    return s;
+  }
+
+  bool isGlobalReduce(Operation *op) {
+    if (!isa<tx::ReduceSumOp, tx::MeanOp, tx::ReduceMaxOp>(op))
+      return false;
+    Value in = op->getOperand(0);
+    auto s = ttype(in).getShape();
+    std::optional<int64_t> axis;
+    if (auto a = op->getAttrOfType<IntegerAttr>("axis"))
+      axis = a.getInt();
+    if (axis)
+      return ShapedType::isDynamic(s[static_cast<size_t>(*axis)]);
+    return llvm::any_of(s, [](int64_t d) { return ShapedType::isDynamic(d); });
+  }
+
+  bool analyze() {
+    Block &body = func_.getBody().front();
+    for (BlockArgument a : body.getArguments()) {
+      auto t = dyn_cast<RankedTensorType>(a.getType());
+      if (!t)
+        return fail(nullptr, fmt::format("argument {} is not a ranked tensor", a.getArgNumber()));
+      prog_.inputs.push_back(TensorSpec{argName(a.getArgNumber()), dtypeOf(t.getElementType()),
+                                        specShape(t)});
+      level_[a] = 0;
+    }
+    for (Operation &op : body.without_terminator()) {
+      if (failed(visit(&op)))
+        return false;
+    }
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+      auto t = ttype(v);
+      DType dt = dtypeOf(t.getElementType());
+      if (i < opt_.outputTypes.size() && opt_.outputTypes[i])
+        dt = *opt_.outputTypes[i];
+      prog_.outputs.push_back(TensorSpec{resultName(static_cast<unsigned>(i)), dt, specShape(t)});
+    }
+    return true;
+  }
+
+  LogicalResult visit(Operation *op) {
+    auto maxLevel = [&](ValueRange vs) {
+      int64_t l = 0;
+      for (Value v : vs)
+        l = std::max(l, level_.lookup(v));
+      return l;
+    };
+    if (auto g = dyn_cast<tx::GemmReduceOp>(op)) {
+      if (!g.getLhs().getDefiningOp() && !g.getRhs().getDefiningOp()) {
+        int64_t l = maxLevel(g.getSides());
+        gemmLevel_[op] = l;
+        for (Value r : g.getResults())
+          level_[r] = l + 1;
+        return success();
+      }
+      fail(op, "the operands of a fused GEMM must be function arguments");
+      return failure();
+    }
+    if (auto g = dyn_cast<tx::GemmGradOp>(op)) {
+      if (g.getLhs().getDefiningOp() || g.getRhs().getDefiningOp()) {
+        fail(op, "the operands of a fused GEMM must be function arguments");
+        return failure();
+      }
+      int64_t l = maxLevel(g.getSides());
+      gemmLevel_[op] = l;
+      level_[g.getDLhs()] = l + 1;
+      level_[g.getDRhs()] = l + 1;
+      return success();
+    }
+    if (auto c = dyn_cast<tx::CastOp>(op); c && isa_and_nonnull<tx::GemmGradOp>(c.getInput().getDefiningOp())) {
+      level_[c.getResult()] = level_.lookup(c.getInput());
+      return success();
+    }
+    if (isa<tx::MatmulOp>(op)) {
+      fail(op, "this matmul was not fused (its [N, C] result has a consumer the fuser does not "
+               "handle, or its layout is not lhs · rhsᵀ); run --tx-fuse and see its rules");
+      return failure();
+    }
+    for (Value r : op->getResults()) {
+      auto s = ttype(r).getShape();
+      if (!isRowShape(s) && !isScalarShape(s)) {
+        fail(op, fmt::format("result shape [{}] is neither a row [N, 1] nor a scalar; only "
+                             "fused ops may produce larger tensors",
+                             fmt::join(specShape(ttype(r)), ", ")));
+        return failure();
+      }
+    }
+    bool known = isa<tx::ConstantOp, tx::DimOp, tx::AddOp, tx::SubOp, tx::MulOp, tx::DivOp,
+                     tx::MaxOp, tx::NegOp, tx::ExpOp, tx::LogOp, tx::TanhOp, tx::CmpOp,
+                     tx::SelectOp, tx::CastOp, tx::BroadcastOp, tx::ReduceSumOp, tx::MeanOp,
+                     tx::ReduceMaxOp, tx::LogSumExpOp>(op);
+    if (!known) {
+      fail(op, "op not supported outside fused GEMMs");
+      return failure();
+    }
+    if (isGlobalReduce(op)) {
+      if (isa<tx::ReduceMaxOp>(op)) {
+        fail(op, "a maximum over rows is not supported yet");
+        return failure();
+      }
+      level_[op->getResult(0)] = level_.lookup(op->getOperand(0)) + 1;
+      return success();
+    }
+    level_[op->getResult(0)] = maxLevel(op->getOperands());
+    return success();
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Building
+  //===--------------------------------------------------------------------===//
+
+  BufferRef addWorkspace(const std::string &name, int64_t perRow, int64_t fixed,
+                         BufferInit init = BufferInit::None) {
+    prog_.workspace.push_back(BufferSpec{name, perRow, fixed, init});
+    return BufferRef{Space::Workspace, static_cast<int32_t>(prog_.workspace.size()) - 1};
+  }
+
+  int32_t newSlot() { return prog_.numScalarSlots++; }
+
+  /// Uses of `v` that need it stored: a later level, a GEMM side, or a function result.
+  bool needsStore(Value v) {
+    if (isa<BlockArgument>(v))
+      return false;
+    Operation *def = v.getDefiningOp();
+    if (isa<tx::ConstantOp, tx::DimOp>(def))
+      return false;
+    int64_t home = level_.lookup(v);
+    for (OpOperand &use : v.getUses()) {
+      Operation *u = use.getOwner();
+      if (isa<tx::GemmReduceOp, tx::GemmGradOp>(u))
+        return true;
+      if (isa<func::ReturnOp>(u))
+        continue; // outputs are written by their own sink
+      if (isGlobalReduce(u))
+        continue; // reduced inside the kernel of its level
+      if (level_.lookup(u->getResult(0)) != home)
+        return true;
+    }
+    return false;
+  }
+
+  /// Row kernel under construction for one level.
+  struct RowBuild {
+    int64_t level;
+    FuncBuilder fb;
+    llvm::DenseMap<Value, int32_t> inst;
+    std::vector<RowKernel::Sink> sinks;
+  };
+
+  int32_t rowValue(RowBuild &rb, Value v) {
+    if (auto it = rb.inst.find(v); it != rb.inst.end())
+      return it->second;
+    int32_t r = rowValueUncached(rb, v);
+    rb.inst[v] = r;
+    return r;
+  }
+
+  int32_t rowValueUncached(RowBuild &rb, Value v) {
+    FuncBuilder &fb = rb.fb;
+    auto t = ttype(v);
+    DType ct = computeType(t.getElementType());
+    DType dt = dtypeOf(t.getElementType());
+    if (auto a = dyn_cast<BlockArgument>(v)) {
+      BufferRef in{Space::Input, static_cast<int32_t>(a.getArgNumber())};
+      Operand o;
+      o.kind = isScalarShape(t.getShape()) ? Operand::Kind::Scalar : Operand::Kind::Row;
+      o.buf = in;
+      o.dtype = dt;
+      return fb.arg(o, ct);
+    }
+    Operation *def = v.getDefiningOp();
+    auto slotArg = [&](int32_t slot) {
+      Operand o;
+      o.kind = Operand::Kind::Scalar;
+      o.slot = slot;
+      o.dtype = DType::F64;
+      return fb.arg(o, DType::F32);
+    };
+    auto castTo = [&](int32_t x, DType t) { return fb.typeOf(x) == t ? x : fb.op(ScalarOp::Cast, t, x); };
+    auto globalValue = [&](const GlobalRef &g) {
+      int32_t s = slotArg(g.slot);
+      if (g.mean)
+        s = fb.op(ScalarOp::Div, DType::F32, s,
+                  fb.op(ScalarOp::Cast, DType::F32, fb.op(ScalarOp::RowCount, DType::I64)));
+      return castTo(s, ct);
+    };
+    if (level_.lookup(v) < rb.level) {
+      // Produced by an earlier level: it was stored there.
+      if (auto it = rowBuffer_.find(v); it != rowBuffer_.end()) {
+        Operand o;
+        o.kind = Operand::Kind::Row;
+        o.buf = it->second;
+        o.dtype = dt == DType::I1 ? DType::I1 : ct;
+        return fb.arg(o, ct);
+      }
+      if (auto it = scalarSlot_.find(v); it != scalarSlot_.end())
+        return castTo(slotArg(it->second), ct);
+      if (auto it = global_.find(v); it != global_.end())
+        return globalValue(it->second);
+      if (!isa<tx::ConstantOp, tx::DimOp>(def)) {
+        fail(def, "internal: a value of an earlier level was not stored");
+        return -1;
+      }
+    }
+    if (isa<tx::GemmReduceOp>(def)) {
+      const PartialsRef &p = partials_[v];
+      Operand o;
+      o.kind = Operand::Kind::Partials;
+      o.buf = p.buf;
+      o.slot = p.slot;
+      o.reduce = static_cast<int32_t>(p.kind);
+      o.partialsOf = p.kernel;
+      o.dtype = DType::F32;
+      return fb.arg(o, DType::F32);
+    }
+    if (isGlobalReduce(def))
+      return globalValue(global_[v]);
+    auto opnd = [&](unsigned i) { return rowValue(rb, def->getOperand(i)); };
+    return llvm::TypeSwitch<Operation *, int32_t>(def)
+        .Case<tx::ConstantOp>([&](tx::ConstantOp c) {
+          if (auto f = dyn_cast<FloatAttr>(c.getValue()))
+            return fb.constF(f.getValueAsDouble());
+          return fb.constI(cast<IntegerAttr>(c.getValue()).getValue().getSExtValue(), ct);
+        })
+        .Case<tx::DimOp>([&](tx::DimOp d) {
+          int64_t s = ttype(d.getInput()).getDimSize(static_cast<int64_t>(d.getAxis()));
+          if (ShapedType::isDynamic(s))
+            return fb.op(ScalarOp::RowCount, DType::I64);
+          return fb.constI(s, DType::I64);
+        })
+        .Case<tx::AddOp>([&](auto) { return fb.op(ScalarOp::Add, ct, opnd(0), opnd(1)); })
+        .Case<tx::SubOp>([&](auto) { return fb.op(ScalarOp::Sub, ct, opnd(0), opnd(1)); })
+        .Case<tx::MulOp>([&](auto) { return fb.op(ScalarOp::Mul, ct, opnd(0), opnd(1)); })
+        .Case<tx::DivOp>([&](auto) { return fb.op(ScalarOp::Div, ct, opnd(0), opnd(1)); })
+        .Case<tx::MaxOp>([&](auto) { return fb.op(ScalarOp::Max, ct, opnd(0), opnd(1)); })
+        .Case<tx::NegOp>([&](auto) { return fb.op(ScalarOp::Neg, ct, opnd(0)); })
+        .Case<tx::ExpOp>([&](auto) { return fb.op(ScalarOp::Exp, ct, opnd(0)); })
+        .Case<tx::LogOp>([&](auto) { return fb.op(ScalarOp::Log, ct, opnd(0)); })
+        .Case<tx::TanhOp>([&](auto) { return fb.op(ScalarOp::Tanh, ct, opnd(0)); })
+        .Case<tx::CmpOp>([&](tx::CmpOp c) {
+          return fb.op(cmpOp(c.getPredicate()), DType::I1, opnd(0), opnd(1));
+        })
+        .Case<tx::SelectOp>([&](auto) { return fb.op(ScalarOp::Select, ct, opnd(0), opnd(1), opnd(2)); })
+        .Case<tx::CastOp>([&](auto) {
+          int32_t x = opnd(0);
+          return fb.typeOf(x) == ct ? x : fb.op(ScalarOp::Cast, ct, x);
+        })
+        // Reductions over size-1 dimensions and broadcasts are identities per row.
+        .Case<tx::BroadcastOp, tx::ReduceSumOp, tx::MeanOp, tx::ReduceMaxOp, tx::LogSumExpOp>(
+            [&](auto) { return opnd(0); })
+        .Default([&](Operation *) { return -1; });
+  }
+
+  /// Emits the row kernel of `level` if it has any sink.
+  void buildRowKernel(int64_t level, Block &body, func::ReturnOp ret) {
+    RowBuild rb{level, {}, {}, {}};
+    auto addSink = [&](RowKernel::Sink s) { rb.sinks.push_back(s); };
+    // Device checks on inputs run in the first row kernel.
+    if (level == 0) {
+      for (const InputCheck &c : opt_.checks) {
+        Value in = body.getArgument(static_cast<unsigned>(c.input));
+        FuncBuilder &fb = rb.fb;
+        int32_t x = rowValue(rb, in);
+        DType t = fb.typeOf(x);
+        int32_t bad = fb.op(ScalarOp::Or, DType::I1, fb.op(ScalarOp::CmpLt, DType::I1, x, fb.constI(c.lo, t)),
+                            fb.op(ScalarOp::CmpGe, DType::I1, x, fb.constI(c.hi, t)));
+        if (c.exempt)
+          bad = fb.op(ScalarOp::And, DType::I1, bad,
+                      fb.op(ScalarOp::CmpNe, DType::I1, x, fb.constI(*c.exempt, t)));
+        RowKernel::Sink s;
+        s.kind = RowKernel::Sink::Kind::CheckRow;
+        s.result = fb.result(bad);
+        s.aux = fb.result(fb.typeOf(x) == DType::I64 ? x : fb.op(ScalarOp::Cast, DType::I64, x));
+        addSink(s);
+      }
+    }
+    for (Operation &op : body.without_terminator()) {
+      if (isa<tx::GemmGradOp>(op) ||
+          (isa<tx::CastOp>(op) && isa_and_nonnull<tx::GemmGradOp>(op.getOperand(0).getDefiningOp())))
+        continue;
+      // Global reductions whose input lives at this level.
+      if (isGlobalReduce(&op) && level_.lookup(op.getOperand(0)) == level) {
+        GlobalRef g{newSlot(), isa<tx::MeanOp>(op)};
+        global_[op.getResult(0)] = g;
+        RowKernel::Sink s;
+        s.kind = RowKernel::Sink::Kind::SumScalar;
+        int32_t x = rowValue(rb, op.getOperand(0));
+        if (rb.fb.typeOf(x) != DType::F32)
+          x = rb.fb.op(ScalarOp::Cast, DType::F32, x);
+        s.result = rb.fb.result(x);
+        s.slot = g.slot;
+        addSink(s);
+      }
+      for (Value r : op.getResults()) {
+        if (level_.lookup(r) != level || !needsStore(r) || isa<tx::GemmGradOp>(op))
+          continue;
+        auto t = ttype(r);
+        int32_t x = rowValue(rb, r);
+        RowKernel::Sink s;
+        s.result = rb.fb.result(x);
+        if (isScalarShape(t.getShape())) {
+          s.kind = RowKernel::Sink::Kind::StoreScalar;
+          s.slot = newSlot();
+          scalarSlot_[r] = s.slot;
+        } else {
+          s.kind = RowKernel::Sink::Kind::StoreRow;
+          DType dt = computeType(t.getElementType());
+          s.dtype = dt;
+          s.buf = addWorkspace(fmt::format("row_l{}_{}", level, rowBuffer_.size()), dtypeSize(dt), 0);
+          rowBuffer_[r] = s.buf;
+        }
+        addSink(s);
+      }
+    }
+    // Function results that are row values or scalars.
+    for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+      auto t = ttype(v);
+      if (level_.lookup(v) != level)
+        continue;
+      Operation *def = v.getDefiningOp();
+      if (def && (isa<tx::GemmGradOp>(def) ||
+                  (isa<tx::CastOp>(def) &&
+                   isa_and_nonnull<tx::GemmGradOp>(def->getOperand(0).getDefiningOp()))))
+        continue;
+      if (!isRowShape(t.getShape()) && !isScalarShape(t.getShape()))
+        continue;
+      RowKernel::Sink s;
+      s.kind = isScalarShape(t.getShape()) ? RowKernel::Sink::Kind::StoreScalar
+                                           : RowKernel::Sink::Kind::StoreRow;
+      s.buf = BufferRef{Space::Output, static_cast<int32_t>(i)};
+      s.dtype = prog_.outputs[i].dtype;
+      int32_t x = rowValue(rb, v);
+      DType want = isFloat(s.dtype) ? DType::F32 : s.dtype;
+      if (rb.fb.typeOf(x) != want)
+        x = rb.fb.op(ScalarOp::Cast, want, x);
+      s.result = rb.fb.result(x);
+      addSink(s);
+    }
+    if (rb.sinks.empty())
+      return;
+    RowKernel k;
+    k.func = std::move(rb.fb.func);
+    k.args = std::move(rb.fb.args);
+    k.sinks = std::move(rb.sinks);
+    addKernel(fmt::format("{}_row{}", opt_.name, level), std::move(k));
+  }
+
+  int32_t addKernel(std::string name, KernelBody body) {
+    prog_.kernels.push_back(Kernel{std::move(name), std::move(body)});
+    int32_t idx = static_cast<int32_t>(prog_.kernels.size()) - 1;
+    prog_.steps.push_back(Step{Step::Kind::Launch, idx, {}});
+    return idx;
+  }
+
+  /// Translates a fused body (arith/math) into a ScalarFunc with GEMM operands.
+  bool translateBody(Operation *gemm, Block &blk, ValueRange sides, FusedGemm &g,
+                     std::vector<int32_t> &results) {
+    FuncBuilder fb;
+    llvm::DenseMap<Value, int32_t> inst;
+    Operand acc;
+    acc.kind = Operand::Kind::Acc;
+    inst[blk.getArgument(0)] = fb.arg(acc, DType::F32);
+    Operand col;
+    col.kind = Operand::Kind::ColIndex;
+    col.dtype = DType::I64;
+    inst[blk.getArgument(1)] = fb.arg(col, DType::I64);
+    for (auto [i, s] : llvm::enumerate(sides)) {
+      Operand o;
+      auto t = ttype(s);
+      o.dtype = computeType(t.getElementType());
+      auto shape = t.getShape();
+      if (auto a = dyn_cast<BlockArgument>(s)) {
+        o.buf = BufferRef{Space::Input, static_cast<int32_t>(a.getArgNumber())};
+        o.dtype = dtypeOf(t.getElementType());
+        o.kind = shape.empty() ? Operand::Kind::Scalar
+                 : isRowShape(shape) ? Operand::Kind::Row : Operand::Kind::Col;
+      } else if (auto it = rowBuffer_.find(s); it != rowBuffer_.end()) {
+        o.kind = Operand::Kind::Row;
+        o.buf = it->second;
+      } else if (auto it2 = scalarSlot_.find(s); it2 != scalarSlot_.end()) {
+        o.kind = Operand::Kind::Scalar;
+        o.slot = it2->second;
+        o.dtype = DType::F64;
+      } else if (auto it3 = global_.find(s); it3 != global_.end() && !it3->second.mean) {
+        o.kind = Operand::Kind::Scalar;
+        o.slot = it3->second.slot;
+        o.dtype = DType::F64;
+      } else {
+        return fail(gemm, fmt::format("side operand {} is not available as a stored value", i));
+      }
+      int32_t x = fb.arg(o, o.dtype == DType::F64 ? DType::F32 : computeType(t.getElementType()));
+      DType ct = computeType(t.getElementType());
+      if (fb.typeOf(x) != ct)
+        x = fb.op(ScalarOp::Cast, ct, x);
+      inst[blk.getArgument(static_cast<unsigned>(2 + i))] = x;
+    }
+    for (Operation &op : blk.without_terminator()) {
+      auto in = [&](unsigned i) { return inst.lookup(op.getOperand(i)); };
+      DType ct = op.getNumResults() ? computeType(op.getResult(0).getType()) : DType::F32;
+      int32_t r = llvm::TypeSwitch<Operation *, int32_t>(&op)
+          .Case<arith::ConstantOp>([&](arith::ConstantOp c) {
+            if (auto f = dyn_cast<FloatAttr>(c.getValue()))
+              return fb.constF(f.getValueAsDouble());
+            if (auto i = dyn_cast<IntegerAttr>(c.getValue()))
+              return fb.constI(i.getValue().getSExtValue(), ct);
+            return -1;
+          })
+          .Case<arith::AddFOp, arith::AddIOp>([&](auto) { return fb.op(ScalarOp::Add, ct, in(0), in(1)); })
+          .Case<arith::SubFOp, arith::SubIOp>([&](auto) { return fb.op(ScalarOp::Sub, ct, in(0), in(1)); })
+          .Case<arith::MulFOp, arith::MulIOp>([&](auto) { return fb.op(ScalarOp::Mul, ct, in(0), in(1)); })
+          .Case<arith::DivFOp>([&](auto) { return fb.op(ScalarOp::Div, ct, in(0), in(1)); })
+          .Case<arith::MaximumFOp, arith::MaxSIOp>([&](auto) { return fb.op(ScalarOp::Max, ct, in(0), in(1)); })
+          .Case<arith::MinimumFOp, arith::MinSIOp>([&](auto) { return fb.op(ScalarOp::Min, ct, in(0), in(1)); })
+          .Case<arith::NegFOp>([&](auto) { return fb.op(ScalarOp::Neg, ct, in(0)); })
+          .Case<math::ExpOp>([&](auto) { return fb.op(ScalarOp::Exp, ct, in(0)); })
+          .Case<math::LogOp>([&](auto) { return fb.op(ScalarOp::Log, ct, in(0)); })
+          .Case<math::TanhOp>([&](auto) { return fb.op(ScalarOp::Tanh, ct, in(0)); })
+          .Case<math::ExpM1Op>([&](auto) { return fb.op(ScalarOp::Expm1, ct, in(0)); })
+          .Case<math::Log1pOp>([&](auto) { return fb.op(ScalarOp::Log1p, ct, in(0)); })
+          .Case<math::AbsFOp>([&](auto) { return fb.op(ScalarOp::Abs, ct, in(0)); })
+          .Case<arith::CmpFOp>([&](arith::CmpFOp c) {
+            ScalarOp o;
+            switch (c.getPredicate()) {
+            case arith::CmpFPredicate::OEQ: o = ScalarOp::CmpEq; break;
+            case arith::CmpFPredicate::UNE: o = ScalarOp::CmpNe; break;
+            case arith::CmpFPredicate::OLT: o = ScalarOp::CmpLt; break;
+            case arith::CmpFPredicate::OLE: o = ScalarOp::CmpLe; break;
+            case arith::CmpFPredicate::OGT: o = ScalarOp::CmpGt; break;
+            case arith::CmpFPredicate::OGE: o = ScalarOp::CmpGe; break;
+            default: return -1;
+            }
+            return fb.op(o, DType::I1, in(0), in(1));
+          })
+          .Case<arith::CmpIOp>([&](arith::CmpIOp c) {
+            ScalarOp o;
+            switch (c.getPredicate()) {
+            case arith::CmpIPredicate::eq: o = ScalarOp::CmpEq; break;
+            case arith::CmpIPredicate::ne: o = ScalarOp::CmpNe; break;
+            case arith::CmpIPredicate::slt: o = ScalarOp::CmpLt; break;
+            case arith::CmpIPredicate::sle: o = ScalarOp::CmpLe; break;
+            case arith::CmpIPredicate::sgt: o = ScalarOp::CmpGt; break;
+            case arith::CmpIPredicate::sge: o = ScalarOp::CmpGe; break;
+            default: return -1;
+            }
+            return fb.op(o, DType::I1, in(0), in(1));
+          })
+          .Case<arith::SelectOp>([&](auto) { return fb.op(ScalarOp::Select, ct, in(0), in(1), in(2)); })
+          .Case<arith::ExtFOp, arith::TruncFOp, arith::SIToFPOp, arith::UIToFPOp, arith::ExtSIOp,
+                arith::ExtUIOp, arith::TruncIOp>([&](auto) {
+            int32_t x = in(0);
+            return fb.typeOf(x) == ct ? x : fb.op(ScalarOp::Cast, ct, x);
+          })
+          .Default([](Operation *) { return -1; });
+      if (r < 0)
+        return fail(&op, "op not supported in a fused epilogue");
+      inst[op.getResult(0)] = r;
+    }
+    auto yield = cast<tx::YieldOp>(blk.getTerminator());
+    for (Value y : yield.getValues())
+      results.push_back(fb.result(inst.lookup(y)));
+    g.epilogue = std::move(fb.func);
+    g.args = std::move(fb.args);
+    return true;
+  }
+
+  bool setupGemm(Operation *op, Value lhs, Value rhs, FusedGemm &g) {
+    auto a = ttype(lhs), b = ttype(rhs);
+    g.abType = dtypeOf(a.getElementType());
+    g.k = a.getDimSize(1);
+    g.cols = b.getDimSize(0);
+    g.a = BufferRef{Space::Input, static_cast<int32_t>(cast<BlockArgument>(lhs).getArgNumber())};
+    g.b = BufferRef{Space::Input, static_cast<int32_t>(cast<BlockArgument>(rhs).getArgNumber())};
+    switch (g.abType) {
+    case DType::BF16: g.math = MathMode::TensorCoreBF16; g.tile = tcTile(); break;
+    case DType::F16: g.math = MathMode::TensorCoreF16; g.tile = tcTile(); break;
+    case DType::F32: g.math = MathMode::SimtF32; g.tile = simtTile(); break;
+    default: return fail(op, fmt::format("GEMM operands of type {} are not supported",
+                                          dtypeName(g.abType)));
+    }
+    if (g.k % 8 != 0)
+      return fail(op, fmt::format("K = {} must be a multiple of 8 (16-byte rows)", g.k));
+    return true;
+  }
+
+  TileConfig tcTile() const {
+    if (bucket_ <= 1024)
+      return TileConfig{64, 128, 32, 1, 4, 3};
+    return TileConfig{128, 128, 32, 2, 4, 3};
+  }
+  static TileConfig simtTile() { return TileConfig{64, 64, 16, 2, 4, 2}; }
+  static TileConfig tcLargeTile() { return TileConfig{128, 128, 32, 2, 4, 3}; }
+
+  bool buildGemmReduce(tx::GemmReduceOp op) {
+    GemmReduceKernel k;
+    if (!setupGemm(op, op.getLhs(), op.getRhs(), k.gemm))
+      return false;
+    std::vector<int32_t> results;
+    if (!translateBody(op, op.getBody().front(), op.getSides(), k.gemm, results))
+      return false;
+    for (Attribute a : op.getKinds()) {
+      auto kind = *tx::parseReduceKind(cast<StringAttr>(a).getValue());
+      k.reductions.push_back(kind == tx::ReduceKind::sum ? ReduceKind::Sum
+                             : kind == tx::ReduceKind::max ? ReduceKind::Max
+                                                           : ReduceKind::LogSumExp);
+    }
+    decideSplits(k.gemm);
+    k.partials = addWorkspace(fmt::format("partials{}", gemmCount_),
+                              int64_t(4) * prog_.splits * k.slotsPerRow(), 0);
+    int32_t idx = addKernel(fmt::format("{}_fwd{}", opt_.name, gemmCount_++), std::move(k));
+    const auto &kk = std::get<GemmReduceKernel>(prog_.kernels[static_cast<size_t>(idx)].body);
+    for (auto [i, r] : llvm::enumerate(op.getResults()))
+      partials_[r] = PartialsRef{idx, kk.slotOf(static_cast<int32_t>(i)), kk.reductions[i], kk.partials};
+    return true;
+  }
+
+  void decideSplits(const FusedGemm &g) {
+    int64_t tiles = (g.cols + g.tile.bn - 1) / g.tile.bn;
+    int64_t rowBlocks = std::max<int64_t>(1, (std::max<int64_t>(bucketLow_, 1) + g.tile.bm - 1) / g.tile.bm);
+    int64_t want = (2 * int64_t(opt_.target.numSMs) + rowBlocks - 1) / rowBlocks;
+    int32_t splits = static_cast<int32_t>(std::clamp<int64_t>(want, 1, tiles));
+    prog_.splits = std::max(prog_.splits, splits);
+    prog_.decisions.push_back(fmt::format(
+        "forward GEMM: tile {}x{}x{} ({} warps, {} stages, {}), {} column tiles; {} row blocks "
+        "at N = {} (bucket low) -> {} column splits to fill {} SMs twice",
+        g.tile.bm, g.tile.bn, g.tile.bk, g.tile.warpsM * g.tile.warpsN, g.tile.stages,
+        mathModeName(g.math), tiles, rowBlocks, std::max<int64_t>(bucketLow_, 1), prog_.splits,
+        opt_.target.numSMs));
+  }
+
+  bool buildGemmGrad(tx::GemmGradOp op, func::ReturnOp ret) {
+    GemmDzKernel dz;
+    if (!setupGemm(op, op.getLhs(), op.getRhs(), dz.gemm))
+      return false;
+    std::vector<int32_t> results;
+    if (!translateBody(op, op.getBody().front(), op.getSides(), dz.gemm, results))
+      return false;
+    bool bf16 = dz.gemm.abType == DType::BF16;
+    dz.format = bf16 ? DzFormat::SplitBF16 : DzFormat::F32;
+    MathMode bwdMath = bf16 ? MathMode::TensorCoreBF16 : MathMode::SimtF32;
+    TileConfig bwdTile = bf16 ? tcLargeTile() : simtTile();
+    // Which gradients are used, and as which outputs.
+    auto outputOf = [&](Value v, DType *type) -> int32_t {
+      for (OpOperand &u : v.getUses()) {
+        Operation *o = u.getOwner();
+        if (auto r = dyn_cast<func::ReturnOp>(o)) {
+          *type = prog_.outputs[u.getOperandNumber()].dtype;
+          return static_cast<int32_t>(u.getOperandNumber());
+        }
+        if (auto c = dyn_cast<tx::CastOp>(o))
+          for (OpOperand &cu : c.getResult().getUses())
+            if (isa<func::ReturnOp>(cu.getOwner())) {
+              *type = prog_.outputs[cu.getOperandNumber()].dtype;
+              return static_cast<int32_t>(cu.getOperandNumber());
+            }
+      }
+      return -1;
+    };
+    for (Value g : {op.getDLhs(), op.getDRhs()})
+      for (Operation *u : g.getUsers())
+        if (!isa<func::ReturnOp>(u) && !(isa<tx::CastOp>(u) && llvm::all_of(u->getUsers(), [](Operation *x) { return isa<func::ReturnOp>(x); })))
+          return fail(u, "a gradient from a fused GEMM may only be returned (optionally cast)");
+    DType lhsType = DType::F32, rhsType = DType::F32;
+    int32_t lhsOut = outputOf(op.getDLhs(), &lhsType);
+    int32_t rhsOut = outputOf(op.getDRhs(), &rhsType);
+    if (lhsOut < 0 && rhsOut < 0)
+      return true;
+
+    int64_t k = dz.gemm.k, cols = dz.gemm.cols;
+    const int64_t dzElem = 4; // bytes per dZ element: hi + lo bf16, or one f32
+    // Workspace: everything per row so far plus the dLhs accumulator, then dZ chunks.
+    int64_t perRowFixed = 0;
+    for (const BufferSpec &b : prog_.workspace)
+      perRowFixed += b.bytesPerRow;
+    bool lhsAcc = lhsOut >= 0 && lhsType != DType::F32;
+    if (lhsAcc)
+      perRowFixed += k * 4;
+    int64_t budget = opt_.workspaceBudgetBytes;
+    int64_t left = budget - perRowFixed * bucket_;
+    int64_t bn = dz.gemm.tile.bn;
+    int64_t chunk = left > 0 ? left / (bucket_ * dzElem) : 0;
+    chunk = chunk / bn * bn;
+    int64_t colsRounded = (cols + bn - 1) / bn * bn;
+    chunk = std::clamp<int64_t>(chunk, bn, colsRounded);
+    prog_.chunkCols = chunk;
+    prog_.loopCols = cols;
+    prog_.decisions.push_back(fmt::format(
+        "backward: vocab-chunked recompute (lean); dZ as {}; budget {} MiB, {} B/row fixed "
+        "at N = {} (bucket high) -> {} columns per chunk, {} chunks{}",
+        dzFormatName(dz.format), budget >> 20, perRowFixed, bucket_, chunk,
+        (cols + chunk - 1) / chunk,
+        left < bn * bucket_ * dzElem ? " (budget exceeded: minimum chunk)" : ""));
+
+    dz.dz = addWorkspace(fmt::format("dz{}", gemmCount_), (bf16 ? 2 : 4) * chunk, 0);
+    if (bf16)
+      dz.dzLo = addWorkspace(fmt::format("dz_lo{}", gemmCount_), 2 * chunk, 0);
+    Step loop{Step::Kind::ChunkLoop, -1, {}};
+    int32_t gi = gemmCount_++;
+    auto push = [&](std::string name, KernelBody body) {
+      prog_.kernels.push_back(Kernel{std::move(name), std::move(body)});
+      loop.loopKernels.push_back(static_cast<int32_t>(prog_.kernels.size()) - 1);
+    };
+    BufferRef dzBuf = dz.dz, dzLo = dz.dzLo;
+    DzFormat fmtDz = dz.format;
+    DType abType = dz.gemm.abType;
+    BufferRef aBuf = dz.gemm.a, bBuf = dz.gemm.b;
+    push(fmt::format("{}_dz{}", opt_.name, gi), std::move(dz));
+    BufferRef lhsAccBuf;
+    if (lhsOut >= 0) {
+      GemmDLhsKernel d;
+      d.math = bwdMath;
+      d.tile = bwdTile;
+      d.format = fmtDz;
+      d.bType = abType;
+      d.k = k;
+      d.dz = dzBuf;
+      d.dzLo = dzLo;
+      d.b = bBuf;
+      if (lhsAcc) {
+        lhsAccBuf = addWorkspace(fmt::format("dlhs_acc{}", gi), k * 4, 0);
+        d.out = lhsAccBuf;
+      } else {
+        d.out = BufferRef{Space::Output, lhsOut};
+      }
+      push(fmt::format("{}_dlhs{}", opt_.name, gi), std::move(d));
+    }
+    if (rhsOut >= 0) {
+      GemmDRhsKernel d;
+      d.math = bwdMath;
+      d.tile = bwdTile;
+      d.format = fmtDz;
+      d.aType = abType;
+      d.k = k;
+      d.dz = dzBuf;
+      d.dzLo = dzLo;
+      d.a = aBuf;
+      d.out = BufferRef{Space::Output, rhsOut};
+      d.outType = rhsType;
+      push(fmt::format("{}_drhs{}", opt_.name, gi), std::move(d));
+    }
+    prog_.steps.push_back(std::move(loop));
+    if (lhsAcc) {
+      CastKernel c;
+      c.in = lhsAccBuf;
+      c.out = BufferRef{Space::Output, lhsOut};
+      c.outType = lhsType;
+      c.k = k;
+      addKernel(fmt::format("{}_cast{}", opt_.name, gi), std::move(c));
+    }
+    return true;
+  }
+
+  bool build() {
+    bucket_ = bucketOf(std::max<int64_t>(opt_.tokens, 0));
+    bucketLow_ = bucketLowerBound(bucket_);
+    prog_.name = opt_.name;
+    prog_.bucket = bucket_;
+    prog_.bucketLow = bucketLow_;
+    prog_.target = opt_.target;
+    addWorkspace("scalar_slots", 0, 0, BufferInit::Zero); // size fixed at the end
+    addWorkspace("error_word", 0, 16, BufferInit::Zero);
+    prog_.decisions.push_back(fmt::format("bucket: N in [{}, {}] (powers of four from 256)",
+                                          bucketLow_, bucket_));
+    Block &body = func_.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    int64_t maxLevel = 0;
+    for (auto &[v, l] : level_)
+      maxLevel = std::max(maxLevel, l);
+    for (int64_t l = 0; l <= maxLevel; ++l) {
+      buildRowKernel(l, body, ret);
+      if (!err_.empty())
+        return false;
+      for (Operation &op : body.without_terminator()) {
+        auto it = gemmLevel_.find(&op);
+        if (it == gemmLevel_.end() || it->second != l)
+          continue;
+        if (auto g = dyn_cast<tx::GemmReduceOp>(op)) {
+          if (!buildGemmReduce(g))
+            return false;
+        } else if (auto gg = dyn_cast<tx::GemmGradOp>(op)) {
+          if (!buildGemmGrad(gg, ret))
+            return false;
+        }
+      }
+    }
+    prog_.workspace[kScalarSlotsBuffer].bytesFixed = 8 * std::max<int64_t>(prog_.numScalarSlots, 1);
+    return err_.empty();
+  }
+
+  struct PartialsRef {
+    int32_t kernel;
+    int32_t slot;
+    ReduceKind kind;
+    BufferRef buf;
+  };
+  struct GlobalRef {
+    int32_t slot;
+    bool mean;
+  };
+
+  func::FuncOp func_;
+  PlanOptions opt_;
+  Program prog_;
+  std::string err_;
+  int64_t bucket_ = 0, bucketLow_ = 0;
+  int32_t gemmCount_ = 0;
+  llvm::DenseMap<Value, int64_t> level_;
+  llvm::DenseMap<Operation *, int64_t> gemmLevel_;
+  llvm::DenseMap<Value, BufferRef> rowBuffer_;
+  llvm::DenseMap<Value, int32_t> scalarSlot_;
+  llvm::DenseMap<Value, PartialsRef> partials_;
+  llvm::DenseMap<Value, GlobalRef> global_;
+};
+
+} // namespace
+
+std::optional<Program> planProgram(func::FuncOp func, const PlanOptions &options,
+                                   std::string *error) {
+  Planner p(func, options);
+  return p.run(error);
+}
+
+} // namespace lcejit::plan

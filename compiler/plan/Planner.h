@@ -1,0 +1,50 @@
+//===- Planner.h - Fused tx function -> Program ---------------------------===//
+//
+// planProgram is a pure function of (fused function, options): the same inputs give an
+// equal Program. Its decisions (tiles, splits, chunk size, why) are listed in
+// Program::decisions and shown by `lcejit-dump --emit=plan` and `--tx-print-plan`.
+//
+// [Note: levels] Every value outside the fused ops is a row value ([N, 1]) or a scalar
+// (rank 0). level(v) is the number of "barriers" it waits for: a global reduction over
+// rows, or a fused GEMM. Row kernel l evaluates every op of level l per row (scalars
+// redundantly), stores what later levels, GEMM sides or outputs need, and accumulates
+// the global reductions whose results are level l + 1. The GEMMs of level l run after
+// row kernel l and their results are level l + 1.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "compiler/plan/Program.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lcejit::plan {
+
+/// A device-side check on a row input (e.g. targets in [0, V) unless ignore_index).
+struct InputCheck {
+  int32_t input = -1; ///< index of the function argument ([N, 1] integer)
+  int64_t lo = 0, hi = 0; ///< valid values are lo <= x < hi ...
+  std::optional<int64_t> exempt; ///< ... or exactly this one
+};
+
+struct PlanOptions {
+  std::string name = "lce";
+  int64_t tokens = 8192; ///< any N of the bucket to plan for
+  Target target;
+  int64_t workspaceBudgetBytes = int64_t(1) << 30;
+  /// Element type each function result is written as; empty = the result's own type
+  /// (a float result that is a tx.cast of a gradient keeps the cast's type).
+  std::vector<std::optional<DType>> outputTypes;
+  std::vector<InputCheck> checks;
+};
+
+/// Plans a fused function. On failure returns std::nullopt and sets `error` to a message
+/// that names the op that could not be planned.
+std::optional<Program> planProgram(mlir::func::FuncOp func, const PlanOptions &options,
+                                   std::string *error);
+
+} // namespace lcejit::plan

@@ -1,0 +1,490 @@
+//===- Program.cpp - Program hashing, JSON, ABI and launch geometry -------===//
+
+#include "compiler/plan/Program.h"
+#include "compiler/support/Check.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+namespace lcejit::plan {
+
+using json = nlohmann::json;
+
+const char *scalarOpName(ScalarOp op) {
+  switch (op) {
+  case ScalarOp::Arg: return "arg";
+  case ScalarOp::Const: return "const";
+  case ScalarOp::RowCount: return "rowcount";
+  case ScalarOp::Add: return "add";
+  case ScalarOp::Sub: return "sub";
+  case ScalarOp::Mul: return "mul";
+  case ScalarOp::Div: return "div";
+  case ScalarOp::Max: return "max";
+  case ScalarOp::Min: return "min";
+  case ScalarOp::Neg: return "neg";
+  case ScalarOp::Exp: return "exp";
+  case ScalarOp::Log: return "log";
+  case ScalarOp::Tanh: return "tanh";
+  case ScalarOp::Expm1: return "expm1";
+  case ScalarOp::Log1p: return "log1p";
+  case ScalarOp::Abs: return "abs";
+  case ScalarOp::CmpEq: return "cmpeq";
+  case ScalarOp::CmpNe: return "cmpne";
+  case ScalarOp::CmpLt: return "cmplt";
+  case ScalarOp::CmpLe: return "cmple";
+  case ScalarOp::CmpGt: return "cmpgt";
+  case ScalarOp::CmpGe: return "cmpge";
+  case ScalarOp::And: return "and";
+  case ScalarOp::Or: return "or";
+  case ScalarOp::Not: return "not";
+  case ScalarOp::Select: return "select";
+  case ScalarOp::Cast: return "cast";
+  }
+  return "?";
+}
+
+const char *reduceKindName(ReduceKind k) {
+  switch (k) {
+  case ReduceKind::Sum: return "sum";
+  case ReduceKind::Max: return "max";
+  case ReduceKind::LogSumExp: return "logsumexp";
+  }
+  return "?";
+}
+
+int32_t reduceSlots(ReduceKind k) { return k == ReduceKind::LogSumExp ? 2 : 1; }
+
+const char *mathModeName(MathMode m) {
+  switch (m) {
+  case MathMode::TensorCoreBF16: return "mma.sync.bf16";
+  case MathMode::TensorCoreF16: return "mma.sync.f16";
+  case MathMode::SimtF32: return "simt.f32";
+  }
+  return "?";
+}
+
+const char *dzFormatName(DzFormat f) {
+  return f == DzFormat::SplitBF16 ? "split_bf16" : "f32";
+}
+
+const char *kernelKindName(KernelKind k) {
+  switch (k) {
+  case KernelKind::Row: return "row";
+  case KernelKind::GemmReduce: return "gemm_reduce";
+  case KernelKind::GemmDz: return "gemm_dz";
+  case KernelKind::GemmDLhs: return "gemm_dlhs";
+  case KernelKind::GemmDRhs: return "gemm_drhs";
+  case KernelKind::Cast: return "cast";
+  }
+  return "?";
+}
+
+int32_t ScalarFunc::numArgs() const {
+  int32_t n = 0;
+  for (const ScalarInst &i : insts)
+    if (i.op == ScalarOp::Arg)
+      n = std::max(n, i.argIndex + 1);
+  return n;
+}
+
+int32_t GemmReduceKernel::slotsPerRow() const {
+  int32_t n = 0;
+  for (ReduceKind k : reductions)
+    n += reduceSlots(k);
+  return n;
+}
+
+int32_t GemmReduceKernel::slotOf(int32_t result) const {
+  int32_t n = 0;
+  for (int32_t i = 0; i < result; ++i)
+    n += reduceSlots(reductions[static_cast<size_t>(i)]);
+  return n;
+}
+
+std::string Target::archName() const {
+  if (smVersion == 90)
+    return "sm_90a";
+  return fmt::format("sm_{}", smVersion);
+}
+
+//===----------------------------------------------------------------------===//
+// JSON
+//===----------------------------------------------------------------------===//
+
+static json toJ(const BufferRef &b) {
+  static const char *names[] = {"input", "output", "workspace"};
+  return json{{"space", names[static_cast<int>(b.space)]}, {"index", b.index}};
+}
+
+static json toJ(const ScalarFunc &f) {
+  json insts = json::array();
+  for (const ScalarInst &i : f.insts) {
+    json j{{"op", scalarOpName(i.op)}, {"type", std::string(dtypeName(i.type))}};
+    json ops = json::array();
+    for (int32_t o : i.operands)
+      if (o >= 0)
+        ops.push_back(o);
+    if (!ops.empty())
+      j["operands"] = ops;
+    if (i.op == ScalarOp::Arg)
+      j["arg"] = i.argIndex;
+    if (i.op == ScalarOp::Const) {
+      if (isFloat(i.type))
+        j["value"] = i.fValue;
+      else
+        j["value"] = i.iValue;
+    }
+    insts.push_back(j);
+  }
+  return json{{"insts", insts}, {"results", f.results}};
+}
+
+static json toJ(const Operand &o) {
+  static const char *kinds[] = {"row", "col", "scalar", "partials", "acc", "col_index", "row_index"};
+  json j{{"kind", kinds[static_cast<int>(o.kind)]}, {"dtype", std::string(dtypeName(o.dtype))}};
+  if (o.buf.valid())
+    j["buffer"] = toJ(o.buf);
+  if (o.slot >= 0)
+    j["slot"] = o.slot;
+  if (o.reduce >= 0)
+    j["reduce"] = reduceKindName(static_cast<ReduceKind>(o.reduce));
+  if (o.partialsOf >= 0)
+    j["partials_of"] = o.partialsOf;
+  return j;
+}
+
+static json toJ(const TileConfig &t) {
+  return json{{"bm", t.bm}, {"bn", t.bn}, {"bk", t.bk}, {"warps_m", t.warpsM},
+              {"warps_n", t.warpsN}, {"stages", t.stages}};
+}
+
+static json toJ(const FusedGemm &g) {
+  json args = json::array();
+  for (const Operand &o : g.args)
+    args.push_back(toJ(o));
+  return json{{"math", mathModeName(g.math)}, {"ab_type", std::string(dtypeName(g.abType))},
+              {"tile", toJ(g.tile)}, {"k", g.k}, {"cols", g.cols}, {"a", toJ(g.a)},
+              {"b", toJ(g.b)}, {"epilogue", toJ(g.epilogue)}, {"args", args}};
+}
+
+static json kernelBodyJson(const Kernel &k) {
+  json j;
+  std::visit(
+      [&](const auto &b) {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, RowKernel>) {
+          static const char *sinkKinds[] = {"store_row", "store_scalar", "sum_scalar",
+                                            "check_row"};
+          json args = json::array(), sinks = json::array();
+          for (const Operand &o : b.args)
+            args.push_back(toJ(o));
+          for (const RowKernel::Sink &s : b.sinks) {
+            json sj{{"kind", sinkKinds[static_cast<int>(s.kind)]}, {"result", s.result}};
+            if (s.buf.valid()) {
+              sj["buffer"] = toJ(s.buf);
+              sj["dtype"] = std::string(dtypeName(s.dtype));
+            }
+            if (s.slot >= 0)
+              sj["slot"] = s.slot;
+            if (s.aux >= 0)
+              sj["aux"] = s.aux;
+            sinks.push_back(sj);
+          }
+          j = json{{"func", toJ(b.func)}, {"args", args}, {"sinks", sinks}};
+        } else if constexpr (std::is_same_v<T, GemmReduceKernel>) {
+          json red = json::array();
+          for (ReduceKind r : b.reductions)
+            red.push_back(reduceKindName(r));
+          j = json{{"gemm", toJ(b.gemm)}, {"reductions", red}, {"partials", toJ(b.partials)}};
+        } else if constexpr (std::is_same_v<T, GemmDzKernel>) {
+          j = json{{"gemm", toJ(b.gemm)}, {"format", dzFormatName(b.format)}, {"dz", toJ(b.dz)}};
+          if (b.dzLo.valid())
+            j["dz_lo"] = toJ(b.dzLo);
+        } else if constexpr (std::is_same_v<T, GemmDLhsKernel>) {
+          j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
+                   {"format", dzFormatName(b.format)}, {"b_type", std::string(dtypeName(b.bType))},
+                   {"k", b.k}, {"dz", toJ(b.dz)}, {"b", toJ(b.b)}, {"out", toJ(b.out)}};
+          if (b.dzLo.valid())
+            j["dz_lo"] = toJ(b.dzLo);
+        } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
+          j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
+                   {"format", dzFormatName(b.format)}, {"a_type", std::string(dtypeName(b.aType))},
+                   {"k", b.k}, {"dz", toJ(b.dz)}, {"a", toJ(b.a)}, {"out", toJ(b.out)},
+                   {"out_type", std::string(dtypeName(b.outType))}};
+          if (b.dzLo.valid())
+            j["dz_lo"] = toJ(b.dzLo);
+        } else if constexpr (std::is_same_v<T, CastKernel>) {
+          j = json{{"in", toJ(b.in)}, {"out", toJ(b.out)},
+                   {"out_type", std::string(dtypeName(b.outType))}, {"k", b.k}};
+        }
+      },
+      k.body);
+  return j;
+}
+
+std::string Program::toJson(int indent) const {
+  json j;
+  j["name"] = name;
+  j["bucket"] = json{{"low", bucketLow}, {"high", bucket}};
+  j["target"] = json{{"arch", target.archName()}, {"sms", target.numSMs},
+                     {"max_shared_per_block", target.maxSharedPerBlock}};
+  auto tensors = [](const std::vector<TensorSpec> &ts) {
+    json a = json::array();
+    for (const TensorSpec &t : ts)
+      a.push_back(json{{"name", t.name}, {"dtype", std::string(dtypeName(t.dtype))},
+                       {"shape", t.shape}});
+    return a;
+  };
+  j["inputs"] = tensors(inputs);
+  j["outputs"] = tensors(outputs);
+  json ws = json::array();
+  for (const BufferSpec &b : workspace)
+    ws.push_back(json{{"name", b.name}, {"bytes_per_row", b.bytesPerRow},
+                      {"bytes_fixed", b.bytesFixed},
+                      {"init", b.init == BufferInit::Zero ? "zero" : "none"}});
+  j["workspace"] = ws;
+  j["scalar_slots"] = numScalarSlots;
+  json ks = json::array();
+  for (const Kernel &k : kernels)
+    ks.push_back(json{{"name", k.name}, {"kind", kernelKindName(k.kind())},
+                      {"body", kernelBodyJson(k)}});
+  j["kernels"] = ks;
+  json st = json::array();
+  for (const Step &s : steps) {
+    if (s.kind == Step::Kind::Launch)
+      st.push_back(json{{"launch", kernels[static_cast<size_t>(s.kernel)].name}});
+    else {
+      json names = json::array();
+      for (int32_t k : s.loopKernels)
+        names.push_back(kernels[static_cast<size_t>(k)].name);
+      st.push_back(json{{"chunk_loop", names}});
+    }
+  }
+  j["steps"] = st;
+  j["chunk_cols"] = chunkCols;
+  j["loop_cols"] = loopCols;
+  j["splits"] = splits;
+  j["decisions"] = decisions;
+  return j.dump(indent);
+}
+
+uint64_t Program::hash() const {
+  std::string s = toJson(-1);
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+//===----------------------------------------------------------------------===//
+// ABI
+//===----------------------------------------------------------------------===//
+
+static std::string bufferParamName(const BufferRef &b) {
+  static const char *prefix[] = {"in", "out", "ws"};
+  return fmt::format("{}{}", prefix[static_cast<int>(b.space)], b.index);
+}
+
+namespace {
+struct ParamList {
+  std::vector<Param> params;
+  void addBuffer(const BufferRef &b) {
+    if (!b.valid())
+      return;
+    for (const Param &p : params)
+      if (p.kind == Param::Kind::Pointer && p.buf == b)
+        return;
+    params.push_back(Param{Param::Kind::Pointer, b, bufferParamName(b)});
+  }
+  void addOperands(const std::vector<Operand> &ops) {
+    for (const Operand &o : ops)
+      addBuffer(o.buf);
+  }
+  void add(Param::Kind k, const char *name) { params.push_back(Param{k, BufferRef{}, name}); }
+};
+} // namespace
+
+std::vector<Param> kernelParams(const Kernel &kernel) {
+  ParamList pl;
+  const BufferRef scalars{Space::Workspace, kScalarSlotsBuffer};
+  const BufferRef errors{Space::Workspace, kErrorBuffer};
+  switch (kernel.kind()) {
+  case KernelKind::Row: {
+    const auto &k = std::get<RowKernel>(kernel.body);
+    pl.addOperands(k.args);
+    for (const RowKernel::Sink &s : k.sinks)
+      pl.addBuffer(s.buf);
+    pl.addBuffer(scalars);
+    pl.addBuffer(errors);
+    pl.add(Param::Kind::N, "n");
+    pl.add(Param::Kind::Splits, "splits");
+    break;
+  }
+  case KernelKind::GemmReduce: {
+    const auto &k = std::get<GemmReduceKernel>(kernel.body);
+    pl.addBuffer(k.gemm.a);
+    pl.addBuffer(k.gemm.b);
+    pl.addOperands(k.gemm.args);
+    pl.addBuffer(scalars);
+    pl.addBuffer(k.partials);
+    pl.add(Param::Kind::N, "n");
+    pl.add(Param::Kind::Splits, "splits");
+    break;
+  }
+  case KernelKind::GemmDz: {
+    const auto &k = std::get<GemmDzKernel>(kernel.body);
+    pl.addBuffer(k.gemm.a);
+    pl.addBuffer(k.gemm.b);
+    pl.addOperands(k.gemm.args);
+    pl.addBuffer(scalars);
+    pl.addBuffer(k.dz);
+    pl.addBuffer(k.dzLo);
+    pl.add(Param::Kind::N, "n");
+    pl.add(Param::Kind::ChunkBegin, "chunk_begin");
+    pl.add(Param::Kind::ChunkCols, "chunk_cols");
+    break;
+  }
+  case KernelKind::GemmDLhs: {
+    const auto &k = std::get<GemmDLhsKernel>(kernel.body);
+    pl.addBuffer(k.dz);
+    pl.addBuffer(k.dzLo);
+    pl.addBuffer(k.b);
+    pl.addBuffer(k.out);
+    pl.add(Param::Kind::N, "n");
+    pl.add(Param::Kind::ChunkBegin, "chunk_begin");
+    pl.add(Param::Kind::ChunkCols, "chunk_cols");
+    pl.add(Param::Kind::ChunkIndex, "chunk_index");
+    break;
+  }
+  case KernelKind::GemmDRhs: {
+    const auto &k = std::get<GemmDRhsKernel>(kernel.body);
+    pl.addBuffer(k.dz);
+    pl.addBuffer(k.dzLo);
+    pl.addBuffer(k.a);
+    pl.addBuffer(k.out);
+    pl.add(Param::Kind::N, "n");
+    pl.add(Param::Kind::ChunkBegin, "chunk_begin");
+    pl.add(Param::Kind::ChunkCols, "chunk_cols");
+    break;
+  }
+  case KernelKind::Cast: {
+    const auto &k = std::get<CastKernel>(kernel.body);
+    pl.addBuffer(k.in);
+    pl.addBuffer(k.out);
+    pl.add(Param::Kind::N, "n");
+    break;
+  }
+  }
+  return pl.params;
+}
+
+//===----------------------------------------------------------------------===//
+// Launch geometry and workspace
+//===----------------------------------------------------------------------===//
+
+static int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int64_t tileElems(int64_t x, int64_t bk) {
+  // Either layout of an x-by-bk tile with 8 elements of padding per row (16 bytes for
+  // 2-byte types): [x][bk + 8] (K contiguous) or [bk][x + 8] (MN contiguous).
+  return std::max(x * (bk + 8), bk * (x + 8));
+}
+
+int32_t gemmSharedBytes(const TileConfig &t, int64_t aBytes, int64_t bBytes, int32_t numA) {
+  int64_t stage = numA * tileElems(t.bm, t.bk) * aBytes + tileElems(t.bn, t.bk) * bBytes;
+  int64_t scratch = int64_t(t.bm) * t.warpsN * 4 * 4; // row-reduction exchange, 4 floats
+  return static_cast<int32_t>(t.stages * stage + scratch);
+}
+
+int64_t Program::numChunks() const {
+  return chunkCols > 0 ? ceilDiv(loopCols, chunkCols) : 0;
+}
+
+static int64_t dzBytes(DzFormat f) { return f == DzFormat::SplitBF16 ? 2 : 4; }
+
+LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc) const {
+  LCEJIT_CHECK(idx >= 0 && idx < static_cast<int32_t>(kernels.size()), "kernel index {}", idx);
+  LaunchDims d;
+  const Kernel &kernel = kernels[static_cast<size_t>(idx)];
+  switch (kernel.kind()) {
+  case KernelKind::Row:
+    d.block = 256;
+    d.grid[0] = std::max<int64_t>(1, ceilDiv(n, 256));
+    break;
+  case KernelKind::GemmReduce: {
+    const auto &k = std::get<GemmReduceKernel>(kernel.body);
+    d.block = k.gemm.tile.threads();
+    d.grid[0] = ceilDiv(n, k.gemm.tile.bm);
+    d.grid[1] = splits;
+    int64_t s = dtypeSize(k.gemm.abType);
+    d.sharedBytes = gemmSharedBytes(k.gemm.tile, s, s, 1);
+    break;
+  }
+  case KernelKind::GemmDz: {
+    const auto &k = std::get<GemmDzKernel>(kernel.body);
+    d.block = k.gemm.tile.threads();
+    d.grid[0] = ceilDiv(n, k.gemm.tile.bm);
+    d.grid[1] = ceilDiv(cc, k.gemm.tile.bn);
+    int64_t s = dtypeSize(k.gemm.abType);
+    d.sharedBytes = gemmSharedBytes(k.gemm.tile, s, s, 1);
+    break;
+  }
+  case KernelKind::GemmDLhs: {
+    const auto &k = std::get<GemmDLhsKernel>(kernel.body);
+    d.block = k.tile.threads();
+    d.grid[0] = ceilDiv(n, k.tile.bm);
+    d.grid[1] = ceilDiv(k.k, k.tile.bn);
+    int32_t numA = k.format == DzFormat::SplitBF16 ? 2 : 1;
+    d.sharedBytes = gemmSharedBytes(k.tile, dzBytes(k.format), dtypeSize(k.bType), numA);
+    break;
+  }
+  case KernelKind::GemmDRhs: {
+    const auto &k = std::get<GemmDRhsKernel>(kernel.body);
+    d.block = k.tile.threads();
+    d.grid[0] = ceilDiv(cc, k.tile.bm);
+    d.grid[1] = ceilDiv(k.k, k.tile.bn);
+    int32_t numA = k.format == DzFormat::SplitBF16 ? 2 : 1;
+    d.sharedBytes = gemmSharedBytes(k.tile, dzBytes(k.format), dtypeSize(k.aType), numA);
+    break;
+  }
+  case KernelKind::Cast: {
+    const auto &k = std::get<CastKernel>(kernel.body);
+    d.block = 256;
+    d.grid[0] = std::min<int64_t>(ceilDiv(n * k.k, 256 * 4), int64_t(1) << 16);
+    break;
+  }
+  }
+  return d;
+}
+
+std::vector<int64_t> Program::workspaceOffsets(int64_t n, int64_t *totalBytes) const {
+  std::vector<int64_t> offs;
+  int64_t off = 0;
+  for (const BufferSpec &b : workspace) {
+    offs.push_back(off);
+    int64_t bytes = b.bytesPerRow * n + b.bytesFixed;
+    off += (bytes + 255) / 256 * 256;
+  }
+  if (totalBytes)
+    *totalBytes = off;
+  return offs;
+}
+
+//===----------------------------------------------------------------------===//
+// Buckets
+//===----------------------------------------------------------------------===//
+
+int64_t bucketOf(int64_t n) {
+  LCEJIT_CHECK(n >= 0, "bucketOf({})", n);
+  int64_t b = 256;
+  while (b < n)
+    b *= 4;
+  return b;
+}
+
+int64_t bucketLowerBound(int64_t bucket) { return bucket <= 256 ? 0 : bucket / 4 + 1; }
+
+} // namespace lcejit::plan

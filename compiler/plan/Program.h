@@ -1,0 +1,358 @@
+//===- Program.h - The planned program: plain data ------------------------===//
+//
+// A Program is what the planner produces for one (fused graph, D, V, dtypes, options,
+// arch, bucket(N)) and what everything downstream consumes: the CUDA emitter
+// (compiler/codegen), the fp64 Program interpreter (compiler/reference) and the runtime
+// executor (runtime/Executor). It is plain data: no MLIR, no CUDA. It has hash(), ==
+// and toJson(); the cache keys on it.
+//
+// [Note: the lean schedule] The first schedule lcejit implements is the vocab-chunked
+// recompute of docs/architecture.md. Kernels come in a few fixed kinds; what varies per
+// loss is carried by ScalarFuncs (the fused epilogue and row computations):
+//
+//   RowKernel        per row i < N: evaluate a ScalarFunc on row values and scalars;
+//                    store row values, reduce into scalar slots, raise device checks.
+//   GemmReduceKernel acc = A·Bᵀ (A [N,K], B [C,K], both row-major), epilogue(acc, col,
+//                    sides) -> values, each reduced along the row (sum, max,
+//                    logsumexp) into partials [N, splits, slots].
+//   GemmDzKernel     same GEMM for the columns of one chunk; epilogue -> dZ stored for
+//                    the chunk, as two bf16 (hi + lo) or as f32.
+//   GemmDLhsKernel   dA[N,K] (+)= dZ[N,chunk] · B[chunk,K]        (f32 accumulate)
+//   GemmDRhsKernel   dB[chunk,K] = dZ[N,chunk]ᵀ · A[N,K]           (written once)
+//   CastKernel       f32 [rows, K] -> output dtype.
+//
+// Host steps run kernels in order; a ChunkLoop step runs its kernels once per column
+// chunk. N is a runtime argument everywhere; the Program depends on N only through the
+// bucket, so one compiled Program serves every N of its bucket.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "lcejit/DType.h"
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace lcejit::plan {
+
+//===----------------------------------------------------------------------===//
+// Scalar functions: the code of epilogues and row kernels.
+//===----------------------------------------------------------------------===//
+
+/// Opcodes of the scalar IR. Float values are f32 on the device and f64 in the
+/// interpreter; integers are i32/i64; comparisons give i1.
+enum class ScalarOp : uint8_t {
+  Arg,   ///< argIndex-th argument of the function.
+  Const, ///< fValue (float types) or iValue (integer types).
+  RowCount, ///< the runtime N (i64).
+  Add, Sub, Mul, Div, Max, Min, ///< binary; Max/Min propagate NaN.
+  Neg, Exp, Log, Tanh, Expm1, Log1p, Abs, ///< unary float
+  CmpEq, CmpNe, CmpLt, CmpLe, CmpGt, CmpGe, ///< binary -> i1 (ordered for floats)
+  And, Or, Not,  ///< i1
+  Select, ///< operands: cond (i1), true value, false value
+  Cast,   ///< operand converted to `type`
+};
+
+const char *scalarOpName(ScalarOp op);
+
+struct ScalarInst {
+  ScalarOp op = ScalarOp::Const;
+  DType type = DType::F32; ///< result type: F32, I32, I64 or I1
+  int32_t operands[3] = {-1, -1, -1};
+  int32_t argIndex = -1;
+  double fValue = 0.0;
+  int64_t iValue = 0;
+
+  bool operator==(const ScalarInst &) const = default;
+};
+
+/// SSA list: instruction i may use only instructions < i. `results` index `insts`.
+struct ScalarFunc {
+  std::vector<ScalarInst> insts;
+  std::vector<int32_t> results;
+
+  int32_t numArgs() const;
+  bool operator==(const ScalarFunc &) const = default;
+};
+
+//===----------------------------------------------------------------------===//
+// Buffers.
+//===----------------------------------------------------------------------===//
+
+/// A program input or output tensor. Dimension -1 stands for N.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  bool operator==(const TensorSpec &) const = default;
+};
+
+enum class BufferInit : uint8_t { None, Zero };
+
+/// A workspace buffer of bytesPerRow * N + bytesFixed bytes, 256-byte aligned.
+struct BufferSpec {
+  std::string name;
+  int64_t bytesPerRow = 0;
+  int64_t bytesFixed = 0;
+  BufferInit init = BufferInit::None;
+  bool operator==(const BufferSpec &) const = default;
+};
+
+enum class Space : uint8_t { Input, Output, Workspace };
+
+struct BufferRef {
+  Space space = Space::Workspace;
+  int32_t index = -1;
+  bool valid() const { return index >= 0; }
+  bool operator==(const BufferRef &) const = default;
+};
+
+/// Well-known workspace buffers every Program has (indices into Program::workspace).
+inline constexpr int32_t kScalarSlotsBuffer = 0; ///< double[numScalarSlots], zeroed
+inline constexpr int32_t kErrorBuffer = 1;       ///< int64[2]: first bad row + 1, value
+
+/// What an argument of a ScalarFunc reads, per row / column / once.
+struct Operand {
+  enum class Kind : uint8_t {
+    Row,      ///< buf[row] of dtype (buf has N elements)
+    Col,      ///< buf[col] of dtype (buf has C elements, C static)
+    Scalar,   ///< buf[0] of dtype if buf is valid, else scalar slot `slot` (a double)
+    Partials, ///< combine partials[row, 0..splits) at `slot` with `reduce` (f32 result)
+    Acc,      ///< GEMM epilogues only: the f32 accumulator
+    ColIndex, ///< GEMM epilogues only: the global column index (i64)
+    RowIndex, ///< the row index (i64)
+  };
+  Kind kind = Kind::Row;
+  BufferRef buf;
+  DType dtype = DType::F32;
+  int32_t slot = -1;
+  int32_t reduce = -1;     ///< ReduceKind for Partials
+  int32_t partialsOf = -1; ///< for Partials: the GemmReduce kernel index that wrote buf
+  bool operator==(const Operand &) const = default;
+};
+
+enum class ReduceKind : uint8_t {
+  Sum,       ///< one f32 slot
+  Max,       ///< one f32 slot (NaN propagates)
+  LogSumExp, ///< two f32 slots (m, t) with t = sum(exp(x - m)) - 1: see [Note: lse]
+};
+const char *reduceKindName(ReduceKind k);
+int32_t reduceSlots(ReduceKind k);
+
+//===----------------------------------------------------------------------===//
+// Kernels.
+//===----------------------------------------------------------------------===//
+
+/// How a GEMM multiplies.
+enum class MathMode : uint8_t {
+  TensorCoreBF16, ///< mma.sync m16n8k16 bf16 x bf16 -> f32
+  TensorCoreF16,  ///< mma.sync m16n8k16 f16 x f16 -> f32
+  SimtF32,        ///< FFMA in f32 (operands converted to f32 on load)
+};
+const char *mathModeName(MathMode m);
+
+struct TileConfig {
+  int32_t bm = 128, bn = 128, bk = 32; ///< CTA tile
+  int32_t warpsM = 2, warpsN = 4;      ///< warp grid; warp tile = bm/warpsM x bn/warpsN
+  int32_t stages = 2;                  ///< shared-memory pipeline depth
+  int32_t threads() const { return 32 * warpsM * warpsN; }
+  bool operator==(const TileConfig &) const = default;
+};
+
+struct RowKernel {
+  /// What the function's results do.
+  struct Sink {
+    enum class Kind : uint8_t {
+      StoreRow,    ///< buf[row] = result (converted to dtype)
+      StoreScalar, ///< written once (row 0's thread) to buf[0] as dtype, or to slot
+      SumScalar,   ///< slot += result (double atomics)
+      CheckRow,    ///< if result (i1) is true: raise a device check with value `aux`
+    };
+    Kind kind = Kind::StoreRow;
+    int32_t result = -1; ///< index into func.results
+    BufferRef buf;       ///< StoreRow/StoreScalar to a buffer
+    DType dtype = DType::F32;
+    int32_t slot = -1;   ///< StoreScalar/SumScalar/MaxScalar to a scalar slot
+    int32_t aux = -1;    ///< CheckRow: index into func.results of the offending value
+    bool operator==(const Sink &) const = default;
+  };
+  ScalarFunc func;
+  std::vector<Operand> args; ///< one per Arg index of func
+  std::vector<Sink> sinks;
+  bool operator==(const RowKernel &) const = default;
+};
+
+/// Common part of the GEMM kernels that recompute acc = A·Bᵀ.
+struct FusedGemm {
+  MathMode math = MathMode::TensorCoreBF16;
+  DType abType = DType::BF16;
+  TileConfig tile;
+  int64_t k = 0;    ///< reduction length (D)
+  int64_t cols = 0; ///< columns of acc (V), static
+  BufferRef a;      ///< [N, k] row-major
+  BufferRef b;      ///< [cols, k] row-major
+  ScalarFunc epilogue;
+  std::vector<Operand> args; ///< one per Arg of epilogue (Acc, ColIndex, Row, Col, Scalar)
+  bool operator==(const FusedGemm &) const = default;
+};
+
+struct GemmReduceKernel {
+  FusedGemm gemm;
+  std::vector<ReduceKind> reductions; ///< one per epilogue result
+  BufferRef partials;                 ///< f32 [N, splits, slotsPerRow()]
+  int32_t slotsPerRow() const;
+  int32_t slotOf(int32_t result) const; ///< first slot of a result's partial
+  bool operator==(const GemmReduceKernel &) const = default;
+};
+
+enum class DzFormat : uint8_t {
+  SplitBF16, ///< hi = bf16(dz), lo = bf16(dz - hi): two [N, chunk] bf16 arrays
+  F32,       ///< one [N, chunk] f32 array
+};
+const char *dzFormatName(DzFormat f);
+
+struct GemmDzKernel {
+  FusedGemm gemm;  ///< epilogue has exactly one result: dZ
+  DzFormat format = DzFormat::SplitBF16;
+  BufferRef dz;    ///< hi (or f32) [N, chunkCols]
+  BufferRef dzLo;  ///< lo for SplitBF16
+  bool operator==(const GemmDzKernel &) const = default;
+};
+
+struct GemmDLhsKernel {
+  MathMode math = MathMode::TensorCoreBF16;
+  TileConfig tile;
+  DzFormat format = DzFormat::SplitBF16;
+  DType bType = DType::BF16; ///< dtype of B
+  int64_t k = 0;             ///< K of the forward GEMM (columns of dA)
+  BufferRef dz, dzLo;        ///< [N, chunkCols]
+  BufferRef b;               ///< [cols, k]; rows [chunkBegin, chunkBegin + chunkCols) used
+  BufferRef out;             ///< f32 [N, k]: overwritten on the first chunk, then += 
+  bool operator==(const GemmDLhsKernel &) const = default;
+};
+
+struct GemmDRhsKernel {
+  MathMode math = MathMode::TensorCoreBF16;
+  TileConfig tile;
+  DzFormat format = DzFormat::SplitBF16;
+  DType aType = DType::BF16; ///< dtype of A
+  int64_t k = 0;
+  BufferRef dz, dzLo; ///< [N, chunkCols]
+  BufferRef a;        ///< [N, k]
+  BufferRef out;      ///< [cols, k] of outType; rows of the chunk written
+  DType outType = DType::F32;
+  bool operator==(const GemmDRhsKernel &) const = default;
+};
+
+struct CastKernel {
+  BufferRef in;  ///< f32 [N, k] (rowsAreN) or [rows, k]
+  BufferRef out;
+  DType outType = DType::BF16;
+  int64_t k = 0;
+  bool operator==(const CastKernel &) const = default;
+};
+
+using KernelBody = std::variant<RowKernel, GemmReduceKernel, GemmDzKernel,
+                                GemmDLhsKernel, GemmDRhsKernel, CastKernel>;
+
+enum class KernelKind : uint8_t { Row, GemmReduce, GemmDz, GemmDLhs, GemmDRhs, Cast };
+const char *kernelKindName(KernelKind k);
+
+struct Kernel {
+  std::string name; ///< the CUDA entry point, unique in the Program
+  KernelBody body;
+  KernelKind kind() const { return static_cast<KernelKind>(body.index()); }
+  bool operator==(const Kernel &) const = default;
+};
+
+//===----------------------------------------------------------------------===//
+// Kernel ABI: one function defines the parameter list; the emitter prints it and the
+// executor packs arguments in the same order.
+//===----------------------------------------------------------------------===//
+
+struct Param {
+  enum class Kind : uint8_t {
+    Pointer,    ///< a buffer's base address
+    N,          ///< int64 rows
+    ChunkBegin, ///< int64 first column of the chunk
+    ChunkCols,  ///< int64 columns in this chunk
+    ChunkIndex, ///< int64 index of the chunk (0 = first)
+    Splits,     ///< int32 column splits of a GemmReduce
+  };
+  Kind kind = Kind::Pointer;
+  BufferRef buf;
+  std::string name; ///< C identifier in the emitted kernel
+  bool operator==(const Param &) const = default;
+};
+
+/// The kernel's parameters in order. Pure function of the kernel.
+std::vector<Param> kernelParams(const Kernel &kernel);
+
+//===----------------------------------------------------------------------===//
+// Steps and the Program.
+//===----------------------------------------------------------------------===//
+
+struct Step {
+  enum class Kind : uint8_t { Launch, ChunkLoop };
+  Kind kind = Kind::Launch;
+  int32_t kernel = -1;               ///< Launch
+  std::vector<int32_t> loopKernels;  ///< ChunkLoop: launched in order for each chunk
+  bool operator==(const Step &) const = default;
+};
+
+/// Launch geometry of a kernel for given runtime sizes (grid dims may be 0: skip).
+struct LaunchDims {
+  int64_t grid[3] = {1, 1, 1};
+  int32_t block = 128;
+  int32_t sharedBytes = 0;
+};
+
+struct Target {
+  int32_t smVersion = 90;   ///< 90 = sm_90a, 80 = sm_80, ...
+  int32_t numSMs = 132;
+  int32_t maxSharedPerBlock = 232448;
+  std::string archName() const; ///< "sm_90a" for 90, else "sm_XY"
+  bool operator==(const Target &) const = default;
+};
+
+struct Program {
+  std::string name;      ///< e.g. "lce"
+  int64_t bucket = 0;    ///< upper bound of N this plan was made for
+  int64_t bucketLow = 0; ///< lower bound (inclusive)
+  Target target;
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  std::vector<BufferSpec> workspace; ///< [0] scalar slots, [1] error word, then others
+  int32_t numScalarSlots = 0;
+  std::vector<Kernel> kernels;
+  std::vector<Step> steps;
+  int64_t chunkCols = 0;   ///< columns per chunk of ChunkLoop steps
+  int64_t loopCols = 0;    ///< total columns the chunk loop covers (V)
+  int32_t splits = 1;      ///< column splits of GemmReduce kernels
+  /// Human-readable notes on the planner's decisions (shown in the dump).
+  std::vector<std::string> decisions;
+
+  bool operator==(const Program &) const = default;
+  /// Stable hash over everything above (FNV-1a over the canonical JSON).
+  uint64_t hash() const;
+  /// Canonical JSON (sorted keys, no whitespace variance).
+  std::string toJson(int indent = 2) const;
+
+  int64_t numChunks() const;
+  /// Launch geometry of kernel `k` for N rows and a chunk of `chunkCols` columns.
+  LaunchDims launchDims(int32_t k, int64_t n, int64_t chunkCols) const;
+  /// Byte offsets of workspace buffers for N rows, and the total, 256-byte aligned.
+  std::vector<int64_t> workspaceOffsets(int64_t n, int64_t *totalBytes) const;
+};
+
+/// The shared-memory bytes a GEMM tile config needs for its operand dtype size.
+int32_t gemmSharedBytes(const TileConfig &tile, int64_t aBytes, int64_t bBytes,
+                        int32_t numA);
+
+/// Shape buckets: N in (b/4, b] with b a power of four, b >= 256; N <= 256 -> 256.
+int64_t bucketOf(int64_t n);
+int64_t bucketLowerBound(int64_t bucket);
+
+} // namespace lcejit::plan

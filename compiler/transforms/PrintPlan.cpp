@@ -1,0 +1,56 @@
+//===- PrintPlan.cpp - Test-only: print the planner's Program --------------===//
+//
+// Makes planner decisions visible to lit (CRAFT: "the plan is data").
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/plan/Planner.h"
+#include "compiler/transforms/Passes.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+namespace lcejit::tx {
+#define GEN_PASS_DEF_TXPRINTPLAN
+#include "compiler/transforms/Passes.h.inc"
+} // namespace lcejit::tx
+
+using namespace mlir;
+
+namespace {
+
+struct PrintPlanPass : lcejit::tx::impl::TxPrintPlanBase<PrintPlanPass> {
+  using TxPrintPlanBase::TxPrintPlanBase;
+
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      lcejit::plan::PlanOptions o;
+      o.name = func.getSymName().str();
+      o.tokens = tokens;
+      o.target.smVersion = arch;
+      o.workspaceBudgetBytes = budgetMb * (int64_t(1) << 20);
+      o.outputTypes.resize(func.getNumResults());
+      for (size_t i = 0; i < outputTypes.size() && i < o.outputTypes.size(); ++i) {
+        if (outputTypes[i] == "-")
+          continue;
+        auto t = lcejit::parseDType(outputTypes[i]);
+        if (!t) {
+          func.emitError() << "unknown dtype '" << outputTypes[i] << "' in output-types";
+          return signalPassFailure();
+        }
+        o.outputTypes[i] = t;
+      }
+      std::string error;
+      auto program = lcejit::plan::planProgram(func, o, &error);
+      if (!program) {
+        func.emitError() << error;
+        return signalPassFailure();
+      }
+      llvm::outs() << "// plan @" << o.name << "\n";
+      for (const std::string &d : program->decisions)
+        llvm::outs() << "// decision: " << d << "\n";
+      llvm::outs() << program->toJson(2) << "\n";
+    }
+  }
+};
+
+} // namespace
