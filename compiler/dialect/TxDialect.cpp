@@ -28,6 +28,17 @@ void TxDialect::initialize() {
 #define GET_OP_CLASSES
 #include "compiler/dialect/TxOps.cpp.inc"
 
+Operation *TxDialect::materializeConstant(OpBuilder &b, Attribute value, Type type,
+                                          Location loc) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  auto typed = dyn_cast<TypedAttr>(value);
+  if (!t || t.getRank() != 0 || !typed || typed.getType() != t.getElementType())
+    return nullptr;
+  return ConstantOp::create(b, loc, t, typed);
+}
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
 namespace lcejit::tx {
 
 void registerTxDialects(DialectRegistry &registry) {

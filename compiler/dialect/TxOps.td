@@ -29,6 +29,7 @@ def Tx_Dialect : Dialect {
     `tx.gemm_reduce`, and the gradient of that matmul into `tx.gemm_grad`.
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+  let hasConstantMaterializer = 1;
 }
 
 class Tx_Op<string mnemonic, list<Trait> traits = []>
@@ -45,12 +46,13 @@ def Tx_CmpPredicate : I64EnumAttr<"CmpPredicate", "comparison predicate", [
 // Leaves
 //===----------------------------------------------------------------------===//
 
-def Tx_ConstantOp : Tx_Op<"constant", [Pure]> {
+def Tx_ConstantOp : Tx_Op<"constant", [Pure, ConstantLike]> {
   let summary = "rank-0 constant";
   let arguments = (ins TypedAttrInterface:$value);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = "$value attr-dict `:` type($result)";
   let hasVerifier = 1;
+  let hasFolder = 1;
 }
 
 def Tx_IotaOp : Tx_Op<"iota", [Pure]> {

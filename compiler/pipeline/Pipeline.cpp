@@ -90,7 +90,8 @@ plan::Program FusedGraph::plan(const plan::PlanOptions &options) const {
   return std::move(*p);
 }
 
-std::unique_ptr<FusedGraph> compileGraph(const fe::Graph &graph, const TraceSink &trace) {
+std::unique_ptr<FusedGraph> compileGraph(const fe::Graph &graph, const TraceSink &trace,
+                                         std::string_view stopBefore) {
   std::unique_ptr<FusedGraph> fg(new FusedGraph());
   fg->fingerprint_ = graph.fingerprint();
   fg->impl_->ctx = makeContext();
@@ -114,6 +115,8 @@ std::unique_ptr<FusedGraph> compileGraph(const fe::Graph &graph, const TraceSink
 
   // Each pass runs in its own PassManager so every stage can be shown.
   for (const PassSpec &spec : passPipeline()) {
+    if (!stopBefore.empty() && spec.flag == stopBefore)
+      break;
     mlir::PassManager pm(&ctx);
     pm.addNestedPass<mlir::func::FuncOp>(spec.create());
     if (mlir::failed(pm.run(module)))

@@ -56,7 +56,8 @@ public:
   mlir::ModuleOp module() const;
 
 private:
-  friend std::unique_ptr<FusedGraph> compileGraph(const fe::Graph &, const TraceSink &);
+  friend std::unique_ptr<FusedGraph> compileGraph(const fe::Graph &, const TraceSink &,
+                                                  std::string_view);
   FusedGraph();
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -69,9 +70,12 @@ struct TraceSink {
   explicit operator bool() const { return static_cast<bool>(emit); }
 };
 
-/// Lowers `graph` and runs passPipeline(). Throws Error(InvalidArgument) with the MLIR
-/// diagnostics if a verifier or pass fails.
-std::unique_ptr<FusedGraph> compileGraph(const fe::Graph &graph, const TraceSink &trace = {});
+/// Lowers `graph` and runs passPipeline() (up to, not including, the first pass named
+/// `stopBefore` if given: "tx-fuse" gives the differentiated, unfused graph that the
+/// fp64 reference interprets). Throws Error(InvalidArgument) with the MLIR diagnostics
+/// if a verifier or pass fails.
+std::unique_ptr<FusedGraph> compileGraph(const fe::Graph &graph, const TraceSink &trace = {},
+                                         std::string_view stopBefore = {});
 
 /// Registers the tx dialects and passes on a fresh context.
 std::unique_ptr<mlir::MLIRContext> makeContext();

@@ -13,6 +13,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -168,6 +169,13 @@ private:
     return fmt::format("result{}", i);
   }
 
+  static std::string shapeText(RankedTensorType t) {
+    std::vector<std::string> parts;
+    for (int64_t d : t.getShape())
+      parts.push_back(ShapedType::isDynamic(d) ? "N" : std::to_string(d));
+    return fmt::format("[{}]", fmt::join(parts, ", "));
+  }
+
   static std::vector<int64_t> specShape(RankedTensorType t) {
     std::vector<int64_t> s;
     for (int64_t d : t.getShape())
@@ -254,9 +262,9 @@ private:
     for (Value r : op->getResults()) {
       auto s = ttype(r).getShape();
       if (!isRowShape(s) && !isScalarShape(s)) {
-        fail(op, fmt::format("result shape [{}] is neither a row [N, 1] nor a scalar; only "
+        fail(op, fmt::format("result shape {} is neither a row [N, 1] nor a scalar; only "
                              "fused ops may produce larger tensors",
-                             fmt::join(specShape(ttype(r)), ", ")));
+                             shapeText(ttype(r))));
         return failure();
       }
     }
@@ -544,6 +552,22 @@ private:
       auto t = ttype(s);
       o.dtype = computeType(t.getElementType());
       auto shape = t.getShape();
+      if (auto d = s.getDefiningOp<tx::DimOp>()) {
+        // Sizes are known (static) or the runtime N: computed in the epilogue.
+        int64_t size = ttype(d.getInput()).getDimSize(static_cast<int64_t>(d.getAxis()));
+        inst[blk.getArgument(static_cast<unsigned>(2 + i))] =
+            ShapedType::isDynamic(size) ? fb.op(ScalarOp::RowCount, DType::I64)
+                                        : fb.constI(size, DType::I64);
+        continue;
+      }
+      if (auto c = s.getDefiningOp<tx::ConstantOp>()) {
+        DType ct = computeType(t.getElementType());
+        inst[blk.getArgument(static_cast<unsigned>(2 + i))] =
+            isa<FloatAttr>(c.getValue())
+                ? fb.constF(cast<FloatAttr>(c.getValue()).getValueAsDouble())
+                : fb.constI(cast<IntegerAttr>(c.getValue()).getValue().getSExtValue(), ct);
+        continue;
+      }
       if (auto a = dyn_cast<BlockArgument>(s)) {
         o.buf = BufferRef{Space::Input, static_cast<int32_t>(a.getArgNumber())};
         o.dtype = dtypeOf(t.getElementType());
@@ -678,13 +702,25 @@ private:
                              : kind == tx::ReduceKind::max ? ReduceKind::Max
                                                            : ReduceKind::LogSumExp);
     }
-    decideSplits(k.gemm);
-    k.partials = addWorkspace(fmt::format("partials{}", gemmCount_),
+    k.partials = addWorkspace(fmt::format("partials{}", fwdCount_),
                               int64_t(4) * prog_.splits * k.slotsPerRow(), 0);
-    int32_t idx = addKernel(fmt::format("{}_fwd{}", opt_.name, gemmCount_++), std::move(k));
+    int32_t idx = addKernel(fmt::format("{}_fwd{}", opt_.name, fwdCount_++), std::move(k));
     const auto &kk = std::get<GemmReduceKernel>(prog_.kernels[static_cast<size_t>(idx)].body);
     for (auto [i, r] : llvm::enumerate(op.getResults()))
       partials_[r] = PartialsRef{idx, kk.slotOf(static_cast<int32_t>(i)), kk.reductions[i], kk.partials};
+    return true;
+  }
+
+  /// One split count serves every GemmReduce kernel of the Program (it is a launch
+  /// parameter of all of them), so it is decided before any partials buffer is sized.
+  bool decideSplits(Block &body) {
+    for (Operation &op : body.without_terminator())
+      if (auto g = dyn_cast<tx::GemmReduceOp>(op)) {
+        FusedGemm fg;
+        if (!setupGemm(&op, g.getLhs(), g.getRhs(), fg))
+          return false;
+        decideSplits(fg);
+      }
     return true;
   }
 
@@ -765,11 +801,11 @@ private:
         (cols + chunk - 1) / chunk,
         left < bn * bucket_ * dzElem ? " (budget exceeded: minimum chunk)" : ""));
 
-    dz.dz = addWorkspace(fmt::format("dz{}", gemmCount_), (bf16 ? 2 : 4) * chunk, 0);
+    dz.dz = addWorkspace(fmt::format("dz{}", gradCount_), (bf16 ? 2 : 4) * chunk, 0);
     if (bf16)
-      dz.dzLo = addWorkspace(fmt::format("dz_lo{}", gemmCount_), 2 * chunk, 0);
+      dz.dzLo = addWorkspace(fmt::format("dz_lo{}", gradCount_), 2 * chunk, 0);
     Step loop{Step::Kind::ChunkLoop, -1, {}};
-    int32_t gi = gemmCount_++;
+    int32_t gi = gradCount_++;
     auto push = [&](std::string name, KernelBody body) {
       prog_.kernels.push_back(Kernel{std::move(name), std::move(body)});
       loop.loopKernels.push_back(static_cast<int32_t>(prog_.kernels.size()) - 1);
@@ -837,6 +873,8 @@ private:
                                           bucketLow_, bucket_));
     Block &body = func_.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
+    if (!decideSplits(body))
+      return false;
     int64_t maxLevel = 0;
     for (auto &[v, l] : level_)
       maxLevel = std::max(maxLevel, l);
@@ -877,7 +915,7 @@ private:
   Program prog_;
   std::string err_;
   int64_t bucket_ = 0, bucketLow_ = 0;
-  int32_t gemmCount_ = 0;
+  int32_t fwdCount_ = 0, gradCount_ = 0;
   llvm::DenseMap<Value, int64_t> level_;
   llvm::DenseMap<Operation *, int64_t> gemmLevel_;
   llvm::DenseMap<Value, BufferRef> rowBuffer_;

@@ -245,6 +245,10 @@ private:
     int64_t axis = o.getAxis();
     if (ShapedType::isDynamic(s[axis]))
       return o.emitOpError("gather along the dynamic dimension is not differentiable");
+    if (TxBuilder::shape(o.getIndex())[axis] != 1)
+      return o.emitOpError("gather with more than one index along the axis is not "
+                           "differentiable yet (index size ")
+             << TxBuilder::shape(o.getIndex())[axis] << ")";
     SmallVector<int64_t> iotaShape(s.size(), 1);
     iotaShape[axis] = s[axis];
     Value idx = o.getIndex();

@@ -25,6 +25,8 @@
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <functional>
+
 namespace lcejit::tx {
 #define GEN_PASS_DEF_TXFUSE
 #include "compiler/transforms/Passes.h.inc"
@@ -312,9 +314,12 @@ private:
       if (from == to)
         return s;
       if (auto tf = dyn_cast<FloatType>(to)) {
-        if (auto ff = dyn_cast<FloatType>(from))
+        if (auto ff = dyn_cast<FloatType>(from)) {
+          if (ff.getWidth() == tf.getWidth()) // bf16 <-> f16: through f32
+            return castScalar(castScalar(s, b.getF32Type()), to);
           return ff.getWidth() < tf.getWidth() ? arith::ExtFOp::create(b, loc_, to, s).getResult()
                                                : arith::TruncFOp::create(b, loc_, to, s).getResult();
+        }
         if (from.isInteger(1))
           return arith::UIToFPOp::create(b, loc_, to, s);
         return arith::SIToFPOp::create(b, loc_, to, s);
@@ -335,12 +340,71 @@ private:
     llvm::DenseMap<Value, Value> memo_;
   };
 
+  /// Splits the forward roots into waves: a root whose body reads (through a side) the
+  /// result of another root of this anchor goes into a later gemm_reduce than that root.
+  SmallVector<SmallVector<Operation *>> forwardWaves() {
+    llvm::DenseMap<Operation *, int> wave;
+    llvm::DenseSet<Operation *> roots(forwardRoots_.begin(), forwardRoots_.end());
+    // Latest wave among the roots a value depends on, through non-big ops (-1: none).
+    llvm::DenseMap<Value, int> memo;
+    std::function<int(Value)> dependsOn = [&](Value v) -> int {
+      if (auto it = memo.find(v); it != memo.end())
+        return it->second;
+      memo[v] = -1;
+      int w = -1;
+      if (Operation *def = v.getDefiningOp()) {
+        if (roots.count(def))
+          w = wave.count(def) ? wave[def] : 0;
+        else
+          for (Value o : def->getOperands())
+            w = std::max(w, dependsOn(o));
+      }
+      memo[v] = w;
+      return w;
+    };
+    int maxWave = 0;
+    // Roots are in program order, so a root's dependencies are assigned first.
+    for (Operation *root : forwardRoots_) {
+      int w = 0;
+      SmallVector<Value> stack{forwardRootInput(root)};
+      if (auto g = dyn_cast<GatherOp>(root))
+        stack.push_back(g.getIndex());
+      llvm::DenseSet<Value> seen;
+      while (!stack.empty()) {
+        Value v = stack.pop_back_val();
+        if (!seen.insert(v).second)
+          continue;
+        if (isBig(v) && v != anchor_.getResult()) {
+          for (Value o : v.getDefiningOp()->getOperands())
+            stack.push_back(o);
+        } else if (!isBig(v)) {
+          memo.clear();
+          int d = dependsOn(v);
+          if (d >= 0)
+            w = std::max(w, d + 1);
+        }
+      }
+      wave[root] = w;
+      maxWave = std::max(maxWave, w);
+    }
+    SmallVector<SmallVector<Operation *>> waves(static_cast<size_t>(maxWave + 1));
+    for (Operation *root : forwardRoots_)
+      waves[static_cast<size_t>(wave[root])].push_back(root);
+    return waves;
+  }
+
   void rewriteForward(OpBuilder &b, TxBuilder &tb) {
+    for (const SmallVector<Operation *> &roots : forwardWaves())
+      if (!roots.empty())
+        rewriteForwardWave(b, tb, roots);
+  }
+
+  void rewriteForwardWave(OpBuilder &b, TxBuilder &tb, ArrayRef<Operation *> roots) {
     BodyEmitter e(*this, anchor_.getLoc());
     SmallVector<Value> yields;
     SmallVector<Attribute> kinds;
     auto kindAttr = [&](ReduceKind k) { return b.getStringAttr(reduceKindName(k)); };
-    for (Operation *root : forwardRoots_) {
+    for (Operation *root : roots) {
       Value in = forwardRootInput(root);
       Value x = e.toF32(e.emit(in));
       llvm::TypeSwitch<Operation *>(root)
@@ -357,12 +421,12 @@ private:
           });
     }
     YieldOp::create(e.b(), anchor_.getLoc(), yields);
-    SmallVector<Type> resultTypes(forwardRoots_.size(),
+    SmallVector<Type> resultTypes(roots.size(),
                                   RankedTensorType::get({bigShape_[0], 1}, b.getF32Type()));
     auto fused = GemmReduceOp::create(b, anchor_.getLoc(), resultTypes, anchor_.getLhs(),
                                       anchor_.getRhs(), e.sides(), b.getArrayAttr(kinds));
     fused.getBody().push_back(e.takeBlock());
-    for (auto [root, res] : llvm::zip(forwardRoots_, fused.getResults())) {
+    for (auto [root, res] : llvm::zip(roots, fused.getResults())) {
       Value replacement = res;
       if (isa<MeanOp>(root))
         replacement = tb.div(res, tb.constantF32(static_cast<double>(bigShape_[1])));

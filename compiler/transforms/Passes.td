@@ -24,8 +24,9 @@ def TxAutodiff : Pass<"tx-autodiff", "::mlir::func::FuncOp"> {
        dimensions (`tx.reduce_sum` with the axis kept, or over everything for rank 0).
     4. Rules: add/sub/neg/mul/div/max (ties go to the left operand), exp, log, tanh,
        select, cast (adjoint cast back to f32), matmul (two matmuls with transposes),
-       reduce_sum/mean (broadcast back), reduce_max (to the first... every maximal
-       element), logsumexp (g · exp(x − lse)), gather (scatter as
+       reduce_sum/mean (broadcast back), reduce_max (every element equal to the maximum
+       receives the whole adjoint: with ties the gradients add up; documented in
+       docs/numerics.md), logsumexp (g · exp(x − lse)), gather (scatter as
        select(iota == index, g, 0)).
     5. Replace each result of `tx.grad` with the adjoint of its wrt value (zeros when the
        loss does not depend on it) and erase the `tx.grad`.
@@ -42,7 +43,7 @@ def TxSimplify : Pass<"tx-simplify", "::mlir::func::FuncOp"> {
     3. `neg(neg(x))` → `x`; `0 − x` → `neg(x)`; `x − neg(y)` → `x + y`.
     4. `cast(cast(x))` → `cast(x)` when the inner cast widens; identity casts fold away.
     5. `select(c, x, x)` → `x`.
-    6. Constants are uniqued (CSE does the rest in the pipeline).
+    6. Equal constants are uniqued (tx.constant is ConstantLike and folds to its value).
   }];
   let dependentDialects = ["::lcejit::tx::TxDialect"];
 }

@@ -27,6 +27,10 @@ struct PrintPlanPass : lcejit::tx::impl::TxPrintPlanBase<PrintPlanPass> {
       o.name = func.getSymName().str();
       o.tokens = tokens;
       o.target.smVersion = arch;
+      if (arch != 90) {
+        o.target.numSMs = 108; // an A100-class part
+        o.target.maxSharedPerBlock = 166912;
+      }
       o.workspaceBudgetBytes = budgetMb * (int64_t(1) << 20);
       o.outputTypes.resize(func.getNumResults());
       for (size_t i = 0; i < outputTypes.size() && i < o.outputTypes.size(); ++i) {

@@ -12,6 +12,8 @@ config.test_exec_root = os.path.join(config.lcejit_obj_root, "tests", "lit")
 config.excludes = ["lit.cfg.py", "lit.site.cfg.py.in", "Inputs"]
 
 llvm_config.use_default_substitutions()
+# `not`, `count`, FileCheck on PATH for RUN lines that start with them.
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(["lcejit-opt", "lcejit-dump"], [config.lcejit_bin_dir])
 # Never let a developer's cache or knobs leak into lit runs.
 config.environment["LCEJIT_CACHE_DIR"] = os.path.join(config.test_exec_root, "cache")

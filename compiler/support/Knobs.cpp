@@ -1,0 +1,250 @@
+//===- Knobs.cpp - The one registry of environment knobs -------------------===//
+
+#include "compiler/support/Knobs.h"
+#include "compiler/support/Check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#ifndef LCEJIT_DEFAULT_CUDA_INCLUDE
+#error "LCEJIT_DEFAULT_CUDA_INCLUDE must be defined by the build (compiler/CMakeLists.txt)"
+#endif
+
+namespace lcejit::knobs {
+
+namespace {
+
+constexpr std::string_view kCacheDir = "LCEJIT_CACHE_DIR";
+constexpr std::string_view kCache = "LCEJIT_CACHE";
+constexpr std::string_view kDump = "LCEJIT_DUMP";
+constexpr std::string_view kDumpDir = "LCEJIT_DUMP_DIR";
+constexpr std::string_view kAlwaysCompile = "LCEJIT_ALWAYS_COMPILE";
+constexpr std::string_view kAssertNoCompile = "LCEJIT_ASSERT_NO_COMPILE";
+constexpr std::string_view kLog = "LCEJIT_LOG";
+constexpr std::string_view kCudaInclude = "LCEJIT_CUDA_INCLUDE";
+constexpr std::string_view kWorkspaceMB = "LCEJIT_WORKSPACE_MB";
+
+constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
+    "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
+constexpr std::array<std::string_view, kNumLogTopics> kLogTopicNames = {"compile"};
+
+/// The parsed snapshot of every knob.
+struct Values {
+  std::string cacheDir;
+  bool cacheEnabled = true;
+  std::array<bool, kNumDumpStages> dump{};
+  std::string dumpDir;
+  bool dumpDirIsSet = false;
+  bool alwaysCompile = false;
+  bool assertNoCompile = false;
+  std::array<bool, kNumLogTopics> log{};
+  std::vector<std::string> cudaIncludeDirs;
+  std::optional<int64_t> workspaceMB;
+};
+
+/// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
+std::optional<std::string> readEnv(std::string_view name) {
+  const char *v = std::getenv(std::string(name).c_str());
+  if (!v || !*v)
+    return std::nullopt;
+  return std::string(v);
+}
+
+std::string lower(std::string_view s) {
+  std::string r;
+  for (char c : s)
+    r.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  return r;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())))
+    s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+    s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(sep, start);
+    if (end == std::string_view::npos)
+      end = s.size();
+    std::string_view part = trim(s.substr(start, end - start));
+    if (!part.empty())
+      parts.emplace_back(part);
+    start = end + 1;
+  }
+  return parts;
+}
+
+bool parseBool(std::string_view name, const std::optional<std::string> &value, bool dflt) {
+  if (!value)
+    return dflt;
+  std::string v = lower(trim(*value));
+  if (v == "1" || v == "true" || v == "yes" || v == "on")
+    return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off")
+    return false;
+  LCEJIT_THROW(InvalidArgument,
+               "environment variable {}='{}' is not a boolean (use 1/0, true/false, "
+               "yes/no or on/off)",
+               name, *value);
+}
+
+/// A comma list of names from `valid`, or "all". Returns one flag per valid name.
+template <size_t K>
+std::array<bool, K> parseNameList(std::string_view name, const std::optional<std::string> &value,
+                                  const std::array<std::string_view, K> &valid) {
+  std::array<bool, K> on{};
+  if (!value)
+    return on;
+  for (const std::string &item : split(*value, ',')) {
+    std::string v = lower(item);
+    if (v == "all") {
+      on.fill(true);
+      continue;
+    }
+    auto it = std::find(valid.begin(), valid.end(), v);
+    if (it == valid.end())
+      LCEJIT_THROW(InvalidArgument,
+                   "environment variable {}='{}': unknown item '{}' (valid: {}, all)", name,
+                   *value, item, fmt::join(valid, ", "));
+    on[static_cast<size_t>(it - valid.begin())] = true;
+  }
+  return on;
+}
+
+std::optional<int64_t> parsePositiveInt(std::string_view name,
+                                        const std::optional<std::string> &value) {
+  if (!value)
+    return std::nullopt;
+  std::string_view v = trim(*value);
+  int64_t x = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  // 1 TiB of workspace expressed in MiB is far beyond any GPU; larger is a typo.
+  constexpr int64_t kMax = int64_t(1) << 20;
+  if (ec != std::errc() || ptr != v.data() + v.size() || v.empty() || x <= 0 || x > kMax)
+    LCEJIT_THROW(InvalidArgument,
+                 "environment variable {}='{}' is not a positive integer number of MiB "
+                 "(1..{})",
+                 name, *value, kMax);
+  return x;
+}
+
+std::string defaultCacheDir() {
+  if (std::optional<std::string> home = readEnv("HOME"))
+    return *home + "/.cache/lcejit";
+  return "/tmp/lcejit-cache";
+}
+
+std::unique_ptr<Values> readAll() {
+  auto v = std::make_unique<Values>();
+  v->cacheDir = readEnv(kCacheDir).value_or(defaultCacheDir());
+  v->cacheEnabled = parseBool(kCache, readEnv(kCache), true);
+  v->dump = parseNameList(kDump, readEnv(kDump), kDumpStageNames);
+  std::optional<std::string> dumpDir = readEnv(kDumpDir);
+  v->dumpDirIsSet = dumpDir.has_value();
+  v->dumpDir = dumpDir.value_or("lcejit-dump");
+  v->alwaysCompile = parseBool(kAlwaysCompile, readEnv(kAlwaysCompile), false);
+  v->assertNoCompile = parseBool(kAssertNoCompile, readEnv(kAssertNoCompile), false);
+  v->log = parseNameList(kLog, readEnv(kLog), kLogTopicNames);
+  v->cudaIncludeDirs =
+      split(readEnv(kCudaInclude).value_or(LCEJIT_DEFAULT_CUDA_INCLUDE), ':');
+  v->workspaceMB = parsePositiveInt(kWorkspaceMB, readEnv(kWorkspaceMB));
+  return v;
+}
+
+std::mutex &snapshotMutex() {
+  static std::mutex m;
+  return m;
+}
+std::atomic<const Values *> gCurrent{nullptr};
+
+const Values &current() {
+  if (const Values *v = gCurrent.load(std::memory_order_acquire))
+    return *v;
+  std::lock_guard<std::mutex> lock(snapshotMutex());
+  if (const Values *v = gCurrent.load(std::memory_order_relaxed))
+    return *v;
+  // Leaked on purpose: see [Note: read once] (references must outlive reloads).
+  static auto *all = new std::vector<std::unique_ptr<Values>>();
+  all->push_back(readAll());
+  gCurrent.store(all->back().get(), std::memory_order_release);
+  return *all->back();
+}
+
+} // namespace
+
+const std::vector<KnobInfo> &allKnobs() {
+  static const std::vector<KnobInfo> knobs = {
+      {kCacheDir, "path", "$HOME/.cache/lcejit (/tmp/lcejit-cache if HOME is unset)",
+       "Root directory of the on-disk kernel cache."},
+      {kCache, "bool", "1", "0 disables the on-disk kernel cache (the in-memory one stays)."},
+      {kDump, "list of graph,mlir,passes,plan,cuda,ptx,sass,all", "(none)",
+       "Compilation stages to write to LCEJIT_DUMP_DIR."},
+      {kDumpDir, "path", "lcejit-dump",
+       "Where dumps go; NVRTC failure reproducers go here too when it is set."},
+      {kAlwaysCompile, "bool", "0",
+       "Compile with NVRTC even on a cache hit (keeps dumps complete; counts as a compile)."},
+      {kAssertNoCompile, "bool", "0",
+       "Any compile that is needed throws Error(Cache) naming the kernel and the reason."},
+      {kLog, "list of compile,all", "(none)",
+       "compile: one line per NVRTC compile on stderr (label, key, bucket, time, why)."},
+      {kCudaInclude, "path list (colon-separated)", LCEJIT_DEFAULT_CUDA_INCLUDE,
+       "Include directories for NVRTC (it has no built-in headers)."},
+      {kWorkspaceMB, "positive int (MiB)", "(planner's choice)",
+       "Workspace budget override for the planner."},
+  };
+  return knobs;
+}
+
+std::string describeKnobs() {
+  std::string out = "lcejit environment knobs:\n";
+  for (const KnobInfo &k : allKnobs()) {
+    std::optional<std::string> v = readEnv(k.name);
+    out += fmt::format("  {} ({}; default {})\n      {}\n      current: {}\n", k.name, k.type,
+                       k.defaultValue, k.doc, v ? "'" + *v + "'" : std::string("unset"));
+  }
+  return out;
+}
+
+std::string_view dumpStageName(DumpStage stage) {
+  return kDumpStageNames[static_cast<size_t>(stage)];
+}
+
+std::string_view logTopicName(LogTopic topic) {
+  return kLogTopicNames[static_cast<size_t>(topic)];
+}
+
+const std::string &cacheDir() { return current().cacheDir; }
+bool cacheEnabled() { return current().cacheEnabled; }
+bool dumpEnabled(DumpStage stage) { return current().dump[static_cast<size_t>(stage)]; }
+bool anyDumpEnabled() {
+  const auto &d = current().dump;
+  return std::any_of(d.begin(), d.end(), [](bool b) { return b; });
+}
+const std::string &dumpDir() { return current().dumpDir; }
+bool dumpDirIsSet() { return current().dumpDirIsSet; }
+bool alwaysCompile() { return current().alwaysCompile; }
+bool assertNoCompile() { return current().assertNoCompile; }
+bool logEnabled(LogTopic topic) { return current().log[static_cast<size_t>(topic)]; }
+const std::vector<std::string> &cudaIncludeDirs() { return current().cudaIncludeDirs; }
+std::optional<int64_t> workspaceMB() { return current().workspaceMB; }
+
+void reloadForTesting() {
+  std::lock_guard<std::mutex> lock(snapshotMutex());
+  gCurrent.store(nullptr, std::memory_order_release);
+}
+
+} // namespace lcejit::knobs

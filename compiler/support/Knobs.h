@@ -1,0 +1,83 @@
+//===- Knobs.h - The one registry of environment knobs ---------------------===//
+//
+// Every LCEJIT_* environment variable lcejit reads is declared here, once, with its type,
+// default and documentation. No other file calls getenv.
+//
+// [Note: read once] The environment is read lazily, on the first call of any accessor,
+// into an immutable snapshot; later calls return values from that snapshot (one atomic
+// load). The snapshot is built under a mutex, so concurrent first calls are safe. Tests
+// that change the environment call reloadForTesting(), which makes the next accessor
+// read the environment again. Snapshots are never freed, so references returned by an
+// accessor stay valid for the life of the process, even across reloads.
+//
+// [Note: invalid values] A knob with a value that does not parse (LCEJIT_CACHE=maybe,
+// LCEJIT_DUMP=ptxx, LCEJIT_WORKSPACE_MB=-3) makes every accessor throw
+// Error(InvalidArgument) naming the variable, the value and what is accepted. A typo in
+// a debugging knob is then noticed at once instead of silently ignored. An empty value
+// means "unset".
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lcejit::knobs {
+
+/// Documentation of one knob (for docs/runtime.md and `--help` of the tools).
+struct KnobInfo {
+  std::string_view name;         ///< e.g. "LCEJIT_CACHE_DIR"
+  std::string_view type;         ///< "bool", "int", "path", "path list", "list of ..."
+  std::string_view defaultValue; ///< human-readable default
+  std::string_view doc;          ///< one sentence
+};
+
+/// All knobs, in a fixed order.
+const std::vector<KnobInfo> &allKnobs();
+
+/// A plain-text table of allKnobs() with their current values, for `--help`.
+std::string describeKnobs();
+
+/// Stages LCEJIT_DUMP can select.
+enum class DumpStage : uint8_t { Graph, Mlir, Passes, Plan, Cuda, Ptx, Sass };
+inline constexpr int kNumDumpStages = 7;
+/// "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass".
+std::string_view dumpStageName(DumpStage stage);
+
+/// Topics LCEJIT_LOG can select.
+enum class LogTopic : uint8_t { Compile };
+inline constexpr int kNumLogTopics = 1;
+std::string_view logTopicName(LogTopic topic);
+
+/// LCEJIT_CACHE_DIR: root of the disk kernel cache.
+/// Default $HOME/.cache/lcejit, or /tmp/lcejit-cache when HOME is unset.
+const std::string &cacheDir();
+/// LCEJIT_CACHE: false when set to 0 (disk cache disabled). Default true.
+bool cacheEnabled();
+/// LCEJIT_DUMP: whether a stage is to be dumped ("all" selects every stage).
+bool dumpEnabled(DumpStage stage);
+/// True when LCEJIT_DUMP selects at least one stage.
+bool anyDumpEnabled();
+/// LCEJIT_DUMP_DIR: where dumps go. Default "lcejit-dump" (relative to the working dir).
+const std::string &dumpDir();
+/// True when LCEJIT_DUMP_DIR is set explicitly (failure reproducers go there if so).
+bool dumpDirIsSet();
+/// LCEJIT_ALWAYS_COMPILE: compile even on a cache hit. Default false.
+bool alwaysCompile();
+/// LCEJIT_ASSERT_NO_COMPILE: a needed compile throws Error(Cache). Default false.
+bool assertNoCompile();
+/// LCEJIT_LOG: whether a topic is enabled ("all" selects every topic).
+bool logEnabled(LogTopic topic);
+/// LCEJIT_CUDA_INCLUDE: include directories passed to NVRTC (-I), in order.
+/// Default: the CUDA toolkit's include dirs found at build time.
+const std::vector<std::string> &cudaIncludeDirs();
+/// LCEJIT_WORKSPACE_MB: workspace budget override in MiB (a positive integer), if set.
+std::optional<int64_t> workspaceMB();
+
+/// Makes the next accessor call read the environment again. For tests only.
+void reloadForTesting();
+
+} // namespace lcejit::knobs

@@ -1,0 +1,315 @@
+//===- DiskCache.cpp - Content-addressed on-disk cubin cache ---------------===//
+
+#include "runtime/DiskCache.h"
+#include "compiler/support/Check.h"
+#include "compiler/support/Sha256.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <random>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace lcejit::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'L', 'C', 'E', 'J', 'I', 'T', 'C', 'B'};
+
+void putLE(uint8_t *p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i)
+    p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+uint64_t getLE(const uint8_t *p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i)
+    v |= uint64_t(p[i]) << (8 * i);
+  return v;
+}
+
+std::string errnoText(int err) { return std::strerror(err); }
+
+/// Reads a whole file. Returns false if it does not exist or cannot be read.
+bool readFile(const fs::path &path, std::vector<uint8_t> *out, int *err) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *err = errno;
+    return false;
+  }
+  out->clear();
+  uint8_t buf[1 << 16];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      *err = errno;
+      ::close(fd);
+      return false;
+    }
+    if (n == 0)
+      break;
+    out->insert(out->end(), buf, buf + n);
+  }
+  ::close(fd);
+  return true;
+}
+
+bool writeAll(int fd, const uint8_t *data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+/// A name no other thread or process uses: pid, a per-process counter, random bits.
+std::string uniqueTempName(const std::string &finalName) {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format(".{}.tmp.{}.{}.{:016x}", finalName, ::getpid(), counter.fetch_add(1), rng());
+}
+
+/// See [Note: atomic writes]. Returns "" on success, else the reason.
+std::string writeFileAtomically(const fs::path &dir, const std::string &name,
+                                std::span<const uint8_t> bytes) {
+  fs::path tmp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+    tmp = dir / uniqueTempName(name);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST)
+      return fmt::format("cannot create {}: {}", tmp.string(), errnoText(errno));
+  }
+  if (fd < 0)
+    return fmt::format("cannot create a unique temporary file in {}", dir.string());
+  auto fail = [&](const std::string &what) {
+    int err = errno; // before anything below can change it
+    if (fd >= 0)
+      ::close(fd);
+    ::unlink(tmp.c_str());
+    return fmt::format("{} {}: {}", what, tmp.string(), errnoText(err));
+  };
+  if (!writeAll(fd, bytes.data(), bytes.size()))
+    return fail("cannot write");
+  if (::fsync(fd) != 0)
+    return fail("cannot fsync");
+  int rc = ::close(fd);
+  fd = -1;
+  if (rc != 0)
+    return fail("cannot close");
+  fs::path final = dir / name;
+  if (::rename(tmp.c_str(), final.c_str()) != 0)
+    return fail("cannot rename to " + final.string() + " from");
+  // Make the rename itself durable. Best effort: some file systems refuse fsync on dirs.
+  if (int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return "";
+}
+
+std::string nowIso8601() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Keys and the cubin file format
+//===----------------------------------------------------------------------===//
+
+std::string cacheKey(uint32_t formatVersion, std::string_view buildId, std::string_view source,
+                     std::string_view nvrtcVersion, const std::vector<std::string> &options,
+                     std::string_view arch) {
+  Sha256 h;
+  auto field = [&](std::string_view name, std::string_view value) {
+    h.update(fmt::format("{}:{}:", name, value.size()));
+    h.update(value);
+    h.update("\n");
+  };
+  field("format", std::to_string(formatVersion));
+  field("build", buildId);
+  field("source", source);
+  field("nvrtc", nvrtcVersion);
+  field("options", std::to_string(options.size()));
+  for (const std::string &o : options)
+    field("option", o);
+  field("arch", arch);
+  return h.finishHex();
+}
+
+bool isValidCacheKey(std::string_view key) {
+  return key.size() == 64 && std::all_of(key.begin(), key.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+std::vector<uint8_t> encodeCubinFile(std::span<const uint8_t> payload) {
+  std::vector<uint8_t> file(kCubinHeaderBytes + payload.size());
+  uint8_t *h = file.data();
+  std::memcpy(h, kMagic, 8);
+  putLE(h + 8, kDiskCacheFormatVersion, 4);
+  putLE(h + 12, kCubinHeaderBytes, 4);
+  putLE(h + 16, payload.size(), 8);
+  Sha256::Digest payloadSha = sha256(payload);
+  std::memcpy(h + 24, payloadSha.data(), 32);
+  Sha256::Digest headerSha = sha256(std::span<const uint8_t>(h, 56));
+  std::memcpy(h + 56, headerSha.data(), 8);
+  if (!payload.empty())
+    std::memcpy(h + kCubinHeaderBytes, payload.data(), payload.size());
+  return file;
+}
+
+std::optional<std::vector<uint8_t>> decodeCubinFile(std::span<const uint8_t> file,
+                                                    std::string *why) {
+  auto reject = [&](std::string reason) -> std::optional<std::vector<uint8_t>> {
+    if (why)
+      *why = std::move(reason);
+    return std::nullopt;
+  };
+  if (file.size() < kCubinHeaderBytes)
+    return reject(fmt::format("file of {} bytes is shorter than the header", file.size()));
+  const uint8_t *h = file.data();
+  if (std::memcmp(h, kMagic, 8) != 0)
+    return reject("bad magic");
+  Sha256::Digest headerSha = sha256(std::span<const uint8_t>(h, 56));
+  if (std::memcmp(h + 56, headerSha.data(), 8) != 0)
+    return reject("header checksum mismatch");
+  if (uint64_t v = getLE(h + 8, 4); v != kDiskCacheFormatVersion)
+    return reject(fmt::format("format version {} (expected {})", v, kDiskCacheFormatVersion));
+  if (uint64_t hs = getLE(h + 12, 4); hs != kCubinHeaderBytes)
+    return reject(fmt::format("header size {}", hs));
+  uint64_t size = getLE(h + 16, 8);
+  if (size != file.size() - kCubinHeaderBytes)
+    return reject(fmt::format("payload size {} but {} bytes follow the header (truncated?)",
+                              size, file.size() - kCubinHeaderBytes));
+  std::span<const uint8_t> payload = file.subspan(kCubinHeaderBytes);
+  Sha256::Digest sha = sha256(payload);
+  if (std::memcmp(h + 24, sha.data(), 32) != 0)
+    return reject("payload SHA-256 mismatch");
+  return std::vector<uint8_t>(payload.begin(), payload.end());
+}
+
+//===----------------------------------------------------------------------===//
+// DiskCache
+//===----------------------------------------------------------------------===//
+
+DiskCache::DiskCache(fs::path root) : root_(std::move(root)) {}
+
+fs::path DiskCache::cubinPath(std::string_view key) const {
+  LCEJIT_CHECK_ARG(isValidCacheKey(key), "cache key '{}' is not 64 lowercase hex digits", key);
+  return root_ / fmt::format("v{}", kDiskCacheFormatVersion) / std::string(key.substr(0, 2)) /
+         (std::string(key) + ".cubin");
+}
+
+fs::path DiskCache::manifestPath(std::string_view key) const {
+  fs::path p = cubinPath(key);
+  p.replace_extension(".json");
+  return p;
+}
+
+std::optional<DiskEntry> DiskCache::load(std::string_view key) {
+  fs::path cubin = cubinPath(key), manifest = manifestPath(key);
+  auto corrupt = [&](const std::string &why) -> std::optional<DiskEntry> {
+    ++corrupt_;
+    if (!warnedCorrupt_.exchange(true))
+      fmt::print(stderr,
+                 "lcejit: warning: ignoring bad kernel cache entry {}: {} (it will be "
+                 "recompiled; further bad entries are not reported)\n",
+                 cubin.string(), why);
+    return std::nullopt;
+  };
+  std::vector<uint8_t> file;
+  int err = 0;
+  if (!readFile(cubin, &file, &err)) {
+    if (err == ENOENT || err == ENOTDIR) {
+      ++misses_;
+      return std::nullopt;
+    }
+    return corrupt(fmt::format("cannot read: {}", errnoText(err)));
+  }
+  std::string why;
+  std::optional<std::vector<uint8_t>> payload = decodeCubinFile(file, &why);
+  if (!payload)
+    return corrupt(why);
+
+  std::vector<uint8_t> text;
+  if (!readFile(manifest, &text, &err))
+    return corrupt(fmt::format("manifest {}: {}", manifest.string(), errnoText(err)));
+  nlohmann::json m = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  if (m.is_discarded() || !m.is_object())
+    return corrupt("manifest is not a JSON object");
+  auto field = [&](const char *name) {
+    auto it = m.find(name);
+    return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  if (field("key") != key)
+    return corrupt("manifest names another key");
+  if (field("cubin_sha256") != sha256Hex(*payload))
+    return corrupt("manifest describes another cubin");
+  ++hits_;
+  return DiskEntry{std::move(*payload), std::move(m)};
+}
+
+bool DiskCache::store(std::string_view key, std::span<const uint8_t> cubin,
+                      nlohmann::json manifest) {
+  fs::path dir = cubinPath(key).parent_path();
+  auto failed = [&](const std::string &why) {
+    ++storeFailures_;
+    if (!warnedWrite_.exchange(true))
+      fmt::print(stderr,
+                 "lcejit: warning: cannot write the kernel cache under {}: {} (continuing "
+                 "without the disk cache; set LCEJIT_CACHE_DIR or LCEJIT_CACHE=0)\n",
+                 root_.string(), why);
+    return false;
+  };
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    return failed(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+
+  if (!manifest.is_object())
+    manifest = nlohmann::json::object();
+  manifest["key"] = std::string(key);
+  manifest["format_version"] = kDiskCacheFormatVersion;
+  manifest["cubin_bytes"] = cubin.size();
+  manifest["cubin_sha256"] = sha256Hex(cubin);
+  manifest["created"] = nowIso8601();
+  std::string text = manifest.dump(2) + "\n";
+  std::string k(key);
+  if (std::string err = writeFileAtomically(
+          dir, k + ".json",
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t *>(text.data()), text.size()));
+      !err.empty())
+    return failed(err);
+  if (std::string err = writeFileAtomically(dir, k + ".cubin", encodeCubinFile(cubin));
+      !err.empty())
+    return failed(err);
+  ++stores_;
+  return true;
+}
+
+DiskCache::Stats DiskCache::stats() const {
+  return Stats{hits_.load(), misses_.load(), corrupt_.load(), stores_.load(),
+               storeFailures_.load()};
+}
+
+} // namespace lcejit::runtime

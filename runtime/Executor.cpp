@@ -1,0 +1,267 @@
+//===- Executor.cpp - Runs a plan::Program on a stream ---------------------===//
+
+#include "runtime/Executor.h"
+#include "compiler/support/Check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace lcejit::runtime {
+
+using plan::BufferRef;
+using plan::Param;
+using plan::Program;
+using plan::Space;
+
+KernelArg KernelArg::makePointer(CUdeviceptr p) {
+  KernelArg a;
+  a.type = Type::Pointer;
+  a.value.pointer = p;
+  return a;
+}
+
+KernelArg KernelArg::makeI64(int64_t v) {
+  KernelArg a;
+  a.type = Type::I64;
+  a.value.i64 = v;
+  return a;
+}
+
+KernelArg KernelArg::makeI32(int32_t v) {
+  KernelArg a;
+  a.type = Type::I32;
+  a.value.i32 = v;
+  return a;
+}
+
+int64_t workspaceBytes(const Program &program, int64_t n) {
+  int64_t total = 0;
+  program.workspaceOffsets(n, &total);
+  return total;
+}
+
+int64_t errorWordOffset(const Program &program, int64_t n) {
+  LCEJIT_CHECK(static_cast<int32_t>(program.workspace.size()) > plan::kErrorBuffer,
+               "program '{}' has no error buffer", program.name);
+  return program.workspaceOffsets(n, nullptr)[plan::kErrorBuffer];
+}
+
+namespace {
+
+/// Resolves BufferRefs to device addresses and checks them.
+class BufferResolver {
+public:
+  BufferResolver(const Program &program, const ProgramBuffers &buffers, int64_t n)
+      : program_(program), buffers_(buffers),
+        offsets_(program.workspaceOffsets(n, nullptr)) {}
+
+  CUdeviceptr resolve(const BufferRef &ref, const plan::Kernel &kernel) const {
+    switch (ref.space) {
+    case Space::Input: {
+      LCEJIT_CHECK(ref.index >= 0 && ref.index < static_cast<int32_t>(program_.inputs.size()),
+                   "kernel '{}' uses input {} of {}", kernel.name, ref.index,
+                   program_.inputs.size());
+      CUdeviceptr p = buffers_.inputs[static_cast<size_t>(ref.index)];
+      LCEJIT_CHECK_ARG(p != 0, "input {} ('{}') is a null pointer, but kernel '{}' reads it",
+                       ref.index, program_.inputs[static_cast<size_t>(ref.index)].name,
+                       kernel.name);
+      return p;
+    }
+    case Space::Output: {
+      LCEJIT_CHECK(ref.index >= 0 &&
+                       ref.index < static_cast<int32_t>(program_.outputs.size()),
+                   "kernel '{}' uses output {} of {}", kernel.name, ref.index,
+                   program_.outputs.size());
+      CUdeviceptr p = buffers_.outputs[static_cast<size_t>(ref.index)];
+      LCEJIT_CHECK_ARG(p != 0,
+                       "output {} ('{}') is a null pointer, but kernel '{}' writes it",
+                       ref.index, program_.outputs[static_cast<size_t>(ref.index)].name,
+                       kernel.name);
+      return p;
+    }
+    case Space::Workspace:
+      LCEJIT_CHECK(ref.index >= 0 && ref.index < static_cast<int32_t>(offsets_.size()),
+                   "kernel '{}' uses workspace buffer {} of {}", kernel.name, ref.index,
+                   offsets_.size());
+      return buffers_.workspace +
+             static_cast<CUdeviceptr>(offsets_[static_cast<size_t>(ref.index)]);
+    }
+    LCEJIT_CHECK(false, "bad buffer space");
+    return 0;
+  }
+
+private:
+  const Program &program_;
+  const ProgramBuffers &buffers_;
+  std::vector<int64_t> offsets_;
+};
+
+struct ChunkArgs {
+  int64_t index = 0, begin = 0, cols = 0;
+};
+
+void appendLaunch(const Program &program, const BufferResolver &resolver, int32_t k, int64_t n,
+                  int64_t chunk, const ChunkArgs &ca, ExecutionPlan &plan) {
+  LCEJIT_CHECK(k >= 0 && k < static_cast<int32_t>(program.kernels.size()), "kernel index {}",
+               k);
+  const plan::Kernel &kernel = program.kernels[static_cast<size_t>(k)];
+  LaunchRecord rec;
+  rec.kernel = k;
+  rec.chunk = chunk;
+  rec.dims = program.launchDims(k, n, ca.cols);
+  const int64_t *g = rec.dims.grid;
+  if (g[0] == 0 || g[1] == 0 || g[2] == 0) {
+    ++plan.skippedLaunches;
+    return;
+  }
+  LCEJIT_CHECK(g[0] > 0 && g[0] <= std::numeric_limits<int32_t>::max() && g[1] > 0 &&
+                   g[1] <= 65535 && g[2] > 0 && g[2] <= 65535,
+               "kernel '{}': grid ({}, {}, {}) is out of the CUDA limits", kernel.name, g[0],
+               g[1], g[2]);
+  LCEJIT_CHECK(rec.dims.block > 0 && rec.dims.block <= 1024 && rec.dims.sharedBytes >= 0,
+               "kernel '{}': block {} shared {}", kernel.name, rec.dims.block,
+               rec.dims.sharedBytes);
+  for (const Param &p : plan::kernelParams(kernel)) {
+    switch (p.kind) {
+    case Param::Kind::Pointer:
+      rec.args.push_back(KernelArg::makePointer(resolver.resolve(p.buf, kernel)));
+      break;
+    case Param::Kind::N: rec.args.push_back(KernelArg::makeI64(n)); break;
+    case Param::Kind::ChunkBegin: rec.args.push_back(KernelArg::makeI64(ca.begin)); break;
+    case Param::Kind::ChunkCols: rec.args.push_back(KernelArg::makeI64(ca.cols)); break;
+    case Param::Kind::ChunkIndex: rec.args.push_back(KernelArg::makeI64(ca.index)); break;
+    case Param::Kind::Splits: rec.args.push_back(KernelArg::makeI32(program.splits)); break;
+    }
+  }
+  plan.launches.push_back(std::move(rec));
+}
+
+} // namespace
+
+ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffers, int64_t n) {
+  LCEJIT_CHECK_ARG(n >= 0, "N = {} is negative", n);
+  if (program.bucket > 0)
+    LCEJIT_CHECK_ARG(n >= program.bucketLow && n <= program.bucket,
+                     "N = {} is outside the bucket [{}, {}] program '{}' was planned for", n,
+                     program.bucketLow, program.bucket, program.name);
+  LCEJIT_CHECK_ARG(buffers.inputs.size() == program.inputs.size(),
+                   "program '{}' takes {} input pointer(s), got {}", program.name,
+                   program.inputs.size(), buffers.inputs.size());
+  LCEJIT_CHECK_ARG(buffers.outputs.size() == program.outputs.size(),
+                   "program '{}' takes {} output pointer(s), got {}", program.name,
+                   program.outputs.size(), buffers.outputs.size());
+  int64_t total = 0;
+  std::vector<int64_t> offsets = program.workspaceOffsets(n, &total);
+  if (total > 0) {
+    LCEJIT_CHECK_ARG(buffers.workspace != 0, "workspace is a null pointer; program '{}' needs "
+                                             "{} bytes of workspace for N = {}",
+                     program.name, total, n);
+    LCEJIT_CHECK_ARG(buffers.workspace % 256 == 0,
+                     "workspace pointer 0x{:x} is not 256-byte aligned", buffers.workspace);
+    LCEJIT_CHECK_ARG(buffers.workspaceBytes >= total,
+                     "workspace of {} bytes is too small: program '{}' needs {} bytes for "
+                     "N = {}",
+                     buffers.workspaceBytes, program.name, total, n);
+  }
+
+  ExecutionPlan plan;
+  // Zero-initialized buffers; each one's slot runs to the next offset (its 256-byte
+  // padding included), so adjacent zeroed buffers merge into one memset.
+  for (size_t i = 0; i < program.workspace.size(); ++i) {
+    if (program.workspace[i].init != plan::BufferInit::Zero)
+      continue;
+    int64_t begin = offsets[i];
+    int64_t end = i + 1 < offsets.size() ? offsets[i + 1] : total;
+    if (end <= begin)
+      continue;
+    CUdeviceptr p = buffers.workspace + static_cast<CUdeviceptr>(begin);
+    if (!plan.memsets.empty() &&
+        plan.memsets.back().pointer + static_cast<CUdeviceptr>(plan.memsets.back().bytes) == p)
+      plan.memsets.back().bytes += end - begin;
+    else
+      plan.memsets.push_back(MemsetRecord{p, end - begin});
+  }
+
+  BufferResolver resolver(program, buffers, n);
+  for (const plan::Step &step : program.steps) {
+    if (step.kind == plan::Step::Kind::Launch) {
+      appendLaunch(program, resolver, step.kernel, n, -1, ChunkArgs{0, 0, program.loopCols},
+                   plan);
+      continue;
+    }
+    LCEJIT_CHECK(program.chunkCols > 0 && program.loopCols > 0,
+                 "program '{}' has a chunk loop but chunkCols = {}, loopCols = {}",
+                 program.name, program.chunkCols, program.loopCols);
+    for (int64_t c = 0; c < program.numChunks(); ++c) {
+      ChunkArgs ca;
+      ca.index = c;
+      ca.begin = c * program.chunkCols;
+      ca.cols = std::min(program.chunkCols, program.loopCols - ca.begin);
+      for (int32_t k : step.loopKernels)
+        appendLaunch(program, resolver, k, n, c, ca, plan);
+    }
+  }
+  return plan;
+}
+
+//===----------------------------------------------------------------------===//
+// Executor
+//===----------------------------------------------------------------------===//
+
+Executor::Executor(Program program, const Module &module)
+    : program_(std::move(program)), module_(&module) {
+  LCEJIT_CHECK(module.loaded(), "Executor for '{}' given an unloaded module", program_.name);
+  for (const plan::Kernel &k : program_.kernels)
+    functions_.push_back(module.function(k.name));
+}
+
+void Executor::run(const ProgramBuffers &buffers, int64_t n, CUstream stream) const {
+  ExecutionPlan plan = planExecution(program_, buffers, n);
+  const CudaDriver &d = cudaDriver();
+  for (const MemsetRecord &m : plan.memsets)
+    LCEJIT_CU(d.memsetD8Async(m.pointer, 0, static_cast<size_t>(m.bytes), stream));
+  std::vector<void *> params;
+  for (LaunchRecord &rec : plan.launches) {
+    CUfunction f = functions_[static_cast<size_t>(rec.kernel)];
+    module_->reserveDynamicShared(f, rec.dims.sharedBytes);
+    params.clear();
+    for (KernelArg &a : rec.args)
+      params.push_back(a.address());
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = static_cast<unsigned>(rec.dims.grid[0]);
+    cfg.gridDimY = static_cast<unsigned>(rec.dims.grid[1]);
+    cfg.gridDimZ = static_cast<unsigned>(rec.dims.grid[2]);
+    cfg.blockDimX = static_cast<unsigned>(rec.dims.block);
+    cfg.blockDimY = 1;
+    cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = static_cast<unsigned>(rec.dims.sharedBytes);
+    cfg.hStream = stream;
+    CUresult r = d.launchKernelEx(&cfg, f, params.data(), nullptr);
+    if (r != CUDA_SUCCESS) {
+      const plan::Kernel &k = program_.kernels[static_cast<size_t>(rec.kernel)];
+      std::string what = fmt::format(
+          "cuLaunchKernelEx of kernel '{}' (chunk {}, grid ({}, {}, {}), block {}, {} bytes "
+          "dynamic shared)",
+          k.name, rec.chunk, rec.dims.grid[0], rec.dims.grid[1], rec.dims.grid[2],
+          rec.dims.block, rec.dims.sharedBytes);
+      throwCudaError(r, what.c_str(), __FILE__, __LINE__);
+    }
+  }
+}
+
+void Executor::enqueueErrorReadback(const ProgramBuffers &buffers, int64_t n, CUstream stream,
+                                    int64_t *hostErrorWord) const {
+  LCEJIT_CHECK_ARG(hostErrorWord != nullptr, "hostErrorWord is null");
+  LCEJIT_CHECK_ARG(buffers.workspace != 0, "workspace is a null pointer");
+  int64_t off = errorWordOffset(program_, n);
+  LCEJIT_CHECK_ARG(buffers.workspaceBytes >= off + 16,
+                   "workspace of {} bytes has no error word at offset {}",
+                   buffers.workspaceBytes, off);
+  LCEJIT_CU(cudaDriver().memcpyDtoHAsync(hostErrorWord,
+                                         buffers.workspace + static_cast<CUdeviceptr>(off),
+                                         2 * sizeof(int64_t), stream));
+}
+
+} // namespace lcejit::runtime

@@ -1,0 +1,94 @@
+//===- Nvrtc.h - CUDA C++ source to cubin with NVRTC -----------------------===//
+//
+// One function, compileCuda(), turns generated CUDA C++ into a cubin for one arch. The
+// NVRTC log is always kept (warnings and the `ptxas -v` resource report), the PTX is
+// kept too (nvrtcGetPTX works after an sm_XY compile), and the resource report is parsed
+// per kernel.
+//
+// [Note: options] The option list is a pure function of (arch, extra options, the
+// LCEJIT_CUDA_INCLUDE knob): nvrtcOptions(). The kernel cache hashes exactly this list
+// into its key, and compileCuda() passes exactly this list to NVRTC. NVRTC has no
+// built-in headers, so every include directory is passed as -I.
+//
+// [Note: compute cache] On a machine with a CUDA driver, NVRTC's sm_XY compile goes
+// through the driver's compute cache (~/.nv/ComputeCache; CUDA_CACHE_PATH,
+// CUDA_CACHE_DISABLE=1 and CUDA_CACHE_MAXSIZE are read by the driver, not by lcejit).
+// On a hit there ptxas does not run: the cubin is the same, but the log has no ptxas
+// lines, so `kernels` is empty (measured on the H200 machine; on a machine without
+// libcuda ptxas always runs). Module::attributes() gives registers, shared and local
+// memory of a loaded kernel in every case; set CUDA_CACHE_DISABLE=1 to see the ptxas
+// report (spills) of every compile.
+//
+// [Note: reproducers] When NVRTC fails, the source, the options and the log are written
+// to LCEJIT_DUMP_DIR (or, if unset, <temp>/lcejit-failures), and Error(Nvrtc) carries the
+// log, the source path and a one-line nvcc command that recompiles it.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lcejit::runtime {
+
+/// What `ptxas -v` reported for one entry function.
+struct PtxasKernelInfo {
+  std::string kernel; ///< the entry name as ptxas prints it (mangled unless extern "C")
+  std::string arch;   ///< e.g. "sm_90a"
+  int32_t registers = -1;
+  int32_t barriers = 0;
+  int64_t sharedBytes = 0;   ///< static shared memory ("smem")
+  int64_t constBytes = 0;    ///< cmem[0]
+  int64_t stackFrameBytes = 0;
+  int64_t spillStoreBytes = 0;
+  int64_t spillLoadBytes = 0;
+  double ptxasMs = 0;
+  std::vector<std::string> lines; ///< the raw ptxas lines about this kernel
+  bool operator==(const PtxasKernelInfo &) const = default;
+};
+
+/// Parses the `ptxas -v` lines of an NVRTC log, one entry per compiled entry function,
+/// in the order ptxas reports them. Lines that are not ptxas info are ignored.
+std::vector<PtxasKernelInfo> parsePtxasInfo(std::string_view log);
+
+struct NvrtcRequest {
+  std::string source;
+  std::string arch = "sm_90a";           ///< "sm_XY" or "sm_XYa" (plan::Target::archName())
+  std::vector<std::string> extraOptions; ///< appended after the standard options
+  std::string label = "lcejit";          ///< names the program in errors and reproducers
+};
+
+struct NvrtcOutput {
+  std::vector<uint8_t> cubin;
+  std::string ptx;
+  std::string log; ///< the full NVRTC log, always kept
+  std::vector<PtxasKernelInfo> kernels; ///< empty on a compute-cache hit (see above)
+  std::vector<std::string> options;     ///< exactly what was passed to NVRTC
+  std::string nvrtcVersion;         ///< e.g. "13.0"
+  std::string arch;
+  double compileMs = 0; ///< wall time of nvrtcCompileProgram
+};
+
+/// The full option list for an arch: --gpu-architecture=<arch>, -std=c++17,
+/// --ptxas-options=-v, -I<dir> for each LCEJIT_CUDA_INCLUDE dir, then `extra`.
+std::vector<std::string> nvrtcOptions(std::string_view arch,
+                                      const std::vector<std::string> &extra = {});
+
+/// "major.minor" of the NVRTC library in use.
+const std::string &nvrtcVersion();
+
+/// The sm_XY numbers this NVRTC can compile for (e.g. 75 80 86 ... 90 100 120).
+const std::vector<int> &nvrtcSupportedArchs();
+
+/// Compiles. Throws Error(InvalidArgument) for a malformed arch, Error(Unsupported) for an
+/// arch NVRTC does not know, Error(Nvrtc) when compilation fails (see [Note: reproducers]).
+NvrtcOutput compileCuda(const NvrtcRequest &request);
+
+/// The nvcc command that recompiles `sourcePath` with NVRTC options `options` into
+/// `cubinPath` (NVRTC-only options are dropped). Exposed for tests.
+std::string nvccCommand(const std::vector<std::string> &options, const std::string &sourcePath,
+                        const std::string &cubinPath);
+
+} // namespace lcejit::runtime

@@ -1,0 +1,243 @@
+// The planner's decisions for the LCE (softcap 30, ignore_index -100, bf16 H and W) and
+// an f32 variant (@simt), after the whole pass pipeline, under several options.
+//
+// RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
+// RUN:   --tx-print-plan -o /dev/null | FileCheck %s --check-prefix=CHECK
+// RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
+// RUN:   --tx-print-plan="tokens=100" -o /dev/null | FileCheck %s --check-prefix=T100
+// RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
+// RUN:   --tx-print-plan="tokens=5000" -o /dev/null | FileCheck %s --check-prefix=T5000
+// RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
+// RUN:   --tx-print-plan="tokens=100000" -o /dev/null | FileCheck %s --check-prefix=T100K
+// RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
+// RUN:   --tx-print-plan="tokens=5000 budget-mb=1" -o /dev/null | FileCheck %s --check-prefix=TIGHT
+// RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
+// RUN:   --tx-print-plan="tokens=100 budget-mb=1" -o /dev/null | FileCheck %s --check-prefix=SMALL
+// RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
+// RUN:   --tx-print-plan="arch=80" -o /dev/null | FileCheck %s --check-prefix=SM80
+// RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
+// RUN:   --tx-print-plan="output-types=-,bf16,bf16" -o /dev/null | FileCheck %s --check-prefix=BF16OUT
+//
+// The pass does not change the IR (it must not fire on the IR):
+// RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse > %t.fused.mlir
+// RUN: lcejit-opt %t.fused.mlir --tx-print-plan="tokens=100" -o %t.after.mlir > /dev/null
+// RUN: diff %t.fused.mlir %t.after.mlir
+//
+// Kernel names of the backward use one GEMM counter shared with the forward; the checks
+// below capture them (tx-print-plan-bug-kernel-names.mlir checks the names that
+// docs/architecture.md promises).
+
+// The default options: N = 8192 (bucket (4096, 16384]), sm_90a, 1 GiB, f32 outputs.
+// The schedule of the LCE: row kernel 0 (valid count, clamped target), the forward
+// GEMM, row kernel 1 (lse, row losses, gradient scales), the chunk loop dZ -> dH, dW,
+// and the last row kernel (the loss).
+// CHECK-LABEL: // plan @lce{{$}}
+// CHECK-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
+// CHECK-NEXT: // decision: forward GEMM: tile 128x128x32 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
+// CHECK-NEXT: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1024 MiB, 117 B/row fixed at N = 16384 (bucket high) -> 1024 columns per chunk, 1 chunks
+// CHECK-NEXT: {
+// CHECK-NEXT: "bucket": {
+// CHECK-NEXT: "high": 16384,
+// CHECK-NEXT: "low": 4097
+// CHECK-NEXT: },
+// CHECK-NEXT: "chunk_cols": 1024,
+// CHECK: "kind": "row",
+// CHECK-NEXT: "name": "lce_row0"
+// CHECK: "reductions": [
+// CHECK-NEXT: "logsumexp",
+// CHECK-NEXT: "sum"
+// CHECK-NEXT: ]
+// CHECK: "kind": "gemm_reduce",
+// CHECK-NEXT: "name": "lce_fwd0"
+// CHECK: "kind": "row",
+// CHECK-NEXT: "name": "lce_row1"
+// CHECK: "format": "split_bf16",
+// CHECK: "kind": "gemm_dz",
+// CHECK-NEXT: "name": "[[DZ:lce_dz[0-9]+]]"
+// CHECK: "kind": "gemm_dlhs",
+// CHECK-NEXT: "name": "[[DLHS:lce_dlhs[0-9]+]]"
+// CHECK: "out_type": "f32",
+// CHECK: "kind": "gemm_drhs",
+// CHECK-NEXT: "name": "[[DRHS:lce_drhs[0-9]+]]"
+// CHECK: "kind": "row",
+// CHECK-NEXT: "name": "lce_row2"
+// CHECK-NOT: "kind": "cast"
+// CHECK: "loop_cols": 1000,
+// CHECK: "splits": 8,
+// CHECK-NEXT: "steps": [
+// CHECK-NEXT: {
+// CHECK-NEXT: "launch": "lce_row0"
+// CHECK-NEXT: },
+// CHECK-NEXT: {
+// CHECK-NEXT: "launch": "lce_fwd0"
+// CHECK-NEXT: },
+// CHECK-NEXT: {
+// CHECK-NEXT: "launch": "lce_row1"
+// CHECK-NEXT: },
+// CHECK-NEXT: {
+// CHECK-NEXT: "chunk_loop": [
+// CHECK-NEXT: "[[DZ]]",
+// CHECK-NEXT: "[[DLHS]]",
+// CHECK-NEXT: "[[DRHS]]"
+// CHECK-NEXT: ]
+// CHECK-NEXT: },
+// CHECK-NEXT: {
+// CHECK-NEXT: "launch": "lce_row2"
+// CHECK-NEXT: }
+// CHECK-NEXT: ],
+// CHECK-NEXT: "target": {
+// CHECK-NEXT: "arch": "sm_90a",
+// CHECK: "name": "partials0"
+// CHECK-NOT: dlhs_acc
+// CHECK: "name": "dz_lo{{[0-9]+}}"
+// CHECK: // plan @simt
+// The f32 variant runs on SIMT cores with a 64x64 tile, and its dZ chunk is plain f32.
+// CHECK-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
+// CHECK-NEXT: // decision: forward GEMM: tile 64x64x16 (8 warps, 2 stages, simt.f32), 16 column tiles; 65 row blocks at N = 4097 (bucket low) -> 5 column splits to fill 132 SMs twice
+// CHECK-NEXT: // decision: backward: vocab-chunked recompute (lean); dZ as f32; budget 1024 MiB, 81 B/row fixed at N = 16384 (bucket high) -> 1024 columns per chunk, 1 chunks
+// CHECK: "format": "f32",
+// CHECK: "math": "simt.f32",
+// CHECK: "kind": "gemm_dz",
+// CHECK-NEXT: "name": "simt_dz{{[0-9]+}}"
+// CHECK: "splits": 5,
+// CHECK-NOT: dz_lo
+
+// tokens=100 lands in the first bucket [0, 256]: the small tile, and splits chosen for
+// N = 1 (every column tile its own split).
+// T100: // decision: bucket: N in [0, 256] (powers of four from 256)
+// T100-NEXT: // decision: forward GEMM: tile 64x128x32 (4 warps, 3 stages, mma.sync.bf16), 8 column tiles; 1 row blocks at N = 1 (bucket low) -> 8 column splits to fill 132 SMs twice
+// T100-NEXT: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1024 MiB, 117 B/row fixed at N = 256 (bucket high) -> 1024 columns per chunk, 1 chunks
+// T100: "high": 256,
+// T100-NEXT: "low": 0
+// T100: "splits": 8,
+
+// tokens=5000 is in the same bucket as the default (the Program would be reused).
+// T5000: // decision: bucket: N in [4097, 16384] (powers of four from 256)
+// T5000-NEXT: // decision: forward GEMM: tile 128x128x32 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
+// T5000-NEXT: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1024 MiB, 117 B/row fixed at N = 16384 (bucket high) -> 1024 columns per chunk, 1 chunks
+
+// tokens=100000: enough row blocks that one split fills the GPU (smaller partials), and
+// the 1 GiB budget at N = 262144 no longer holds all 1000 columns of dZ at once.
+// T100K: // decision: bucket: N in [65537, 262144] (powers of four from 256)
+// T100K-NEXT: // decision: forward GEMM: tile 128x128x32 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 513 row blocks at N = 65537 (bucket low) -> 1 column splits to fill 132 SMs twice
+// T100K-NEXT: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1024 MiB, 33 B/row fixed at N = 262144 (bucket high) -> 896 columns per chunk, 2 chunks
+// T100K: "chunk_cols": 896,
+// T100K: "splits": 1,
+// T100K: "bytes_per_row": 12,
+// T100K-NEXT: "init": "none",
+// T100K-NEXT: "name": "partials0"
+
+// budget-mb=1 at N = 16384: the fixed per-row workspace alone exceeds the budget, so
+// the planner takes the minimum chunk (one tile of 128 columns) and says so.
+// TIGHT: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1 MiB, 117 B/row fixed at N = 16384 (bucket high) -> 128 columns per chunk, 8 chunks (budget exceeded: minimum chunk)
+// TIGHT: "chunk_cols": 128,
+// TIGHT: "bytes_per_row": 256,
+// TIGHT-NEXT: "init": "none",
+// TIGHT-NEXT: "name": "dz{{[0-9]+}}"
+// TIGHT: "bytes_per_row": 256,
+// TIGHT-NEXT: "init": "none",
+// TIGHT-NEXT: "name": "dz_lo{{[0-9]+}}"
+
+// budget-mb=1 at N = 256: the chunk shrinks to what fits (896 columns), within budget.
+// SMALL: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1 MiB, 117 B/row fixed at N = 256 (bucket high) -> 896 columns per chunk, 2 chunks{{$}}
+// SMALL-NOT: budget exceeded
+// SMALL: "chunk_cols": 896,
+
+// arch=80: the target is sm_80; the decisions do not depend on it yet (mma.sync runs
+// on both).
+// SM80: // decision: forward GEMM: tile 128x128x32 (8 warps, 3 stages, mma.sync.bf16)
+// SM80: "arch": "sm_80",
+
+// output-types=-,bf16,bf16: dH is accumulated in an f32 workspace over the chunks and
+// cast once at the end (lce_cast); dW is written as bf16 by the dW kernel directly.
+// BF16OUT: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1024 MiB, 373 B/row fixed at N = 16384 (bucket high) -> 1024 columns per chunk, 1 chunks
+// BF16OUT: "out": {
+// BF16OUT-NEXT: "index": [[ACC:[0-9]+]],
+// BF16OUT-NEXT: "space": "workspace"
+// BF16OUT-NEXT: },
+// BF16OUT: "kind": "gemm_dlhs",
+// BF16OUT: "out": {
+// BF16OUT-NEXT: "index": 2,
+// BF16OUT-NEXT: "space": "output"
+// BF16OUT-NEXT: },
+// BF16OUT-NEXT: "out_type": "bf16",
+// BF16OUT: "kind": "gemm_drhs",
+// BF16OUT: "in": {
+// BF16OUT-NEXT: "index": [[ACC]],
+// BF16OUT-NEXT: "space": "workspace"
+// BF16OUT-NEXT: },
+// BF16OUT-NEXT: "k": 64,
+// BF16OUT-NEXT: "out": {
+// BF16OUT-NEXT: "index": 1,
+// BF16OUT-NEXT: "space": "output"
+// BF16OUT-NEXT: },
+// BF16OUT-NEXT: "out_type": "bf16"
+// BF16OUT-NEXT: },
+// BF16OUT-NEXT: "kind": "cast",
+// BF16OUT-NEXT: "name": "[[CAST:lce_cast[0-9]+]]"
+// BF16OUT: "outputs": [
+// BF16OUT-NEXT: {
+// BF16OUT-NEXT: "dtype": "f32",
+// BF16OUT-NEXT: "name": "result0",
+// BF16OUT: "dtype": "bf16",
+// BF16OUT-NEXT: "name": "result1",
+// BF16OUT: "dtype": "bf16",
+// BF16OUT-NEXT: "name": "result2",
+// BF16OUT: "chunk_loop": [
+// BF16OUT: "launch": "[[CAST]]"
+// BF16OUT-NEXT: },
+// BF16OUT-NEXT: {
+// BF16OUT-NEXT: "launch": "lce_row2"
+// BF16OUT: "bytes_per_row": 256,
+// BF16OUT-NEXT: "init": "none",
+// BF16OUT-NEXT: "name": "dlhs_acc{{[0-9]+}}"
+
+func.func @lce(%H: tensor<?x64xbf16>, %W: tensor<1000x64xbf16>, %y: tensor<?x1xi64>) -> (tensor<f32>, tensor<?x64xf32>, tensor<1000x64xf32>) {
+  %z0 = tx.matmul %H, %W {transpose_rhs} : tensor<?x64xbf16>, tensor<1000x64xbf16> -> tensor<?x1000xf32>
+  %c = tx.constant 30.0 : f32 : tensor<f32>
+  %z1 = tx.div %z0, %c : tensor<?x1000xf32>, tensor<f32> -> tensor<?x1000xf32>
+  %z2 = tx.tanh %z1 : tensor<?x1000xf32> -> tensor<?x1000xf32>
+  %z = tx.mul %c, %z2 : tensor<f32>, tensor<?x1000xf32> -> tensor<?x1000xf32>
+  %lse = tx.logsumexp %z {axis = 1 : i64} : tensor<?x1000xf32> -> tensor<?x1xf32>
+  %ign = tx.constant -100 : i64 : tensor<i64>
+  %valid = tx.cmp ne, %y, %ign : tensor<?x1xi64>, tensor<i64> -> tensor<?x1xi1>
+  %zero_i = tx.constant 0 : i64 : tensor<i64>
+  %yc = tx.select %valid, %y, %zero_i : tensor<?x1xi1>, tensor<?x1xi64>, tensor<i64> -> tensor<?x1xi64>
+  %zy = tx.gather %z, %yc {axis = 1 : i64} : tensor<?x1000xf32>, tensor<?x1xi64> -> tensor<?x1xf32>
+  %l = tx.sub %lse, %zy : tensor<?x1xf32>, tensor<?x1xf32> -> tensor<?x1xf32>
+  %zf = tx.constant 0.0 : f32 : tensor<f32>
+  %lm = tx.select %valid, %l, %zf : tensor<?x1xi1>, tensor<?x1xf32>, tensor<f32> -> tensor<?x1xf32>
+  %s = tx.reduce_sum %lm : tensor<?x1xf32> -> tensor<f32>
+  %vf = tx.cast %valid : tensor<?x1xi1> -> tensor<?x1xf32>
+  %cnt = tx.reduce_sum %vf : tensor<?x1xf32> -> tensor<f32>
+  %one = tx.constant 1.0 : f32 : tensor<f32>
+  %den = tx.max %cnt, %one : tensor<f32>, tensor<f32> -> tensor<f32>
+  %loss = tx.div %s, %den : tensor<f32>, tensor<f32> -> tensor<f32>
+  %dH, %dW = tx.grad %loss wrt (%H, %W) : tensor<f32>, tensor<?x64xbf16>, tensor<1000x64xbf16> -> tensor<?x64xf32>, tensor<1000x64xf32>
+  return %loss, %dH, %dW : tensor<f32>, tensor<?x64xf32>, tensor<1000x64xf32>
+}
+
+func.func @simt(%H: tensor<?x64xf32>, %W: tensor<1000x64xf32>, %y: tensor<?x1xi64>) -> (tensor<f32>, tensor<?x64xf32>, tensor<1000x64xf32>) {
+  %z0 = tx.matmul %H, %W {transpose_rhs} : tensor<?x64xf32>, tensor<1000x64xf32> -> tensor<?x1000xf32>
+  %c = tx.constant 30.0 : f32 : tensor<f32>
+  %z1 = tx.div %z0, %c : tensor<?x1000xf32>, tensor<f32> -> tensor<?x1000xf32>
+  %z2 = tx.tanh %z1 : tensor<?x1000xf32> -> tensor<?x1000xf32>
+  %z = tx.mul %c, %z2 : tensor<f32>, tensor<?x1000xf32> -> tensor<?x1000xf32>
+  %lse = tx.logsumexp %z {axis = 1 : i64} : tensor<?x1000xf32> -> tensor<?x1xf32>
+  %ign = tx.constant -100 : i64 : tensor<i64>
+  %valid = tx.cmp ne, %y, %ign : tensor<?x1xi64>, tensor<i64> -> tensor<?x1xi1>
+  %zero_i = tx.constant 0 : i64 : tensor<i64>
+  %yc = tx.select %valid, %y, %zero_i : tensor<?x1xi1>, tensor<?x1xi64>, tensor<i64> -> tensor<?x1xi64>
+  %zy = tx.gather %z, %yc {axis = 1 : i64} : tensor<?x1000xf32>, tensor<?x1xi64> -> tensor<?x1xf32>
+  %l = tx.sub %lse, %zy : tensor<?x1xf32>, tensor<?x1xf32> -> tensor<?x1xf32>
+  %zf = tx.constant 0.0 : f32 : tensor<f32>
+  %lm = tx.select %valid, %l, %zf : tensor<?x1xi1>, tensor<?x1xf32>, tensor<f32> -> tensor<?x1xf32>
+  %s = tx.reduce_sum %lm : tensor<?x1xf32> -> tensor<f32>
+  %vf = tx.cast %valid : tensor<?x1xi1> -> tensor<?x1xf32>
+  %cnt = tx.reduce_sum %vf : tensor<?x1xf32> -> tensor<f32>
+  %one = tx.constant 1.0 : f32 : tensor<f32>
+  %den = tx.max %cnt, %one : tensor<f32>, tensor<f32> -> tensor<f32>
+  %loss = tx.div %s, %den : tensor<f32>, tensor<f32> -> tensor<f32>
+  %dH, %dW = tx.grad %loss wrt (%H, %W) : tensor<f32>, tensor<?x64xf32>, tensor<1000x64xf32> -> tensor<?x64xf32>, tensor<1000x64xf32>
+  return %loss, %dH, %dW : tensor<f32>, tensor<?x64xf32>, tensor<1000x64xf32>
+}

@@ -1,0 +1,538 @@
+//===- ExecutorTest.cpp - Program execution: host planning and a GPU run ---===//
+//
+// The host tests check planExecution(): argument packing in kernelParams() order, chunk
+// arithmetic, workspace layout, zero-init memsets, skipped launches, argument checks.
+// The GPU test (skipped without a GPU) runs a hand-written Program end to end: NVRTC ->
+// KernelCache -> Module -> Executor, with kernels whose signatures are generated from
+// kernelParams() and that record what they were given.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestSupport.h"
+
+#include "runtime/Executor.h"
+#include "runtime/KernelCache.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <numeric>
+
+using namespace lcejit;
+using namespace lcejit::runtime;
+using namespace lcejit::plan;
+using lcejit::testing::expectError;
+using lcejit::testing::TempDir;
+
+namespace {
+
+BufferRef in(int32_t i) { return {Space::Input, i}; }
+BufferRef out(int32_t i) { return {Space::Output, i}; }
+BufferRef ws(int32_t i) { return {Space::Workspace, i}; }
+
+Operand rowOperand(BufferRef b, DType t) {
+  Operand o;
+  o.kind = Operand::Kind::Row;
+  o.buf = b;
+  o.dtype = t;
+  return o;
+}
+
+RowKernel::Sink storeRow(BufferRef b) {
+  RowKernel::Sink s;
+  s.kind = RowKernel::Sink::Kind::StoreRow;
+  s.result = 0;
+  s.buf = b;
+  return s;
+}
+
+/// A Program shaped like the lean schedule (the numbers matter, not the math).
+Program makeProgram() {
+  Program p;
+  p.name = "test";
+  p.bucket = 1024;
+  p.bucketLow = 257;
+  p.inputs = {{"h", DType::BF16, {-1, 64}},
+              {"w", DType::BF16, {1000, 64}},
+              {"y", DType::I64, {-1}},
+              {"unused", DType::F32, {-1}}};
+  p.outputs = {{"loss", DType::F32, {}}, {"dh", DType::BF16, {-1, 64}},
+               {"dw", DType::F32, {1000, 64}}};
+  p.workspace = {{"scalars", 0, 64, BufferInit::Zero},
+                 {"error", 0, 16, BufferInit::Zero},
+                 {"partials", 8, 0, BufferInit::None},
+                 {"dz", 4 * 384, 0, BufferInit::None},
+                 {"dh_acc", 256, 0, BufferInit::Zero}};
+  p.numScalarSlots = 8;
+
+  RowKernel row;
+  row.args = {rowOperand(in(2), DType::I64)};
+  row.sinks = {storeRow(ws(2))};
+  FusedGemm g;
+  g.k = 64;
+  g.cols = 1000;
+  g.a = in(0);
+  g.b = in(1);
+  GemmReduceKernel reduce;
+  reduce.gemm = g;
+  reduce.reductions = {ReduceKind::LogSumExp};
+  reduce.partials = ws(2);
+  GemmDzKernel dz;
+  dz.gemm = g;
+  Operand partials;
+  partials.kind = Operand::Kind::Partials;
+  partials.buf = ws(2);
+  dz.gemm.args = {Operand{}, partials};
+  dz.gemm.args[0].kind = Operand::Kind::Acc;
+  dz.format = DzFormat::F32;
+  dz.dz = ws(3);
+  GemmDLhsKernel dlhs;
+  dlhs.format = DzFormat::F32;
+  dlhs.k = 64;
+  dlhs.dz = ws(3);
+  dlhs.b = in(1);
+  dlhs.out = ws(4);
+  GemmDRhsKernel drhs;
+  drhs.format = DzFormat::F32;
+  drhs.k = 64;
+  drhs.dz = ws(3);
+  drhs.a = in(0);
+  drhs.out = out(2);
+  CastKernel cast;
+  cast.in = ws(4);
+  cast.out = out(1);
+  cast.k = 64;
+  RowKernel fin;
+  fin.sinks = {storeRow(out(0))};
+  fin.sinks[0].kind = RowKernel::Sink::Kind::StoreScalar;
+
+  p.kernels = {{"row_in", row},   {"reduce", reduce}, {"dz", dz}, {"dlhs", dlhs},
+               {"drhs", drhs},    {"cast", cast},     {"final", fin}};
+  p.steps = {{Step::Kind::Launch, 0, {}},
+             {Step::Kind::Launch, 1, {}},
+             {Step::Kind::ChunkLoop, -1, {2, 3, 4}},
+             {Step::Kind::Launch, 5, {}},
+             {Step::Kind::Launch, 6, {}}};
+  p.chunkCols = 384;
+  p.loopCols = 1000;
+  p.splits = 3;
+  return p;
+}
+
+constexpr CUdeviceptr kWs = 0x7f0000000000;
+
+ProgramBuffers makeBuffers(const Program &p, int64_t n) {
+  ProgramBuffers b;
+  b.inputs = {0x1000, 0x2000, 0x3000, 0};
+  b.outputs = {0x4000, 0x5000, 0x6000};
+  b.workspace = kWs;
+  b.workspaceBytes = workspaceBytes(p, n);
+  return b;
+}
+
+int64_t round256(int64_t x) { return (x + 255) / 256 * 256; }
+
+TEST(ExecutorPlanTest, WorkspaceLayout) {
+  Program p = makeProgram();
+  const int64_t n = 1000;
+  std::vector<int64_t> expected = {0, 256, 512, 512 + round256(8 * n),
+                                   512 + round256(8 * n) + round256(4 * 384 * n)};
+  EXPECT_EQ(p.workspaceOffsets(n, nullptr), expected);
+  EXPECT_EQ(workspaceBytes(p, n), expected.back() + round256(256 * n));
+  EXPECT_EQ(workspaceBytes(p, n), 1800704);
+  EXPECT_EQ(errorWordOffset(p, n), 256);
+}
+
+TEST(ExecutorPlanTest, ZeroInitBuffersAreMemsetAndAdjacentOnesMerged) {
+  Program p = makeProgram();
+  const int64_t n = 1000;
+  ExecutionPlan plan = planExecution(p, makeBuffers(p, n), n);
+  ASSERT_EQ(plan.memsets.size(), 2u);
+  EXPECT_EQ(plan.memsets[0].pointer, kWs);
+  EXPECT_EQ(plan.memsets[0].bytes, 512) << "scalars + error word in one memset";
+  std::vector<int64_t> off = p.workspaceOffsets(n, nullptr);
+  EXPECT_EQ(plan.memsets[1].pointer, kWs + static_cast<CUdeviceptr>(off[4]));
+  EXPECT_EQ(plan.memsets[1].bytes, 256 * n);
+}
+
+TEST(ExecutorPlanTest, StepsAndChunks) {
+  Program p = makeProgram();
+  const int64_t n = 1000;
+  ExecutionPlan plan = planExecution(p, makeBuffers(p, n), n);
+  std::vector<int32_t> kernels;
+  std::vector<int64_t> chunks;
+  for (const LaunchRecord &r : plan.launches) {
+    kernels.push_back(r.kernel);
+    chunks.push_back(r.chunk);
+  }
+  EXPECT_EQ(kernels, (std::vector<int32_t>{0, 1, 2, 3, 4, 2, 3, 4, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(chunks, (std::vector<int64_t>{-1, -1, 0, 0, 0, 1, 1, 1, 2, 2, 2, -1, -1}));
+  EXPECT_EQ(plan.skippedLaunches, 0);
+}
+
+/// Every launch: one argument per kernelParams() entry, of the right type, and the
+/// launch geometry the Program computes for that chunk.
+TEST(ExecutorPlanTest, ArgumentsFollowKernelParamsExactly) {
+  Program p = makeProgram();
+  const int64_t n = 1000;
+  ProgramBuffers bufs = makeBuffers(p, n);
+  std::vector<int64_t> off = p.workspaceOffsets(n, nullptr);
+  ExecutionPlan plan = planExecution(p, bufs, n);
+  for (const LaunchRecord &r : plan.launches) {
+    const Kernel &k = p.kernels[static_cast<size_t>(r.kernel)];
+    std::vector<Param> params = kernelParams(k);
+    ASSERT_EQ(r.args.size(), params.size()) << k.name;
+    int64_t begin = r.chunk < 0 ? 0 : r.chunk * p.chunkCols;
+    int64_t cols = r.chunk < 0 ? p.loopCols : std::min(p.chunkCols, p.loopCols - begin);
+    LaunchDims d = p.launchDims(r.kernel, n, cols);
+    EXPECT_EQ(std::vector<int64_t>(r.dims.grid, r.dims.grid + 3),
+              std::vector<int64_t>(d.grid, d.grid + 3))
+        << k.name;
+    EXPECT_EQ(r.dims.block, d.block);
+    EXPECT_EQ(r.dims.sharedBytes, d.sharedBytes);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Param &pm = params[i];
+      const KernelArg &a = r.args[i];
+      SCOPED_TRACE(fmt::format("{} param {} ({})", k.name, i, pm.name));
+      switch (pm.kind) {
+      case Param::Kind::Pointer: {
+        ASSERT_EQ(a.type, KernelArg::Type::Pointer);
+        CUdeviceptr expect = pm.buf.space == Space::Input ? bufs.inputs[pm.buf.index]
+                             : pm.buf.space == Space::Output
+                                 ? bufs.outputs[pm.buf.index]
+                                 : kWs + static_cast<CUdeviceptr>(off[pm.buf.index]);
+        EXPECT_EQ(a.value.pointer, expect);
+        break;
+      }
+      case Param::Kind::N:
+        ASSERT_EQ(a.type, KernelArg::Type::I64);
+        EXPECT_EQ(a.value.i64, n);
+        break;
+      case Param::Kind::ChunkBegin:
+        ASSERT_EQ(a.type, KernelArg::Type::I64);
+        EXPECT_EQ(a.value.i64, begin);
+        break;
+      case Param::Kind::ChunkCols:
+        ASSERT_EQ(a.type, KernelArg::Type::I64);
+        EXPECT_EQ(a.value.i64, cols);
+        break;
+      case Param::Kind::ChunkIndex:
+        ASSERT_EQ(a.type, KernelArg::Type::I64);
+        EXPECT_EQ(a.value.i64, std::max<int64_t>(r.chunk, 0));
+        break;
+      case Param::Kind::Splits:
+        ASSERT_EQ(a.type, KernelArg::Type::I32);
+        EXPECT_EQ(a.value.i32, 3);
+        break;
+      }
+    }
+  }
+}
+
+/// The same, spelled out for two launches, independent of kernelParams().
+TEST(ExecutorPlanTest, ConcreteArgumentLists) {
+  Program p = makeProgram();
+  const int64_t n = 1000;
+  std::vector<int64_t> off = p.workspaceOffsets(n, nullptr);
+  auto wsAt = [&](int i) { return kWs + static_cast<CUdeviceptr>(off[i]); };
+  ExecutionPlan plan = planExecution(p, makeBuffers(p, n), n);
+  // row_in: y, partials (its sink), scalars, error, n, splits.
+  const LaunchRecord &row = plan.launches[0];
+  ASSERT_EQ(row.args.size(), 6u);
+  EXPECT_EQ(row.args[0].value.pointer, 0x3000u);
+  EXPECT_EQ(row.args[1].value.pointer, wsAt(2));
+  EXPECT_EQ(row.args[2].value.pointer, wsAt(0));
+  EXPECT_EQ(row.args[3].value.pointer, wsAt(1));
+  EXPECT_EQ(row.args[4].value.i64, 1000);
+  EXPECT_EQ(row.args[5].type, KernelArg::Type::I32);
+  EXPECT_EQ(row.args[5].value.i32, 3);
+  // dz of the last chunk: h, w, partials, scalars, dz, n, chunk_begin, chunk_cols.
+  const LaunchRecord &dz = plan.launches[8];
+  ASSERT_EQ(dz.kernel, 2);
+  ASSERT_EQ(dz.args.size(), 8u);
+  EXPECT_EQ(dz.args[0].value.pointer, 0x1000u);
+  EXPECT_EQ(dz.args[1].value.pointer, 0x2000u);
+  EXPECT_EQ(dz.args[2].value.pointer, wsAt(2));
+  EXPECT_EQ(dz.args[3].value.pointer, wsAt(0));
+  EXPECT_EQ(dz.args[4].value.pointer, wsAt(3));
+  EXPECT_EQ(dz.args[6].value.i64, 768);
+  EXPECT_EQ(dz.args[7].value.i64, 232);
+  EXPECT_EQ(dz.dims.grid[1], 2) << "ceil(232 / 128) column tiles";
+  // dlhs of chunk 1: dz, w, dh_acc, n, chunk_begin, chunk_cols, chunk_index.
+  const LaunchRecord &dlhs = plan.launches[6];
+  ASSERT_EQ(dlhs.kernel, 3);
+  ASSERT_EQ(dlhs.args.size(), 7u);
+  EXPECT_EQ(dlhs.args[2].value.pointer, wsAt(4));
+  EXPECT_EQ(dlhs.args[4].value.i64, 384);
+  EXPECT_EQ(dlhs.args[5].value.i64, 384);
+  EXPECT_EQ(dlhs.args[6].value.i64, 1);
+}
+
+TEST(ExecutorPlanTest, LaunchStepOfAChunkKernelCoversAllColumns) {
+  Program p = makeProgram();
+  p.steps = {{Step::Kind::Launch, 2, {}}};
+  ExecutionPlan plan = planExecution(p, makeBuffers(p, 1000), 1000);
+  ASSERT_EQ(plan.launches.size(), 1u);
+  EXPECT_EQ(plan.launches[0].args[6].value.i64, 0);
+  EXPECT_EQ(plan.launches[0].args[7].value.i64, 1000);
+}
+
+TEST(ExecutorPlanTest, ZeroRowsSkipsEmptyGrids) {
+  Program p = makeProgram();
+  p.bucket = 256;
+  p.bucketLow = 0;
+  ExecutionPlan plan = planExecution(p, makeBuffers(p, 0), 0);
+  std::vector<int32_t> kernels;
+  for (const LaunchRecord &r : plan.launches)
+    kernels.push_back(r.kernel);
+  // Row kernels keep one block; GEMMs over N rows and the cast have nothing to do;
+  // dW = dZᵀ·H still runs (it writes zeros for the chunk's rows).
+  EXPECT_EQ(kernels, (std::vector<int32_t>{0, 4, 4, 4, 6}));
+  EXPECT_EQ(plan.skippedLaunches, 8);
+}
+
+TEST(ExecutorPlanTest, BufferChecks) {
+  Program p = makeProgram();
+  const int64_t n = 500;
+  ProgramBuffers good = makeBuffers(p, n);
+  EXPECT_NO_THROW(planExecution(p, good, n)) << "a null pointer for an unused input is fine";
+
+  ProgramBuffers b = good;
+  b.inputs[2] = 0;
+  std::string msg = expectError(ErrorKind::InvalidArgument, [&] { planExecution(p, b, n); });
+  EXPECT_NE(msg.find("'y'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("row_in"), std::string::npos) << msg;
+
+  b = good;
+  b.outputs[1] = 0;
+  msg = expectError(ErrorKind::InvalidArgument, [&] { planExecution(p, b, n); });
+  EXPECT_NE(msg.find("'dh'"), std::string::npos) << msg;
+
+  b = good;
+  b.inputs.pop_back();
+  msg = expectError(ErrorKind::InvalidArgument, [&] { planExecution(p, b, n); });
+  EXPECT_NE(msg.find("4 input"), std::string::npos) << msg;
+
+  b = good;
+  b.outputs.push_back(0x9000);
+  expectError(ErrorKind::InvalidArgument, [&] { planExecution(p, b, n); });
+
+  b = good;
+  b.workspace = 0;
+  msg = expectError(ErrorKind::InvalidArgument, [&] { planExecution(p, b, n); });
+  EXPECT_NE(msg.find("workspace"), std::string::npos) << msg;
+
+  b = good;
+  b.workspaceBytes -= 1;
+  msg = expectError(ErrorKind::InvalidArgument, [&] { planExecution(p, b, n); });
+  EXPECT_NE(msg.find(std::to_string(workspaceBytes(p, n))), std::string::npos) << msg;
+
+  b = good;
+  b.workspace += 64;
+  msg = expectError(ErrorKind::InvalidArgument, [&] { planExecution(p, b, n); });
+  EXPECT_NE(msg.find("aligned"), std::string::npos) << msg;
+}
+
+TEST(ExecutorPlanTest, RowsOutsideTheBucket) {
+  Program p = makeProgram();
+  for (int64_t n : {int64_t(256), int64_t(1025), int64_t(-1)}) {
+    ProgramBuffers b = makeBuffers(p, std::max<int64_t>(n, 0));
+    std::string msg =
+        expectError(ErrorKind::InvalidArgument, [&] { planExecution(p, b, n); });
+    EXPECT_NE(msg.find(std::to_string(n)), std::string::npos) << msg;
+  }
+  EXPECT_NO_THROW(planExecution(p, makeBuffers(p, 257), 257));
+  EXPECT_NO_THROW(planExecution(p, makeBuffers(p, 1024), 1024));
+}
+
+TEST(ExecutorPlanTest, MalformedChunkLoopIsAnInternalError) {
+  Program p = makeProgram();
+  p.chunkCols = 0;
+  expectError(ErrorKind::Internal, [&] { planExecution(p, makeBuffers(p, 300), 300); });
+}
+
+TEST(ExecutorPlanTest, KernelArgStorage) {
+  KernelArg a = KernelArg::makeI32(-5);
+  int32_t i32 = 0;
+  std::memcpy(&i32, a.address(), sizeof(i32));
+  EXPECT_EQ(i32, -5);
+  KernelArg b = KernelArg::makeI64(int64_t(1) << 40);
+  int64_t i64 = 0;
+  std::memcpy(&i64, b.address(), sizeof(i64));
+  EXPECT_EQ(i64, int64_t(1) << 40);
+  KernelArg c = KernelArg::makePointer(0xdeadbeef000);
+  CUdeviceptr ptr = 0;
+  std::memcpy(&ptr, c.address(), sizeof(ptr));
+  EXPECT_EQ(ptr, 0xdeadbeef000u);
+}
+
+//===----------------------------------------------------------------------===//
+// GPU: a Program run end to end
+//===----------------------------------------------------------------------===//
+
+/// The C parameter list of a kernel, generated from the ABI.
+std::string signature(const Kernel &k) {
+  std::vector<std::string> ps;
+  for (const Param &p : kernelParams(k)) {
+    const char *type = p.kind == Param::Kind::Pointer  ? "void *"
+                       : p.kind == Param::Kind::Splits ? "int "
+                                                       : "long long ";
+    ps.push_back(type + p.name);
+  }
+  return fmt::format("extern \"C\" __global__ void {}({})", k.name, fmt::join(ps, ", "));
+}
+
+TEST(ExecutorGpuTest, RunsAProgramEndToEnd) {
+  std::string why;
+  if (!cudaAvailable(&why))
+    GTEST_SKIP() << "needs a GPU: " << why;
+  ensureContext();
+  plan::Target target = targetFor(currentDeviceInfo());
+
+  Program p;
+  p.name = "exec_test";
+  p.bucket = 1024;
+  p.bucketLow = 257;
+  p.target = target;
+  p.inputs = {{"x", DType::F32, {-1}}};
+  p.outputs = {{"y", DType::F32, {-1}}, {"cover", DType::I64, {1000}},
+               {"chunks", DType::I64, {8}}};
+  p.workspace = {{"scalars", 0, 16, BufferInit::Zero}, {"error", 0, 16, BufferInit::Zero}};
+  RowKernel row;
+  row.args = {rowOperand(in(0), DType::F32)};
+  row.sinks = {storeRow(out(0))};
+  GemmDzKernel dz; // 3 stages: 69632 bytes of dynamic shared memory (> 48 KB)
+  dz.gemm.tile.stages = 3;
+  dz.gemm.a = in(0);
+  dz.gemm.b = in(0);
+  dz.gemm.k = 8;
+  dz.gemm.cols = 1000;
+  dz.format = DzFormat::F32;
+  dz.dz = out(1);
+  GemmDLhsKernel dlhs; // f32 dz: 90112 bytes of dynamic shared memory
+  dlhs.format = DzFormat::F32;
+  dlhs.bType = DType::F32;
+  dlhs.k = 8;
+  dlhs.dz = out(1);
+  dlhs.b = in(0);
+  dlhs.out = out(2);
+  p.kernels = {{"row", row}, {"dz", dz}, {"dlhs", dlhs}};
+  p.steps = {{Step::Kind::Launch, 0, {}}, {Step::Kind::ChunkLoop, -1, {1, 2}}};
+  p.chunkCols = 300;
+  p.loopCols = 1000;
+  const int32_t dzShared = p.launchDims(1, 1000, 300).sharedBytes;
+  const int32_t dlhsShared = p.launchDims(2, 1000, 300).sharedBytes;
+  ASSERT_GT(dzShared, kDefaultMaxDynamicShared);
+  ASSERT_GT(dlhsShared, kDefaultMaxDynamicShared);
+
+  std::string src = "#include <cuda/std/cstdint>\n";
+  src += signature(p.kernels[0]) + R"( {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float v = ((const float *)in0)[i];
+  ((float *)out0)[i] = 2.f * v;
+  atomicAdd((double *)ws0, (double)v);
+  if (v < 0.f) {
+    unsigned long long *err = (unsigned long long *)ws1;
+    if (atomicCAS(err, 0ull, (unsigned long long)(i + 1)) == 0ull)
+      err[1] = (unsigned long long)(long long)v;
+  }
+}
+)";
+  src += signature(p.kernels[1]) + fmt::format(R"( {{
+  extern __shared__ char smem[];
+  ((volatile char *)smem)[{}] = 1;  // the whole dynamic allocation is usable
+)", dzShared - 1) + R"(
+  long long col = blockIdx.y * 128ll + threadIdx.x;
+  if (blockIdx.x == 0 && threadIdx.x < 128 && col < chunk_cols)
+    ((long long *)out1)[chunk_begin + col] += chunk_begin + col + 1;
+}
+)";
+  src += signature(p.kernels[2]) + fmt::format(R"( {{
+  extern __shared__ char smem[];
+  ((volatile char *)smem)[{}] = 1;
+)", dlhsShared - 1) + R"(
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    ((long long *)out2)[2 * chunk_index] = chunk_begin;
+    ((long long *)out2)[2 * chunk_index + 1] = chunk_cols;
+  }
+}
+)";
+
+  TempDir cacheDir;
+  KernelCache cache(KernelCache::Options{cacheDir.path()});
+  const KernelRequest req{"exec_test", "(256,1024]", src, target.archName(), {}};
+  KernelLookup bin = cache.get(req);
+  Module module(bin.binary->cubin);
+  Executor exec(p, module);
+
+  const CudaDriver &d = cudaDriver();
+  const int64_t n = 1000;
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = static_cast<float>(i % 17) * 0.5f;
+  x[613] = -7.f;
+  CUdeviceptr dx = 0, dy = 0, dcover = 0, dchunks = 0, dws = 0;
+  int64_t wsBytes = workspaceBytes(p, n);
+  LCEJIT_CU(d.memAlloc(&dx, n * 4));
+  LCEJIT_CU(d.memAlloc(&dy, n * 4));
+  LCEJIT_CU(d.memAlloc(&dcover, 1000 * 8));
+  LCEJIT_CU(d.memAlloc(&dchunks, 8 * 8));
+  LCEJIT_CU(d.memAlloc(&dws, static_cast<size_t>(wsBytes)));
+  LCEJIT_CU(d.memcpyHtoD(dx, x.data(), n * 4));
+  CUstream s = nullptr;
+  LCEJIT_CU(d.streamCreate(&s, CU_STREAM_NON_BLOCKING));
+  LCEJIT_CU(d.memsetD8Async(dcover, 0, 1000 * 8, s));
+  LCEJIT_CU(d.memsetD8Async(dws, 0xff, static_cast<size_t>(wsBytes), s)); // must be re-zeroed
+  int64_t *hostErr = nullptr;
+  LCEJIT_CU(d.memAllocHost(reinterpret_cast<void **>(&hostErr), 16));
+  hostErr[0] = hostErr[1] = 42;
+
+  ProgramBuffers bufs{{dx}, {dy, dcover, dchunks}, dws, wsBytes};
+  exec.run(bufs, n, s);
+  exec.enqueueErrorReadback(bufs, n, s, hostErr);
+  LCEJIT_CU(d.streamSynchronize(s));
+
+  std::vector<float> y(n);
+  std::vector<int64_t> cover(1000), chunks(8);
+  double sum = 0;
+  LCEJIT_CU(d.memcpyDtoH(y.data(), dy, n * 4));
+  LCEJIT_CU(d.memcpyDtoH(cover.data(), dcover, 1000 * 8));
+  LCEJIT_CU(d.memcpyDtoH(chunks.data(), dchunks, 8 * 8));
+  LCEJIT_CU(d.memcpyDtoH(&sum, dws, 8));
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(y[i], 2.f * x[i]) << i;
+  for (int64_t j = 0; j < 1000; ++j)
+    ASSERT_EQ(cover[j], j + 1) << "column " << j << " covered once by the chunk loop";
+  EXPECT_EQ(chunks, (std::vector<int64_t>{0, 300, 300, 300, 600, 300, 900, 100}));
+  EXPECT_DOUBLE_EQ(sum, std::accumulate(x.begin(), x.end(), 0.0)) << "scalars zeroed first";
+  EXPECT_EQ(hostErr[0], 614) << "first bad row + 1";
+  EXPECT_EQ(hostErr[1], -7);
+
+  FunctionAttributes fa = module.attributes(module.function("dlhs"));
+  EXPECT_GE(fa.maxDynamicSharedBytes, dlhsShared) << "raised by the executor";
+  EXPECT_GT(fa.registers, 0);
+  EXPECT_EQ(fa.binaryVersion, target.smVersion);
+
+  // The error word is cleared by the next run.
+  x[613] = 1.f;
+  LCEJIT_CU(d.memcpyHtoD(dx, x.data(), n * 4));
+  LCEJIT_CU(d.memsetD8Async(dcover, 0, 1000 * 8, s));
+  exec.run(bufs, n, s);
+  exec.enqueueErrorReadback(bufs, n, s, hostErr);
+  LCEJIT_CU(d.streamSynchronize(s));
+  EXPECT_EQ(hostErr[0], 0);
+
+  // Asking again is a memory hit: still one compile.
+  EXPECT_EQ(cache.get(req).origin, CacheOrigin::Memory);
+  EXPECT_EQ(cache.compileCount(), 1);
+  std::string missing = expectError(ErrorKind::Cuda, [&] { module.function("nope"); });
+  EXPECT_NE(missing.find("'nope'"), std::string::npos) << missing;
+
+  LCEJIT_CU(d.memFreeHost(hostErr));
+  LCEJIT_CU(d.streamDestroy(s));
+  for (CUdeviceptr ptr : {dx, dy, dcover, dchunks, dws})
+    LCEJIT_CU(d.memFree(ptr));
+}
+
+} // namespace

@@ -1,0 +1,192 @@
+//===- KnobsTest.cpp - The environment knob registry -----------------------===//
+
+#include "TestSupport.h"
+
+#include "compiler/support/Knobs.h"
+
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+using namespace lcejit;
+using lcejit::testing::expectError;
+using lcejit::testing::ScopedEnv;
+
+namespace {
+
+/// Every knob unset, so each test starts from the defaults.
+struct KnobsTest : ::testing::Test {
+  ScopedEnv env;
+  void SetUp() override {
+    for (const knobs::KnobInfo &k : knobs::allKnobs())
+      env.set(std::string(k.name), std::nullopt);
+  }
+};
+
+TEST_F(KnobsTest, Defaults) {
+  EXPECT_TRUE(knobs::cacheEnabled());
+  EXPECT_FALSE(knobs::alwaysCompile());
+  EXPECT_FALSE(knobs::assertNoCompile());
+  EXPECT_FALSE(knobs::logEnabled(knobs::LogTopic::Compile));
+  EXPECT_FALSE(knobs::anyDumpEnabled());
+  for (int s = 0; s < knobs::kNumDumpStages; ++s)
+    EXPECT_FALSE(knobs::dumpEnabled(static_cast<knobs::DumpStage>(s)));
+  EXPECT_FALSE(knobs::dumpDirIsSet());
+  EXPECT_EQ(knobs::dumpDir(), "lcejit-dump");
+  EXPECT_FALSE(knobs::workspaceMB().has_value());
+}
+
+TEST_F(KnobsTest, DefaultCudaIncludeDirsHoldTheCudaHeaders) {
+  const std::vector<std::string> &dirs = knobs::cudaIncludeDirs();
+  ASSERT_FALSE(dirs.empty());
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dirs[0]) / "cuda_fp16.h"))
+      << dirs[0];
+}
+
+TEST_F(KnobsTest, CacheDirFollowsHomeAndOverride) {
+  env.set("HOME", "/home/someone");
+  EXPECT_EQ(knobs::cacheDir(), "/home/someone/.cache/lcejit");
+  env.set("HOME", std::nullopt);
+  EXPECT_EQ(knobs::cacheDir(), "/tmp/lcejit-cache");
+  env.set("LCEJIT_CACHE_DIR", "/var/tmp/kc");
+  EXPECT_EQ(knobs::cacheDir(), "/var/tmp/kc");
+}
+
+TEST_F(KnobsTest, BooleanSpellings) {
+  for (const char *t : {"1", "true", "TRUE", "yes", "On", " 1 "}) {
+    env.set("LCEJIT_ALWAYS_COMPILE", t);
+    EXPECT_TRUE(knobs::alwaysCompile()) << t;
+  }
+  for (const char *f : {"0", "false", "No", "off"}) {
+    env.set("LCEJIT_ALWAYS_COMPILE", f);
+    EXPECT_FALSE(knobs::alwaysCompile()) << f;
+  }
+  env.set("LCEJIT_CACHE", "0");
+  EXPECT_FALSE(knobs::cacheEnabled());
+  env.set("LCEJIT_CACHE", "");
+  EXPECT_TRUE(knobs::cacheEnabled()) << "empty means unset";
+  env.set("LCEJIT_ASSERT_NO_COMPILE", "1");
+  EXPECT_TRUE(knobs::assertNoCompile());
+}
+
+TEST_F(KnobsTest, InvalidBooleanNamesVariableAndValue) {
+  env.set("LCEJIT_CACHE", "maybe");
+  std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::cacheEnabled(); });
+  EXPECT_NE(msg.find("LCEJIT_CACHE"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'maybe'"), std::string::npos) << msg;
+  // The whole snapshot is refused: a typo anywhere is noticed at the first knob read.
+  expectError(ErrorKind::InvalidArgument, [] { knobs::cacheDir(); });
+  env.set("LCEJIT_CACHE", "1");
+  EXPECT_TRUE(knobs::cacheEnabled());
+}
+
+TEST_F(KnobsTest, DumpList) {
+  env.set("LCEJIT_DUMP", "cuda, PTX,plan");
+  EXPECT_TRUE(knobs::dumpEnabled(knobs::DumpStage::Cuda));
+  EXPECT_TRUE(knobs::dumpEnabled(knobs::DumpStage::Ptx));
+  EXPECT_TRUE(knobs::dumpEnabled(knobs::DumpStage::Plan));
+  EXPECT_FALSE(knobs::dumpEnabled(knobs::DumpStage::Graph));
+  EXPECT_FALSE(knobs::dumpEnabled(knobs::DumpStage::Sass));
+  EXPECT_TRUE(knobs::anyDumpEnabled());
+  env.set("LCEJIT_DUMP", "all");
+  for (int s = 0; s < knobs::kNumDumpStages; ++s)
+    EXPECT_TRUE(knobs::dumpEnabled(static_cast<knobs::DumpStage>(s)))
+        << knobs::dumpStageName(static_cast<knobs::DumpStage>(s));
+  env.set("LCEJIT_DUMP", "cuda,ptxx");
+  std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::anyDumpEnabled(); });
+  EXPECT_NE(msg.find("LCEJIT_DUMP"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'ptxx'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("sass"), std::string::npos) << "lists the valid items: " << msg;
+}
+
+TEST_F(KnobsTest, DumpDir) {
+  env.set("LCEJIT_DUMP_DIR", "/tmp/dumps");
+  EXPECT_TRUE(knobs::dumpDirIsSet());
+  EXPECT_EQ(knobs::dumpDir(), "/tmp/dumps");
+}
+
+TEST_F(KnobsTest, LogList) {
+  env.set("LCEJIT_LOG", "compile");
+  EXPECT_TRUE(knobs::logEnabled(knobs::LogTopic::Compile));
+  env.set("LCEJIT_LOG", "all");
+  EXPECT_TRUE(knobs::logEnabled(knobs::LogTopic::Compile));
+  env.set("LCEJIT_LOG", "compiles");
+  std::string msg = expectError(ErrorKind::InvalidArgument, [] {
+    knobs::logEnabled(knobs::LogTopic::Compile);
+  });
+  EXPECT_NE(msg.find("LCEJIT_LOG"), std::string::npos) << msg;
+}
+
+TEST_F(KnobsTest, CudaIncludeIsAColonList) {
+  env.set("LCEJIT_CUDA_INCLUDE", "/a:/b/c::/d ");
+  EXPECT_EQ(knobs::cudaIncludeDirs(), (std::vector<std::string>{"/a", "/b/c", "/d"}));
+}
+
+TEST_F(KnobsTest, WorkspaceMB) {
+  env.set("LCEJIT_WORKSPACE_MB", "512");
+  ASSERT_TRUE(knobs::workspaceMB().has_value());
+  EXPECT_EQ(*knobs::workspaceMB(), 512);
+  for (const char *bad : {"-3", "0", "abc", "12MB", "1e3", "99999999999"}) {
+    env.set("LCEJIT_WORKSPACE_MB", bad);
+    std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::workspaceMB(); });
+    EXPECT_NE(msg.find("LCEJIT_WORKSPACE_MB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+  }
+}
+
+TEST_F(KnobsTest, ReadOnceUntilReload) {
+  env.set("LCEJIT_ALWAYS_COMPILE", "1");
+  EXPECT_TRUE(knobs::alwaysCompile());
+  ::setenv("LCEJIT_ALWAYS_COMPILE", "0", 1); // no reload: the snapshot stays
+  EXPECT_TRUE(knobs::alwaysCompile());
+  knobs::reloadForTesting();
+  EXPECT_FALSE(knobs::alwaysCompile());
+}
+
+TEST_F(KnobsTest, ReferencesSurviveReload) {
+  env.set("LCEJIT_CACHE_DIR", "/first");
+  const std::string &first = knobs::cacheDir();
+  env.set("LCEJIT_CACHE_DIR", "/second");
+  EXPECT_EQ(knobs::cacheDir(), "/second");
+  EXPECT_EQ(first, "/first");
+}
+
+TEST_F(KnobsTest, ConcurrentFirstReads) {
+  env.set("LCEJIT_CACHE_DIR", "/concurrent");
+  env.set("LCEJIT_LOG", "compile");
+  knobs::reloadForTesting();
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 1000; ++i)
+        if (knobs::cacheDir() != "/concurrent" || !knobs::logEnabled(knobs::LogTopic::Compile))
+          ++bad;
+    });
+  for (std::thread &t : threads)
+    t.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST_F(KnobsTest, RegistryListsEveryKnob) {
+  std::set<std::string> names;
+  for (const knobs::KnobInfo &k : knobs::allKnobs()) {
+    names.insert(std::string(k.name));
+    EXPECT_FALSE(k.doc.empty()) << k.name;
+    EXPECT_FALSE(k.type.empty()) << k.name;
+    EXPECT_FALSE(k.defaultValue.empty()) << k.name;
+  }
+  std::set<std::string> expected = {
+      "LCEJIT_CACHE_DIR",      "LCEJIT_CACHE",        "LCEJIT_DUMP",
+      "LCEJIT_DUMP_DIR",       "LCEJIT_ALWAYS_COMPILE", "LCEJIT_ASSERT_NO_COMPILE",
+      "LCEJIT_LOG",            "LCEJIT_CUDA_INCLUDE", "LCEJIT_WORKSPACE_MB"};
+  EXPECT_EQ(names, expected);
+  env.set("LCEJIT_LOG", "compile");
+  std::string help = knobs::describeKnobs();
+  for (const std::string &n : expected)
+    EXPECT_NE(help.find(n), std::string::npos) << n;
+  EXPECT_NE(help.find("current: 'compile'"), std::string::npos) << help;
+}
+
+} // namespace
