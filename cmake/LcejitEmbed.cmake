@@ -17,6 +17,7 @@ function(lcejit_embed_files target)
   add_custom_command(OUTPUT ${out}
     COMMAND ${CMAKE_COMMAND} -DOUT=${out} "-DFILES=${file_arg}" -P ${LCEJIT_EMBED_SCRIPT}
     DEPENDS ${abs_files} ${LCEJIT_EMBED_SCRIPT}
-    COMMENT "Embedding device headers for ${target}")
+    COMMENT "Embedding device headers for ${target}"
+    VERBATIM) # quotes the "a|b|c" file list for the shell
   add_library(${target} STATIC ${out})
 endfunction()

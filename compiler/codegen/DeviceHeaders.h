@@ -1,0 +1,27 @@
+//===- DeviceHeaders.h - The device-helper prelude of generated modules
+//----===//
+//
+// [Note: prelude] NVRTC gets one source string and no files, so the device
+// helpers (runtime/device/*.cuh, embedded at build time) are prepended as text.
+// They include each other with `#include "lcejit_x.cuh"` so nvcc can compile
+// each on its own; here every file is placed after the files it includes (a
+// depth-first order, ties by name), its local includes and `#pragma once` are
+// turned into comments, and each file is framed by begin/end marker lines so a
+// dump shows where helper code ends. System includes
+// (<cuda_bf16.h>, <cuda_fp16.h>) stay; NVRTC finds them through -I.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lcejit::codegen {
+
+/// The embedded device headers in prelude order (names only).
+std::vector<std::string> deviceHeaderOrder();
+
+/// The prelude text (deterministic: a function of the embedded files only).
+const std::string &deviceHeaderPrelude();
+
+} // namespace lcejit::codegen

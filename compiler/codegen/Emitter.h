@@ -1,0 +1,41 @@
+//===- Emitter.h - plan::Program -> one CUDA C++ module
+//--------------------===//
+//
+// The CUDA emitter: the last compiler stage before NVRTC. A module is
+//
+//   a banner comment (program, bucket, target, kernel list)
+//   the device-helper prelude (runtime/device/*.cuh as text, DeviceHeaders.h)
+//   per kernel, in Program order: header comment, GemmConfig typedef, functor
+//   from the ScalarFunc, and an extern "C" __global__ wrapper named
+//   Kernel::name whose parameters are plan::kernelParams() and whose body calls
+//   one fixed template of lcejit_kernels.cuh.
+//
+// Output is deterministic: the same Program gives byte-identical text (the disk
+// cache keys on it). Layout and how to read a dump: docs/codegen.md.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "compiler/plan/Program.h"
+
+#include <string>
+#include <vector>
+
+namespace lcejit::codegen {
+
+struct EmittedModule {
+  std::string source; ///< the whole CUDA module, prelude included
+  std::vector<std::string>
+      kernelNames; ///< extern "C" entry points, Program order
+};
+
+/// One CUDA module with every kernel of `program`. Throws Error(Internal) for a
+/// Program the templates cannot run (the message names the kernel and the
+/// reason).
+EmittedModule emitCuda(const plan::Program &program);
+
+/// Only the generated part of kernel `kernelIndex` (no prelude): for dumps and
+/// tests.
+std::string emitKernelSource(const plan::Program &program, int32_t kernelIndex);
+
+} // namespace lcejit::codegen

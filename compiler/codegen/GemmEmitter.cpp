@@ -1,0 +1,674 @@
+//===- GemmEmitter.cpp - The four GEMM kinds -> config + functor + wrapper
+//-===//
+//
+// Generated shape (docs/codegen.md):
+//
+//   typedef lcejit::GemmConfig<BM, BN, BK, WARPS_M, WARPS_N, STAGES, MATH,
+//                              ElemA, NUM_A, MAJOR_A, ElemB, MAJOR_B>
+//                              <name>_config;
+//   static_assert(<name>_config::SMEM_BYTES ==
+//   <plan::launchDims().sharedBytes>, ...); struct <name>_epilogue { ... };
+//   GemmReduce and GemmDz only extern "C" __global__ void <name>(<params>) {
+//     <fill the epilogue from the parameters>
+//     lcejit::gemm_<kind>_kernel<<name>_config, ...>(...);
+//   }
+//
+// The epilogue functor (interface in lcejit_kernels.cuh):
+//   members      the buffers its operands read (named like the kernel
+//   parameters), n,
+//                and one `a<i>` per Scalar operand (load_scalars(): once per
+//                CTA)
+//   struct Row   one `a<i>` per Row operand;    load_row(row), rows < n only
+//   struct Col   one `a<i>` per Col operand;    load_col(col), columns in range
+//   only accumulate / value   the ScalarFunc per (row, col): Acc -> acc,
+//   ColIndex -> col,
+//                RowIndex -> row, Row -> r.a<i>, Col -> c.a<i>, Scalar -> a<i>
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/codegen/KernelEmitters.h"
+#include "compiler/codegen/ScalarEmitter.h"
+#include "compiler/support/Check.h"
+
+#include <fmt/ranges.h>
+
+namespace lcejit::codegen::detail {
+
+using plan::BufferRef;
+using plan::DzFormat;
+using plan::FusedGemm;
+using plan::MathMode;
+using plan::Operand;
+using plan::Param;
+using plan::Space;
+using plan::TileConfig;
+
+namespace {
+
+const char *elemTag(DType t) {
+  switch (t) {
+  case DType::BF16:
+    return "lcejit::elem_bf16";
+  case DType::F16:
+    return "lcejit::elem_f16";
+  case DType::F32:
+    return "lcejit::elem_f32";
+  default:
+    break;
+  }
+  LCEJIT_CHECK(false, "no GEMM element type for {}", dtypeName(t));
+  return "";
+}
+
+const char *mathEnum(MathMode m) {
+  switch (m) {
+  case MathMode::TensorCoreBF16:
+    return "lcejit::MATH_TC_BF16";
+  case MathMode::TensorCoreF16:
+    return "lcejit::MATH_TC_F16";
+  case MathMode::SimtF32:
+    return "lcejit::MATH_SIMT_F32";
+  }
+  return "?";
+}
+
+std::string dzElemName(DzFormat f) {
+  return f == DzFormat::SplitBF16 ? "bf16" : "f32";
+}
+DType dzElem(DzFormat f) {
+  return f == DzFormat::SplitBF16 ? DType::BF16 : DType::F32;
+}
+
+/// The static shape of one GEMM: everything GemmConfig<> takes.
+struct GemmShape {
+  MathMode math = MathMode::TensorCoreBF16;
+  TileConfig tile;
+  DType aElem = DType::BF16;
+  int32_t numA = 1;
+  bool aKMajor = true;
+  DType bElem = DType::BF16;
+  bool bKMajor = true;
+};
+
+/// Rejects shapes the templates cannot run, with the reason (the device-side
+/// static_asserts say the same, later and less clearly).
+void checkShape(const GemmShape &s, const std::string &what) {
+  const TileConfig &t = s.tile;
+  LCEJIT_CHECK(t.bm > 0 && t.bn > 0 && t.bk > 0 && t.warpsM > 0 && t.warpsN > 0,
+               "{}: tile {}x{}x{} warps {}x{}", what, t.bm, t.bn, t.bk,
+               t.warpsM, t.warpsN);
+  LCEJIT_CHECK(t.bm % 8 == 0 && t.bn % 8 == 0 && t.bk % 8 == 0,
+               "{}: tile {}x{}x{}: every size must be a multiple of 8", what,
+               t.bm, t.bn, t.bk);
+  LCEJIT_CHECK(t.bm % t.warpsM == 0 && t.bn % t.warpsN == 0,
+               "{}: warps {}x{} do not divide the tile {}x{}", what, t.warpsM,
+               t.warpsN, t.bm, t.bn);
+  LCEJIT_CHECK(t.stages >= 2, "{}: {} stages; the pipeline needs at least 2",
+               what, t.stages);
+  LCEJIT_CHECK(t.threads() <= 1024, "{}: {} threads per block", what,
+               t.threads());
+  LCEJIT_CHECK(s.numA == 1 || s.numA == 2, "{}: {} A operands", what, s.numA);
+  const int wm = t.bm / t.warpsM, wn = t.bn / t.warpsN;
+  if (s.math == MathMode::SimtF32) {
+    LCEJIT_CHECK(wm % 8 == 0 && wn % 4 == 0,
+                 "{}: SIMT warp tile {}x{} must be a multiple of 8x4", what, wm,
+                 wn);
+    for (DType e : {s.aElem, s.bElem})
+      LCEJIT_CHECK(e == DType::BF16 || e == DType::F16 || e == DType::F32,
+                   "{}: SIMT operand type {}", what, dtypeName(e));
+  } else {
+    DType want = s.math == MathMode::TensorCoreBF16 ? DType::BF16 : DType::F16;
+    LCEJIT_CHECK(s.aElem == want && s.bElem == want,
+                 "{}: math {} needs {} operands, got A {} and B {}", what,
+                 plan::mathModeName(s.math), dtypeName(want),
+                 dtypeName(s.aElem), dtypeName(s.bElem));
+    LCEJIT_CHECK(wm % 16 == 0 && wn % 8 == 0 && t.bk % 16 == 0,
+                 "{}: mma.sync m16n8k16 needs a warp tile multiple of 16x8 and "
+                 "BK multiple "
+                 "of 16 (warp tile {}x{}, BK {})",
+                 what, wm, wn, t.bk);
+  }
+}
+
+void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
+  const TileConfig &t = s.tile;
+  const std::string cfg = ctx.name() + "_config";
+  w.line("typedef lcejit::GemmConfig<{}, {}, {}, {}, {}, {}, {},", t.bm, t.bn,
+         t.bk, t.warpsM, t.warpsN, t.stages, mathEnum(s.math));
+  w.line("                           {}, {}, lcejit::{},", elemTag(s.aElem),
+         s.numA, s.aKMajor ? "K_MAJOR" : "MN_MAJOR");
+  w.line("                           {}, lcejit::{}>", elemTag(s.bElem),
+         s.bKMajor ? "K_MAJOR" : "MN_MAJOR");
+  w.line("    {};", cfg);
+  w.line(
+      "static_assert({}::SMEM_BYTES == {}, \"shared-memory layout must match "
+      "plan::gemmSharedBytes\");",
+      cfg, ctx.launchDims().sharedBytes);
+  w.blank();
+}
+
+std::string tileText(const GemmShape &s) {
+  const TileConfig &t = s.tile;
+  return fmt::format(
+      "math {}, tile {}x{}x{}, warps {}x{} ({} threads), {} stages",
+      plan::mathModeName(s.math), t.bm, t.bn, t.bk, t.warpsM, t.warpsN,
+      t.threads(), t.stages);
+}
+
+std::string smemText(const KernelContext &ctx) {
+  return fmt::format("dynamic shared memory: {} bytes (plan::gemmSharedBytes)",
+                     ctx.launchDims().sharedBytes);
+}
+
+//===----------------------------------------------------------------------===//
+// Epilogue functors (GemmReduce, GemmDz)
+//===----------------------------------------------------------------------===//
+
+class EpilogueEmitter {
+public:
+  EpilogueEmitter(CodeWriter &w, const KernelContext &ctx, const FusedGemm &g)
+      : w_(w), ctx_(ctx), g_(g),
+        what_(fmt::format("epilogue of kernel '{}'", ctx.name())),
+        structName_(ctx.name() + "_epilogue") {
+    verifyScalarFunc(g.epilogue, what_);
+    LCEJIT_CHECK(
+        static_cast<int32_t>(g.args.size()) >= g.epilogue.numArgs(),
+        "{}: the function reads {} arguments but {} operands are given", what_,
+        g.epilogue.numArgs(), g.args.size());
+    live_ = liveArgs(g.epilogue);
+    for (int32_t a : live_) {
+      const Operand &o = g.args[static_cast<size_t>(a)];
+      switch (o.kind) {
+      case Operand::Kind::Row:
+      case Operand::Kind::Col:
+        LCEJIT_CHECK(o.buf.valid(), "{}: operand a{} has no buffer", what_, a);
+        addBuffer(o.buf);
+        break;
+      case Operand::Kind::Scalar:
+        addBuffer(o.buf.valid()
+                      ? o.buf
+                      : BufferRef{Space::Workspace, plan::kScalarSlotsBuffer});
+        break;
+      case Operand::Kind::Acc:
+      case Operand::Kind::ColIndex:
+      case Operand::Kind::RowIndex:
+        break;
+      case Operand::Kind::Partials:
+        LCEJIT_CHECK(
+            false,
+            "{}: operand a{} is a Partials operand; those appear only in row "
+            "kernels",
+            what_, a);
+      }
+    }
+  }
+
+  const std::string &structName() const { return structName_; }
+  const std::vector<std::string> &buffers() const { return buffers_; }
+
+  /// Parameter roles and the "epilogue args" header line.
+  void describe(ParamRoles &roles, std::vector<std::string> &about) const {
+    std::vector<std::string> args;
+    for (int32_t a : live_) {
+      const Operand &o = g_.args[static_cast<size_t>(a)];
+      args.push_back(
+          fmt::format("a{} {}", a, describeOperand(ctx_.program(), o)));
+      if (o.kind == Operand::Kind::Row || o.kind == Operand::Kind::Col ||
+          (o.kind == Operand::Kind::Scalar && o.buf.valid()))
+        roles.add(
+            ctx_.bufferName(o.buf),
+            fmt::format("a{}: {}", a, describeOperand(ctx_.program(), o)));
+      if (o.kind == Operand::Kind::Scalar && !o.buf.valid())
+        roles.add(ctx_.bufferName(
+                      BufferRef{Space::Workspace, plan::kScalarSlotsBuffer}),
+                  "scalar slots (double)");
+    }
+    about.push_back(fmt::format("epilogue: {} instructions, {} results",
+                                g_.epilogue.insts.size(),
+                                g_.epilogue.results.size()));
+    for (const std::string &s : args)
+      about.push_back(fmt::format("  {}", s));
+  }
+
+  /// struct <name>_epilogue { members, load_scalars, Row, Col, load_row,
+  /// load_col ... `body` writes the kind-specific members.
+  template <class Body> void emit(Body body) {
+    auto st = w_.block(fmt::format("struct {}", structName_), ";");
+    for (const std::string &b : buffers_)
+      w_.line("const void *{};", b);
+    w_.line("long long {};", n());
+    for (int32_t a : live_) {
+      const Operand &o = arg(a);
+      if (o.kind == Operand::Kind::Scalar)
+        w_.line("{} a{}; // {}", valueCType(scalarType(o)), a,
+                describeOperand(ctx_.program(), o));
+    }
+    w_.blank();
+    emitStruct("Row", Operand::Kind::Row);
+    emitStruct("Col", Operand::Kind::Col);
+    w_.blank();
+    {
+      auto f = w_.block("__device__ __forceinline__ void load_scalars()");
+      for (int32_t a : live_) {
+        const Operand &o = arg(a);
+        if (o.kind != Operand::Kind::Scalar)
+          continue;
+        if (o.buf.valid())
+          w_.line("a{} = {};", a,
+                  loadElement(o.dtype, ctx_.bufferName(o.buf), "0"));
+        else
+          w_.line("a{} = {};", a,
+                  loadElement(DType::F64,
+                              ctx_.bufferName(BufferRef{
+                                  Space::Workspace, plan::kScalarSlotsBuffer}),
+                              std::to_string(o.slot)));
+      }
+    }
+    emitLoader("Row", "load_row", "row", Operand::Kind::Row);
+    emitLoader("Col", "load_col", "col", Operand::Kind::Col);
+    body();
+  }
+
+  /// The ScalarFunc body inside accumulate()/value(); returns the result value
+  /// names.
+  std::vector<std::string> emitBody() {
+    return emitScalarBody(
+        w_, g_.epilogue,
+        [&](int32_t a) {
+          const Operand &o = arg(a);
+          switch (o.kind) {
+          case Operand::Kind::Acc:
+            return ArgValue{"acc", DType::F32};
+          case Operand::Kind::ColIndex:
+            return ArgValue{"col", DType::I64};
+          case Operand::Kind::RowIndex:
+            return ArgValue{"row", DType::I64};
+          case Operand::Kind::Row:
+            return ArgValue{fmt::format("r.a{}", a), valueTypeOf(o.dtype)};
+          case Operand::Kind::Col:
+            return ArgValue{fmt::format("c.a{}", a), valueTypeOf(o.dtype)};
+          case Operand::Kind::Scalar:
+            return ArgValue{fmt::format("a{}", a), scalarType(o)};
+          case Operand::Kind::Partials:
+            break;
+          }
+          LCEJIT_CHECK(false, "{}: bad operand a{}", what_, a);
+          return ArgValue{};
+        },
+        n());
+  }
+
+  DType resultType(size_t r) const {
+    return g_.epilogue.insts[static_cast<size_t>(g_.epilogue.results[r])].type;
+  }
+
+  const std::string &n() const { return ctx_.scalarParamName(Param::Kind::N); }
+
+private:
+  const Operand &arg(int32_t a) const {
+    return g_.args[static_cast<size_t>(a)];
+  }
+  static DType scalarType(const Operand &o) {
+    return o.buf.valid() ? valueTypeOf(o.dtype) : DType::F64;
+  }
+  void addBuffer(const BufferRef &b) {
+    const std::string &name = ctx_.bufferName(b);
+    if (std::find(buffers_.begin(), buffers_.end(), name) == buffers_.end())
+      buffers_.push_back(name);
+  }
+  void emitStruct(const char *name, Operand::Kind kind) {
+    std::vector<int32_t> fields;
+    for (int32_t a : live_)
+      if (arg(a).kind == kind)
+        fields.push_back(a);
+    if (fields.empty()) {
+      w_.line("struct {} {{}};", name);
+      return;
+    }
+    auto st = w_.block(fmt::format("struct {}", name), ";");
+    for (int32_t a : fields)
+      w_.line("{} a{}; // {}", valueCType(valueTypeOf(arg(a).dtype)), a,
+              describeOperand(ctx_.program(), arg(a)));
+  }
+  void emitLoader(const char *type, const char *fn, const char *index,
+                  Operand::Kind kind) {
+    auto f = w_.block(
+        fmt::format("__device__ __forceinline__ {} {}(long long {}) const",
+                    type, fn, index));
+    w_.line("{} v = {{}};", type);
+    for (int32_t a : live_)
+      if (arg(a).kind == kind)
+        w_.line("v.a{} = {};", a,
+                loadElement(arg(a).dtype, ctx_.bufferName(arg(a).buf), index));
+    if (std::none_of(live_.begin(), live_.end(),
+                     [&](int32_t a) { return arg(a).kind == kind; }))
+      w_.line("(void){};", index);
+    w_.line("return v;");
+  }
+
+  CodeWriter &w_;
+  const KernelContext &ctx_;
+  const FusedGemm &g_;
+  std::string what_;
+  std::string structName_;
+  std::vector<int32_t> live_;
+  std::vector<std::string> buffers_;
+};
+
+/// `epi.<buffer> = <buffer>; ... epi.n = n; epi.load_scalars();`
+void emitEpilogueSetup(CodeWriter &w, const EpilogueEmitter &e) {
+  w.line("{} epi;", e.structName());
+  for (const std::string &b : e.buffers())
+    w.line("epi.{0} = {0};", b);
+  w.line("epi.{0} = {0};", e.n());
+  w.line("epi.load_scalars();");
+}
+
+const char *reduceAddFn(plan::ReduceKind k) {
+  switch (k) {
+  case plan::ReduceKind::Sum:
+    return "lcejit::sum_add";
+  case plan::ReduceKind::Max:
+    return "lcejit::max_add";
+  case plan::ReduceKind::LogSumExp:
+    return "lcejit::lse_add";
+  }
+  return "?";
+}
+
+std::string slotArgs(plan::ReduceKind k, int32_t slot, const char *p) {
+  if (k == plan::ReduceKind::LogSumExp)
+    return fmt::format("{0}[{1}], {0}[{2}]", p, slot, slot + 1);
+  return fmt::format("{}[{}]", p, slot);
+}
+
+//===----------------------------------------------------------------------===//
+// The kinds
+//===----------------------------------------------------------------------===//
+
+GemmShape fusedShape(const FusedGemm &g) {
+  GemmShape s;
+  s.math = g.math;
+  s.tile = g.tile;
+  s.aElem = g.abType;
+  s.bElem = g.abType;
+  return s;
+}
+
+void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
+                    const plan::GemmReduceKernel &k) {
+  const std::string what = fmt::format("gemm_reduce kernel '{}'", ctx.name());
+  const FusedGemm &g = k.gemm;
+  GemmShape s = fusedShape(g);
+  checkShape(s, what);
+  LCEJIT_CHECK(k.reductions.size() == g.epilogue.results.size(),
+               "{}: {} reductions for {} epilogue results", what,
+               k.reductions.size(), g.epilogue.results.size());
+  LCEJIT_CHECK(!k.reductions.empty(), "{}: no reductions", what);
+  LCEJIT_CHECK(g.k > 0 && g.cols > 0, "{}: k = {}, cols = {}", what, g.k,
+               g.cols);
+  const int32_t slots = k.slotsPerRow();
+  LCEJIT_CHECK(
+      int64_t(g.tile.warpsN) * g.tile.bm * slots * 4 <=
+          ctx.launchDims().sharedBytes,
+      "{}: the cross-warp exchange of {} slots does not fit in shared memory",
+      what, slots);
+
+  EpilogueEmitter epi(w, ctx, g);
+  ParamRoles roles;
+  roles.add(
+      ctx.bufferName(BufferRef{Space::Workspace, plan::kScalarSlotsBuffer}),
+      "scalar slots (double)");
+  roles.add(ctx.bufferName(g.a), "A [N, k] (K-major)");
+  roles.add(ctx.bufferName(g.b), "B [cols, k] (K-major)");
+  roles.add(ctx.bufferName(k.partials),
+            fmt::format("partials f32 [N][splits][{}]", slots));
+  std::vector<std::string> about = {
+      fmt::format(
+          "acc = A * B^T, k = {}, cols = {}; {} of A and B, f32 accumulate",
+          g.k, g.cols, dtypeName(g.abType)),
+      tileText(s), smemText(ctx),
+      "grid (ceil(N / bm), splits); split s reduces the column tiles [s * per, "
+      "(s + 1) * per)",
+      "of per = ceil(ceil(cols / bn) / splits) into partials[row][s][...]"};
+  std::vector<std::string> reds;
+  for (size_t r = 0; r < k.reductions.size(); ++r)
+    reds.push_back(fmt::format("result {} {} -> slot {}", r,
+                               plan::reduceKindName(k.reductions[r]),
+                               k.slotOf(static_cast<int32_t>(r))));
+  about.push_back(fmt::format("reductions: {} ({} slots per row)",
+                              fmt::join(reds, ", "), slots));
+  epi.describe(roles, about);
+  emitKernelHeader(w, ctx, about, roles);
+  emitConfig(w, ctx, s);
+
+  epi.emit([&] {
+    w.blank();
+    w.line("static constexpr int SLOTS = {};", slots);
+    {
+      auto f = w.block(
+          "static __device__ __forceinline__ void init(float (&p)[SLOTS])");
+      for (size_t r = 0; r < k.reductions.size(); ++r) {
+        plan::ReduceKind rk = k.reductions[r];
+        const char *fn = rk == plan::ReduceKind::Sum   ? "lcejit::sum_init"
+                         : rk == plan::ReduceKind::Max ? "lcejit::max_init"
+                                                       : "lcejit::lse_init";
+        w.line("{}({});", fn,
+               slotArgs(rk, k.slotOf(static_cast<int32_t>(r)), "p"));
+      }
+    }
+    {
+      auto f = w.block(
+          "static __device__ __forceinline__ void combine(float (&p)[SLOTS], "
+          "const float (&q)[SLOTS])");
+      for (size_t r = 0; r < k.reductions.size(); ++r) {
+        plan::ReduceKind rk = k.reductions[r];
+        int32_t slot = k.slotOf(static_cast<int32_t>(r));
+        const char *fn = rk == plan::ReduceKind::Sum   ? "lcejit::sum_combine"
+                         : rk == plan::ReduceKind::Max ? "lcejit::max_combine"
+                                                       : "lcejit::lse_combine";
+        w.line("{}({}, {});", fn, slotArgs(rk, slot, "p"),
+               slotArgs(rk, slot, "q"));
+      }
+    }
+    {
+      auto f = w.block(
+          "__device__ __forceinline__ void accumulate(float (&p)[SLOTS], float "
+          "acc, "
+          "long long row, long long col, const Row &r, const Col &c) const");
+      std::vector<std::string> results = epi.emitBody();
+      for (size_t r = 0; r < k.reductions.size(); ++r)
+        w.line(
+            "{}({}, {});", reduceAddFn(k.reductions[r]),
+            slotArgs(k.reductions[r], k.slotOf(static_cast<int32_t>(r)), "p"),
+            convertValue(results[r], epi.resultType(r), DType::F32));
+    }
+  });
+  w.blank();
+  auto kb = openKernel(w, ctx, g.tile.threads());
+  emitEpilogueSetup(w, epi);
+  w.line("lcejit::gemm_reduce_kernel<{}_config>(epi, {}, {}, {}, {}, {}LL, "
+         "{}LL, {});",
+         ctx.name(), ctx.bufferName(g.a), ctx.bufferName(g.b),
+         ctx.bufferName(k.partials), epi.n(), g.cols, g.k,
+         ctx.scalarParamName(Param::Kind::Splits));
+}
+
+void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
+                const plan::GemmDzKernel &k) {
+  const std::string what = fmt::format("gemm_dz kernel '{}'", ctx.name());
+  const FusedGemm &g = k.gemm;
+  GemmShape s = fusedShape(g);
+  checkShape(s, what);
+  LCEJIT_CHECK(g.epilogue.results.size() == 1,
+               "{}: the epilogue has {} results, needs 1 (dZ)", what,
+               g.epilogue.results.size());
+  LCEJIT_CHECK(g.k > 0, "{}: k = {}", what, g.k);
+  LCEJIT_CHECK(k.format != DzFormat::SplitBF16 || k.dzLo.valid(),
+               "{}: split bf16 dZ without a lo buffer", what);
+  const bool split = k.format == DzFormat::SplitBF16;
+
+  EpilogueEmitter epi(w, ctx, g);
+  ParamRoles roles;
+  roles.add(
+      ctx.bufferName(BufferRef{Space::Workspace, plan::kScalarSlotsBuffer}),
+      "scalar slots (double)");
+  roles.add(ctx.bufferName(g.a), "A [N, k] (K-major)");
+  roles.add(ctx.bufferName(g.b), "B [cols, k] (K-major), rows of the chunk");
+  roles.add(ctx.bufferName(k.dz),
+            split ? "dZ hi, bf16 [N][chunk_cols]" : "dZ, f32 [N][chunk_cols]");
+  if (split)
+    roles.add(ctx.bufferName(k.dzLo),
+              "dZ lo = bf16(dz - hi), bf16 [N][chunk_cols]");
+  std::vector<std::string> about = {
+      fmt::format("acc = A * B[chunk]^T, k = {}, cols = {}; {} of A and B, f32 "
+                  "accumulate",
+                  g.k, g.cols, dtypeName(g.abType)),
+      tileText(s), smemText(ctx), "grid (ceil(N / bm), ceil(chunk_cols / bn))",
+      fmt::format("dZ = epilogue(acc) stored as {}",
+                  plan::dzFormatName(k.format))};
+  epi.describe(roles, about);
+  emitKernelHeader(w, ctx, about, roles);
+  emitConfig(w, ctx, s);
+
+  epi.emit([&] {
+    auto f = w.block(
+        "__device__ __forceinline__ float value(float acc, long long row, "
+        "long long col, const Row &r, const Col &c) const");
+    std::vector<std::string> results = epi.emitBody();
+    w.line("return {};",
+           convertValue(results[0], epi.resultType(0), DType::F32));
+  });
+  w.blank();
+  auto kb = openKernel(w, ctx, g.tile.threads());
+  emitEpilogueSetup(w, epi);
+  w.line("lcejit::gemm_dz_kernel<{}_config, lcejit::{}>(epi, {}, {}, {}, {}, "
+         "{}, {}LL, {}, {});",
+         ctx.name(), split ? "DZ_SPLIT_BF16" : "DZ_F32", ctx.bufferName(g.a),
+         ctx.bufferName(g.b), ctx.bufferName(k.dz),
+         split ? ctx.bufferName(k.dzLo) : "nullptr", epi.n(), g.k,
+         ctx.scalarParamName(Param::Kind::ChunkBegin),
+         ctx.scalarParamName(Param::Kind::ChunkCols));
+}
+
+void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
+                  const plan::GemmDLhsKernel &k) {
+  const std::string what = fmt::format("gemm_dlhs kernel '{}'", ctx.name());
+  const bool split = k.format == DzFormat::SplitBF16;
+  GemmShape s;
+  s.math = k.math;
+  s.tile = k.tile;
+  s.aElem = dzElem(k.format);
+  s.numA = split ? 2 : 1;
+  s.aKMajor = true;
+  s.bElem = k.bType;
+  s.bKMajor = false;
+  checkShape(s, what);
+  LCEJIT_CHECK(!split || k.dzLo.valid(),
+               "{}: split bf16 dZ without a lo buffer", what);
+  LCEJIT_CHECK(k.k > 0, "{}: k = {}", what, k.k);
+
+  ParamRoles roles;
+  roles.add(ctx.bufferName(k.dz),
+            fmt::format("A = dZ{} {} [N][chunk_cols] (K-major)",
+                        split ? " hi" : "", dzElemName(k.format)));
+  if (split)
+    roles.add(ctx.bufferName(k.dzLo),
+              "A = dZ lo bf16 [N][chunk_cols] (K-major)");
+  roles.add(ctx.bufferName(k.b),
+            fmt::format("B = rows [chunk_begin, +chunk_cols) of [cols, {}] "
+                        "(N-major)",
+                        k.k));
+  roles.add(ctx.bufferName(k.out), fmt::format("out f32 [N, {}]", k.k));
+  std::vector<std::string> about = {
+      fmt::format(
+          "out[r][j] (+)= sum_c dz[r][c] * B[chunk_begin + c][j], k = {}{}",
+          k.k, split ? "; dz = hi + lo, each multiplied" : ""),
+      tileText(s), smemText(ctx), "grid (ceil(N / bm), ceil(k / bn))",
+      "out is overwritten for chunk_index == 0 and accumulated for later "
+      "chunks"};
+  emitKernelHeader(w, ctx, about, roles);
+  emitConfig(w, ctx, s);
+  auto kb = openKernel(w, ctx, k.tile.threads());
+  w.line("lcejit::gemm_dlhs_kernel<{}_config>({}, {}, {}, {}, {}, {}LL, {}, "
+         "{}, {});",
+         ctx.name(), ctx.bufferName(k.dz),
+         split ? ctx.bufferName(k.dzLo) : "nullptr", ctx.bufferName(k.b),
+         ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
+         ctx.scalarParamName(Param::Kind::ChunkBegin),
+         ctx.scalarParamName(Param::Kind::ChunkCols),
+         ctx.scalarParamName(Param::Kind::ChunkIndex));
+}
+
+void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
+                  const plan::GemmDRhsKernel &k) {
+  const std::string what = fmt::format("gemm_drhs kernel '{}'", ctx.name());
+  const bool split = k.format == DzFormat::SplitBF16;
+  GemmShape s;
+  s.math = k.math;
+  s.tile = k.tile;
+  s.aElem = dzElem(k.format);
+  s.numA = split ? 2 : 1;
+  s.aKMajor = false;
+  s.bElem = k.aType;
+  s.bKMajor = false;
+  checkShape(s, what);
+  LCEJIT_CHECK(!split || k.dzLo.valid(),
+               "{}: split bf16 dZ without a lo buffer", what);
+  LCEJIT_CHECK(k.k > 0, "{}: k = {}", what, k.k);
+  LCEJIT_CHECK(k.outType == DType::F32 || k.outType == DType::BF16 ||
+                   k.outType == DType::F16,
+               "{}: output type {}", what, dtypeName(k.outType));
+
+  ParamRoles roles;
+  roles.add(ctx.bufferName(k.dz),
+            fmt::format("A = dZ{}^T, {} [N][chunk_cols] (M-major)",
+                        split ? " hi" : "", dzElemName(k.format)));
+  if (split)
+    roles.add(ctx.bufferName(k.dzLo),
+              "A = dZ lo^T, bf16 [N][chunk_cols] (M-major)");
+  roles.add(ctx.bufferName(k.a),
+            fmt::format("B = the forward A [N, {}] (N-major)", k.k));
+  roles.add(ctx.bufferName(k.out),
+            fmt::format("out {} [cols, {}], rows of the chunk",
+                        dtypeName(k.outType), k.k));
+  std::vector<std::string> about = {
+      fmt::format(
+          "out[chunk_begin + c][j] = sum_r dz[r][c] * A[r][j], k = {}{}", k.k,
+          split ? "; dz = hi + lo, each multiplied" : ""),
+      tileText(s), smemText(ctx), "grid (ceil(chunk_cols / bm), ceil(k / bn))",
+      fmt::format("written once as {} (round to nearest even)",
+                  dtypeName(k.outType))};
+  emitKernelHeader(w, ctx, about, roles);
+  emitConfig(w, ctx, s);
+  auto kb = openKernel(w, ctx, k.tile.threads());
+  w.line("lcejit::gemm_drhs_kernel<{}_config, {}>({}, {}, {}, {}, {}, {}LL, "
+         "{}, {});",
+         ctx.name(), elemTag(k.outType), ctx.bufferName(k.dz),
+         split ? ctx.bufferName(k.dzLo) : "nullptr", ctx.bufferName(k.a),
+         ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
+         ctx.scalarParamName(Param::Kind::ChunkBegin),
+         ctx.scalarParamName(Param::Kind::ChunkCols));
+}
+
+} // namespace
+
+void emitGemmKernel(CodeWriter &w, const KernelContext &ctx) {
+  std::visit(
+      [&](const auto &body) {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, plan::GemmReduceKernel>)
+          emitGemmReduce(w, ctx, body);
+        else if constexpr (std::is_same_v<T, plan::GemmDzKernel>)
+          emitGemmDz(w, ctx, body);
+        else if constexpr (std::is_same_v<T, plan::GemmDLhsKernel>)
+          emitGemmDLhs(w, ctx, body);
+        else if constexpr (std::is_same_v<T, plan::GemmDRhsKernel>)
+          emitGemmDRhs(w, ctx, body);
+        else
+          LCEJIT_CHECK(false, "kernel '{}' is not a GEMM", ctx.name());
+      },
+      ctx.kernel().body);
+}
+
+} // namespace lcejit::codegen::detail

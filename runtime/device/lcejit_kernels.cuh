@@ -1,0 +1,362 @@
+//===- lcejit_kernels.cuh - The fixed kernel templates
+//---------------------===//
+//
+// One template per plan::KernelKind (semantics: docs/program.md). The emitter
+// (compiler/codegen) generates, per kernel, only what varies: a functor
+// evaluating the kernel's ScalarFunc, a GemmConfig typedef, and a thin extern
+// "C" __global__ wrapper whose parameters are plan::kernelParams() and whose
+// body calls one of these:
+//
+//   row_kernel<Fn>                     RowKernel
+//   gemm_reduce_kernel<Cfg, Epi>       GemmReduceKernel
+//   gemm_dz_kernel<Cfg, FORMAT, Epi>   GemmDzKernel
+//   gemm_dlhs_kernel<Cfg>              GemmDLhsKernel
+//   gemm_drhs_kernel<Cfg, OutElem>     GemmDRhsKernel
+//   cast_kernel<OutElem>               CastKernel
+//
+// What a GEMM epilogue functor Epi provides (generated, see docs/codegen.md):
+//   struct Row, struct Col            operand values loaded once per row / per
+//   column Row load_row(i64 row)             called only for rows < n Col
+//   load_col(i64 col)             called only for columns in range (global
+//   index) gemm_reduce: static constexpr int SLOTS; static init(float
+//   (&)[SLOTS]);
+//     accumulate(float (&)[SLOTS], float acc, i64 row, i64 col, const Row &,
+//     const Col &); static combine(float (&)[SLOTS], const float (&)[SLOTS])
+//   gemm_dz: float value(float acc, i64 row, i64 col, const Row &, const Col &)
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "lcejit_common.cuh"
+#include "lcejit_gemm.cuh"
+#include "lcejit_reduce.cuh"
+
+namespace lcejit {
+
+/// dZ storage (plan::DzFormat).
+enum {
+  DZ_SPLIT_BF16 =
+      0,      ///< hi = bf16_rn(dz), lo = bf16_rn(dz - hi): two bf16 arrays
+  DZ_F32 = 1, ///< one f32 array
+};
+
+//===----------------------------------------------------------------------===//
+// RowKernel: one thread per row; block 256, grid max(1, ceil(n / 256)).
+//
+// Fn::run(row, valid, scalar_thread) evaluates the function once: with valid =
+// row < n it may read row operands and apply the per-row sinks; with
+// scalar_thread (block 0, thread 0, also when n == 0) it applies the
+// StoreScalar sinks.
+//===----------------------------------------------------------------------===//
+
+template <class Fn>
+__device__ __forceinline__ void row_kernel(const Fn &fn, i64 n) {
+  const i64 row = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool valid = row < n;
+  const bool scalar_thread = blockIdx.x == 0 && threadIdx.x == 0;
+  if (valid || scalar_thread)
+    fn.run(row, valid, scalar_thread);
+}
+
+//===----------------------------------------------------------------------===//
+// GemmReduceKernel: grid (ceil(n / BM), splits).
+//
+// acc = A [n, k] * B [cols, k]^T (both K-major). Split s = blockIdx.y owns the
+// contiguous column tiles [s * per, min((s + 1) * per, tiles)), per =
+// ceil(tiles / splits). Every thread keeps a running partial per accumulator
+// row over all its columns of all those tiles; at the end the partials are
+// combined across the lanes of a row (shuffles), then across the WARPS_N warps
+// of a row (shared memory, in warp order), and written to partials[row][s][0 ..
+// SLOTS) for rows < n. An empty range writes empty partials.
+//===----------------------------------------------------------------------===//
+
+template <class Cfg, class Epi>
+__device__ __forceinline__ void
+gemm_reduce_kernel(const Epi &epi, const void *a, const void *b, void *partials,
+                   i64 n, i64 cols, i64 k, int splits) {
+  typedef GemmMainloop<Cfg> Mainloop;
+  constexpr int SLOTS = Epi::SLOTS;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN;
+  static_assert(Cfg::NUM_A == 1 && Cfg::MAJOR_A == K_MAJOR &&
+                    Cfg::MAJOR_B == K_MAJOR,
+                "gemm_reduce: A [n, k] and B [cols, k], both K-major");
+  static_assert(
+      Cfg::WARPS_N * BM * SLOTS * 4 <= Cfg::SMEM_BYTES,
+      "gemm_reduce: the cross-warp exchange must fit in shared memory");
+  require_launch(Cfg::SMEM_BYTES, Cfg::THREADS);
+  if (gridDim.y !=
+      static_cast<u32>(splits)) // partials[row][s] assume gridDim.y == splits
+    __trap();
+  unsigned char *smem = lcejit_dynamic_smem;
+
+  Mainloop ml;
+  const i64 m0 = static_cast<i64>(blockIdx.x) * BM;
+  const int split = static_cast<int>(blockIdx.y);
+  const i64 tiles = (cols + BN - 1) / BN;
+  const i64 per = (tiles + splits - 1) / splits;
+  const i64 t_begin = min_i64(static_cast<i64>(split) * per, tiles);
+  const i64 t_end = min_i64(t_begin + per, tiles);
+  const TileSource src_a[1] = {
+      make_tile_source<typename Cfg::ElemA>(a, k, n, k)};
+  const TileSource src_b = make_tile_source<typename Cfg::ElemB>(b, k, cols, k);
+
+  typename Epi::Row rows[Mainloop::TR];
+  float part[Mainloop::TR][SLOTS];
+#pragma unroll
+  for (int i = 0; i < Mainloop::TR; ++i) {
+    const i64 row = m0 + ml.row_of(i);
+    rows[i] = row < n ? epi.load_row(row) : typename Epi::Row();
+    Epi::init(part[i]);
+  }
+
+  for (i64 t = t_begin; t < t_end; ++t) {
+    const i64 n0 = t * BN;
+    ml.run(smem, src_a, src_b, m0, n0, k);
+    typename Epi::Col colv[Mainloop::TC_COLS];
+#pragma unroll
+    for (int j = 0; j < Mainloop::TC_COLS; ++j) {
+      const i64 col = n0 + ml.col_of(j);
+      colv[j] = col < cols ? epi.load_col(col) : typename Epi::Col();
+    }
+#pragma unroll
+    for (int i = 0; i < Mainloop::TR; ++i) {
+      const i64 row = m0 + ml.row_of(i);
+#pragma unroll
+      for (int j = 0; j < Mainloop::TC_COLS; ++j) {
+        const i64 col = n0 + ml.col_of(j);
+        if (col < cols)
+          epi.accumulate(part[i], ml.acc[i][j], row, col, rows[i], colv[j]);
+      }
+    }
+  }
+
+  // Lanes holding the same rows.
+#pragma unroll
+  for (int i = 0; i < Mainloop::TR; ++i) {
+#pragma unroll
+    for (int mask = 1; mask < Mainloop::ROW_LANES; mask <<= 1) {
+      float other[SLOTS];
+#pragma unroll
+      for (int s = 0; s < SLOTS; ++s)
+        other[s] = shfl_xor(part[i][s], mask);
+      Epi::combine(part[i], other);
+    }
+  }
+
+  // Warps holding the same rows: exchange [WARPS_N][BM][SLOTS] in shared memory
+  // (free: run() ends with a barrier, and this barrier orders a CTA that ran no
+  // tile).
+  __syncthreads();
+  float *red = reinterpret_cast<float *>(smem);
+  if (ml.row_writer()) {
+#pragma unroll
+    for (int i = 0; i < Mainloop::TR; ++i)
+#pragma unroll
+      for (int s = 0; s < SLOTS; ++s)
+        red[(ml.warp_n * BM + ml.row_of(i)) * SLOTS + s] = part[i][s];
+  }
+  __syncthreads();
+  for (int r = static_cast<int>(threadIdx.x); r < BM; r += Cfg::THREADS) {
+    const i64 row = m0 + r;
+    if (row >= n)
+      break;
+    float p[SLOTS];
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s)
+      p[s] = red[r * SLOTS + s];
+#pragma unroll
+    for (int w = 1; w < Cfg::WARPS_N; ++w) {
+      float q[SLOTS];
+#pragma unroll
+      for (int s = 0; s < SLOTS; ++s)
+        q[s] = red[(w * BM + r) * SLOTS + s];
+      Epi::combine(p, q);
+    }
+    float *out =
+        static_cast<float *>(partials) + (row * splits + split) * SLOTS;
+#pragma unroll
+    for (int s = 0; s < SLOTS; ++s)
+      out[s] = p[s];
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// GemmDzKernel: grid (ceil(n / BM), ceil(chunk_cols / BN)).
+//
+// acc = A [n, k] * B[chunk_begin .. chunk_begin + chunk_cols)^T; dz =
+// Epi::value(acc) stored at [row][col - chunk_begin] of the chunk's
+// [n][chunk_cols] array(s).
+//===----------------------------------------------------------------------===//
+
+template <class Cfg, int FORMAT, class Epi>
+__device__ __forceinline__ void
+gemm_dz_kernel(const Epi &epi, const void *a, const void *b, void *dz,
+               void *dz_lo, i64 n, i64 k, i64 chunk_begin, i64 chunk_cols) {
+  typedef GemmMainloop<Cfg> Mainloop;
+  static_assert(Cfg::NUM_A == 1 && Cfg::MAJOR_A == K_MAJOR &&
+                    Cfg::MAJOR_B == K_MAJOR,
+                "gemm_dz: A [n, k] and B [cols, k], both K-major");
+  static_assert(FORMAT == DZ_SPLIT_BF16 || FORMAT == DZ_F32, "dz format");
+  require_launch(Cfg::SMEM_BYTES, Cfg::THREADS);
+  unsigned char *smem = lcejit_dynamic_smem;
+
+  Mainloop ml;
+  const i64 m0 = static_cast<i64>(blockIdx.x) * Cfg::BM;
+  const i64 n0 =
+      static_cast<i64>(blockIdx.y) * Cfg::BN; // column within the chunk
+  const TileSource src_a[1] = {
+      make_tile_source<typename Cfg::ElemA>(a, k, n, k)};
+  const TileSource src_b = make_tile_source<typename Cfg::ElemB>(
+      offset_elems<typename Cfg::ElemB>(b, chunk_begin * k), k, chunk_cols, k);
+  ml.run(smem, src_a, src_b, m0, n0, k);
+
+  typename Epi::Row rows[Mainloop::TR];
+#pragma unroll
+  for (int i = 0; i < Mainloop::TR; ++i) {
+    const i64 row = m0 + ml.row_of(i);
+    rows[i] = row < n ? epi.load_row(row) : typename Epi::Row();
+  }
+  typename Epi::Col colv[Mainloop::TC_COLS];
+#pragma unroll
+  for (int j = 0; j < Mainloop::TC_COLS; ++j) {
+    const i64 c = n0 + ml.col_of(j);
+    colv[j] =
+        c < chunk_cols ? epi.load_col(chunk_begin + c) : typename Epi::Col();
+  }
+#pragma unroll
+  for (int i = 0; i < Mainloop::TR; ++i) {
+    const i64 row = m0 + ml.row_of(i);
+    if (row >= n)
+      continue;
+#pragma unroll
+    for (int j = 0; j < Mainloop::TC_COLS; ++j) {
+      const i64 c = n0 + ml.col_of(j);
+      if (c >= chunk_cols)
+        continue;
+      const float v =
+          epi.value(ml.acc[i][j], row, chunk_begin + c, rows[i], colv[j]);
+      const i64 idx = row * chunk_cols + c;
+      if (FORMAT == DZ_SPLIT_BF16) {
+        const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+        const __nv_bfloat16 lo = __float2bfloat16_rn(v - __bfloat162float(hi));
+        static_cast<__nv_bfloat16 *>(dz)[idx] = hi;
+        static_cast<__nv_bfloat16 *>(dz_lo)[idx] = lo;
+      } else {
+        static_cast<float *>(dz)[idx] = v;
+      }
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// GemmDLhsKernel: grid (ceil(n / BM), ceil(k / BN)).
+//
+// out[r][j] (+)= sum_{c < chunk_cols} dz[r][c] * B[chunk_begin + c][j]: A = dZ
+// [n][chunk_cols] (K-major, one or two operands), B = rows of [cols][k]
+// (N-major). out is f32 [n][k], overwritten when chunk_index == 0, accumulated
+// otherwise.
+//===----------------------------------------------------------------------===//
+
+template <class Cfg>
+__device__ __forceinline__ void
+gemm_dlhs_kernel(const void *dz, const void *dz_lo, const void *b, void *out,
+                 i64 n, i64 k, i64 chunk_begin, i64 chunk_cols,
+                 i64 chunk_index) {
+  typedef GemmMainloop<Cfg> Mainloop;
+  typedef typename Cfg::ElemA ElemA;
+  static_assert(
+      Cfg::MAJOR_A == K_MAJOR && Cfg::MAJOR_B == MN_MAJOR,
+      "gemm_dlhs: A = dZ [n, chunk] K-major, B = W rows [chunk, k] N-major");
+  require_launch(Cfg::SMEM_BYTES, Cfg::THREADS);
+  unsigned char *smem = lcejit_dynamic_smem;
+
+  Mainloop ml;
+  const i64 m0 = static_cast<i64>(blockIdx.x) * Cfg::BM;
+  const i64 n0 = static_cast<i64>(blockIdx.y) * Cfg::BN;
+  TileSource src_a[Cfg::NUM_A];
+  src_a[0] = make_tile_source<ElemA>(dz, chunk_cols, n, chunk_cols);
+  if constexpr (Cfg::NUM_A == 2)
+    src_a[1] = make_tile_source<ElemA>(dz_lo, chunk_cols, n, chunk_cols);
+  const TileSource src_b = make_tile_source<typename Cfg::ElemB>(
+      offset_elems<typename Cfg::ElemB>(b, chunk_begin * k), k, chunk_cols, k);
+  ml.run(smem, src_a, src_b, m0, n0, chunk_cols);
+
+  float *o = static_cast<float *>(out);
+  const bool accumulate = chunk_index > 0;
+#pragma unroll
+  for (int i = 0; i < Mainloop::TR; ++i) {
+    const i64 row = m0 + ml.row_of(i);
+    if (row >= n)
+      continue;
+#pragma unroll
+    for (int j = 0; j < Mainloop::TC_COLS; ++j) {
+      const i64 col = n0 + ml.col_of(j);
+      if (col >= k)
+        continue;
+      const i64 idx = row * k + col;
+      o[idx] = (accumulate ? o[idx] : 0.f) + ml.acc[i][j];
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// GemmDRhsKernel: grid (ceil(chunk_cols / BM), ceil(k / BN)).
+//
+// out[chunk_begin + c][j] = sum_{r < n} dz[r][c] * A[r][j]: A operand = dZ^T
+// (element (c, r) at dz[r * chunk_cols + c]: M-major, one or two operands), B
+// operand = the forward A [n][k] (N-major), K = n. Written once as OutElem; n
+// == 0 writes zeros.
+//===----------------------------------------------------------------------===//
+
+template <class Cfg, class OutElem>
+__device__ __forceinline__ void
+gemm_drhs_kernel(const void *dz, const void *dz_lo, const void *a, void *out,
+                 i64 n, i64 k, i64 chunk_begin, i64 chunk_cols) {
+  typedef GemmMainloop<Cfg> Mainloop;
+  typedef typename Cfg::ElemA ElemA;
+  static_assert(
+      Cfg::MAJOR_A == MN_MAJOR && Cfg::MAJOR_B == MN_MAJOR,
+      "gemm_drhs: A = dZ^T (M-major), B = the forward A [n, k] (N-major)");
+  require_launch(Cfg::SMEM_BYTES, Cfg::THREADS);
+  unsigned char *smem = lcejit_dynamic_smem;
+
+  Mainloop ml;
+  const i64 m0 = static_cast<i64>(blockIdx.x) * Cfg::BM; // column of the chunk
+  const i64 n0 = static_cast<i64>(blockIdx.y) * Cfg::BN; // column of k
+  TileSource src_a[Cfg::NUM_A];
+  src_a[0] = make_tile_source<ElemA>(dz, chunk_cols, n, chunk_cols);
+  if constexpr (Cfg::NUM_A == 2)
+    src_a[1] = make_tile_source<ElemA>(dz_lo, chunk_cols, n, chunk_cols);
+  const TileSource src_b = make_tile_source<typename Cfg::ElemB>(a, k, n, k);
+  ml.run(smem, src_a, src_b, m0, n0, n);
+
+#pragma unroll
+  for (int i = 0; i < Mainloop::TR; ++i) {
+    const i64 c = m0 + ml.row_of(i);
+    if (c >= chunk_cols)
+      continue;
+#pragma unroll
+    for (int j = 0; j < Mainloop::TC_COLS; ++j) {
+      const i64 col = n0 + ml.col_of(j);
+      if (col >= k)
+        continue;
+      store_f32<OutElem>(out, (chunk_begin + c) * k + col, ml.acc[i][j]);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// CastKernel: block 256, grid-stride over count = n * k elements of f32.
+//===----------------------------------------------------------------------===//
+
+template <class OutElem>
+__device__ __forceinline__ void cast_kernel(const void *in, void *out,
+                                            i64 count) {
+  const float *src = static_cast<const float *>(in);
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  for (i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < count; i += stride)
+    store_f32<OutElem>(out, i, src[i]);
+}
+
+} // namespace lcejit

@@ -1,0 +1,146 @@
+//===- lcejit_reduce.cuh - Row reductions: sum, max, online logsumexp
+//------===//
+//
+// The three ReduceKinds of a GemmReduce epilogue (docs/program.md), each as a
+// partial with init / add (one element) / combine (two partials) / value, plus
+// the warp shuffle and the split combination the row kernels use to read a
+// Partials operand.
+//
+// [Note: lse] (docs/program.md) A LogSumExp partial is (m, t): m the maximum of
+// the elements seen, t = sum(exp(x - m)) - 1, i.e. the term of one maximal
+// element (exactly 1) is left out, so t keeps full relative precision when the
+// distribution is peaked.
+//   combine((m1, t1), (m2, t2)) with m1 >= m2:  m = m1, t = t1 + (1 + t2) *
+//   exp(m2 - m1) add(x) = combine with (x, 0);  empty = (-inf, -1);  value = m
+//   + log1p(t).
+// Edge cases, as compiler/reference/ProgramInterpreter (the fp64 oracle)
+// defines them:
+//   - NaN in m or t on either side gives (NaN, NaN): a NaN element makes the
+//   value NaN;
+//   - a side with m = -inf (empty, or only -inf elements: exp(-inf) = 0 terms)
+//   returns
+//     the other side unchanged, so adding -inf elements keeps a partial empty
+//     and all -inf gives the value -inf;
+//   - otherwise the formula above in IEEE arithmetic: a second +inf element
+//   gives
+//     exp(inf - inf) = NaN, hence the value NaN (a single +inf gives +inf).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "lcejit_common.cuh"
+
+namespace lcejit {
+
+//===----------------------------------------------------------------------===//
+// Sum (one f32 slot, empty = 0).
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ void sum_init(float &s) { s = 0.f; }
+__device__ __forceinline__ void sum_add(float &s, float x) { s += x; }
+__device__ __forceinline__ void sum_combine(float &s, float other) {
+  s += other;
+}
+
+//===----------------------------------------------------------------------===//
+// Max (one f32 slot, NaN-propagating, empty = -inf).
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ void max_init(float &s) { s = -f32_inf(); }
+__device__ __forceinline__ void max_add(float &s, float x) {
+  s = max_nan(s, x);
+}
+__device__ __forceinline__ void max_combine(float &s, float other) {
+  s = max_nan(s, other);
+}
+
+//===----------------------------------------------------------------------===//
+// LogSumExp (two f32 slots (m, t), see [Note: lse]).
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ void lse_init(float &m, float &t) {
+  m = -f32_inf();
+  t = -1.f;
+}
+
+__device__ __forceinline__ void lse_combine(float &m, float &t, float m2,
+                                            float t2) {
+  if (m != m || t != t || m2 != m2 ||
+      t2 != t2) { // NaN anywhere: the result is NaN
+    m = f32_nan();
+    t = f32_nan();
+    return;
+  }
+  if (m2 == -f32_inf()) // the other side is empty (or only -inf elements)
+    return;
+  if (m == -f32_inf()) {
+    m = m2;
+    t = t2;
+    return;
+  }
+  if (m >= m2) {
+    t = t + (1.f + t2) * expf(m2 - m);
+  } else {
+    t = t2 + (1.f + t) * expf(m - m2);
+    m = m2;
+  }
+}
+
+__device__ __forceinline__ void lse_add(float &m, float &t, float x) {
+  lse_combine(m, t, x, 0.f);
+}
+
+__device__ __forceinline__ float lse_value(float m, float t) {
+  return m + log1pf(t);
+}
+
+//===----------------------------------------------------------------------===//
+// Warp shuffles (all 32 lanes must take part).
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+}
+
+//===----------------------------------------------------------------------===//
+// Partials operands of row kernels: combine partials[row][0..splits)[slot..] in
+// split order (deterministic). `slots` is the slotsPerRow() of the GemmReduce
+// that wrote them.
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ const float *
+partials_row(const void *buf, i64 row, int splits, int slots, int slot) {
+  return static_cast<const float *>(buf) + (row * splits) * slots + slot;
+}
+
+__device__ __forceinline__ float partials_sum(const void *buf, i64 row,
+                                              int splits, int slots, int slot) {
+  const float *p = partials_row(buf, row, splits, slots, slot);
+  float s;
+  sum_init(s);
+  for (int i = 0; i < splits; ++i)
+    sum_combine(s, p[(i64)i * slots]);
+  return s;
+}
+
+__device__ __forceinline__ float partials_max(const void *buf, i64 row,
+                                              int splits, int slots, int slot) {
+  const float *p = partials_row(buf, row, splits, slots, slot);
+  float s;
+  max_init(s);
+  for (int i = 0; i < splits; ++i)
+    max_combine(s, p[(i64)i * slots]);
+  return s;
+}
+
+__device__ __forceinline__ float
+partials_logsumexp(const void *buf, i64 row, int splits, int slots, int slot) {
+  const float *p = partials_row(buf, row, splits, slots, slot);
+  float m, t;
+  lse_init(m, t);
+  for (int i = 0; i < splits; ++i)
+    lse_combine(m, t, p[(i64)i * slots], p[(i64)i * slots + 1]);
+  return lse_value(m, t);
+}
+
+} // namespace lcejit

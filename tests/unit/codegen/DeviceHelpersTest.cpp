@@ -1,0 +1,163 @@
+//===- DeviceHelpersTest.cpp - runtime/device helpers, run on the host
+//-----===//
+//
+// The scalar helpers of the device headers compiled as host code through the
+// emulation shim ([Note: host emulation]): the logsumexp partial and its edge
+// cases ([Note: lse]), NaN-propagating max/min, split combination, element
+// conversions.
+//
+//===----------------------------------------------------------------------===//
+
+#include "lcejit_emu.h" // before the device headers: CUDA qualifiers as plain C++
+
+#include "runtime/device/lcejit_reduce.cuh"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+const float kInf = std::numeric_limits<float>::infinity();
+
+float lseOf(const std::vector<float> &xs) {
+  float m, t;
+  lcejit::lse_init(m, t);
+  for (float x : xs)
+    lcejit::lse_add(m, t, x);
+  return lcejit::lse_value(m, t);
+}
+
+double lseRef(const std::vector<float> &xs) {
+  double m = -INFINITY;
+  for (float x : xs)
+    m = std::max<double>(m, x);
+  double s = 0;
+  for (float x : xs)
+    s += std::exp(double(x) - m);
+  return m + std::log(s);
+}
+
+} // namespace
+
+TEST(DeviceHelpers, LogSumExpMatchesReference) {
+  std::vector<float> xs = {1.f, -3.f, 7.5f, 7.5f, 0.25f, -100.f, 30.f, 29.f};
+  EXPECT_NEAR(lseOf(xs), lseRef(xs), 1e-5);
+  // Order and grouping do not matter (up to rounding): combine two halves.
+  float m1, t1, m2, t2;
+  lcejit::lse_init(m1, t1);
+  lcejit::lse_init(m2, t2);
+  for (size_t i = 0; i < xs.size(); ++i)
+    lcejit::lse_add(i % 2 ? m1 : m2, i % 2 ? t1 : t2, xs[i]);
+  lcejit::lse_combine(m1, t1, m2, t2);
+  EXPECT_NEAR(lcejit::lse_value(m1, t1), lseRef(xs), 1e-5);
+}
+
+TEST(DeviceHelpers, LogSumExpKeepsPrecisionWhenPeaked) {
+  // One dominant element: lse = 50 + log1p(exp(-40)); t carries exp(-40)
+  // exactly enough.
+  float m, t;
+  lcejit::lse_init(m, t);
+  lcejit::lse_add(m, t, 10.f);
+  lcejit::lse_add(m, t, 50.f);
+  EXPECT_EQ(m, 50.f);
+  EXPECT_NEAR(t, std::exp(-40.0), 1e-24);
+}
+
+TEST(DeviceHelpers, LogSumExpEdgeCases) {
+  float m, t, em, et;
+  lcejit::lse_init(em, et);
+  EXPECT_EQ(em, -kInf);
+  EXPECT_EQ(et, -1.f);
+  // empty (+) empty = empty, value -inf.
+  m = em, t = et;
+  lcejit::lse_combine(m, t, em, et);
+  EXPECT_EQ(m, -kInf);
+  EXPECT_EQ(t, -1.f);
+  EXPECT_EQ(lcejit::lse_value(m, t), -kInf);
+  // empty (+) x = x, both orders.
+  m = em, t = et;
+  lcejit::lse_combine(m, t, 3.f, 0.5f);
+  EXPECT_EQ(m, 3.f);
+  EXPECT_EQ(t, 0.5f);
+  m = 3.f, t = 0.5f;
+  lcejit::lse_combine(m, t, em, et);
+  EXPECT_EQ(m, 3.f);
+  EXPECT_EQ(t, 0.5f);
+  // Adding -inf elements keeps a partial empty; all -inf: value -inf, not NaN.
+  m = em, t = et;
+  lcejit::lse_add(m, t, -kInf);
+  EXPECT_EQ(m, -kInf);
+  EXPECT_EQ(t, -1.f);
+  EXPECT_EQ(lseOf({-kInf, -kInf}), -kInf);
+  EXPECT_EQ(lseOf({-kInf, 2.f}), 2.f);
+  // One +inf wins: value +inf. A second +inf: exp(inf - inf) = NaN, as the fp64
+  // oracle (compiler/reference/ProgramInterpreter) says, following IEEE through
+  // the formula.
+  EXPECT_EQ(lseOf({1.f, kInf, 2.f}), kInf);
+  EXPECT_TRUE(std::isnan(lseOf({kInf, kInf})));
+  EXPECT_TRUE(std::isnan(lseOf({kInf, 1.f, kInf})));
+  // NaN anywhere: NaN.
+  EXPECT_TRUE(std::isnan(lseOf({1.f, NAN, 2.f})));
+  EXPECT_TRUE(std::isnan(lseOf({NAN})));
+  EXPECT_TRUE(std::isnan(lseOf({kInf, NAN})));
+  EXPECT_TRUE(std::isnan(lseOf({NAN, -kInf})));
+}
+
+TEST(DeviceHelpers, NanPropagatingMaxMin) {
+  EXPECT_TRUE(std::isnan(lcejit::max_nan(NAN, 1.f)));
+  EXPECT_TRUE(std::isnan(lcejit::max_nan(1.f, NAN)));
+  EXPECT_TRUE(std::isnan(lcejit::min_nan(NAN, 1.f)));
+  EXPECT_TRUE(std::isnan(lcejit::min_nan(1.f, NAN)));
+  EXPECT_EQ(lcejit::max_nan(1.f, 2.f), 2.f);
+  EXPECT_EQ(lcejit::min_nan(1.f, 2.f), 1.f);
+  float s;
+  lcejit::max_init(s);
+  EXPECT_EQ(s, -kInf);
+  lcejit::max_add(s, 3.f);
+  lcejit::max_add(s, NAN);
+  lcejit::max_add(s, 5.f);
+  EXPECT_TRUE(std::isnan(s));
+}
+
+TEST(DeviceHelpers, PartialsCombineSplitsInOrder) {
+  // partials[row][split][slot], 3 slots: (m, t) logsumexp then a sum; 3 splits,
+  // 2 rows.
+  const int splits = 3, slots = 3;
+  std::vector<float> xs[2][3] = {{{1.f, 2.f}, {}, {5.f}},
+                                 {{-1.f}, {0.f, 4.f}, {3.f}}};
+  std::vector<float> buf(2 * splits * slots);
+  for (int r = 0; r < 2; ++r)
+    for (int s = 0; s < splits; ++s) {
+      float *p = &buf[(r * splits + s) * slots];
+      lcejit::lse_init(p[0], p[1]);
+      lcejit::sum_init(p[2]);
+      for (float x : xs[r][s]) {
+        lcejit::lse_add(p[0], p[1], x);
+        lcejit::sum_add(p[2], x);
+      }
+    }
+  EXPECT_NEAR(lcejit::partials_logsumexp(buf.data(), 0, splits, slots, 0),
+              lseRef({1.f, 2.f, 5.f}), 1e-6);
+  EXPECT_NEAR(lcejit::partials_logsumexp(buf.data(), 1, splits, slots, 0),
+              lseRef({-1.f, 0.f, 4.f, 3.f}), 1e-6);
+  EXPECT_EQ(lcejit::partials_sum(buf.data(), 0, splits, slots, 2), 8.f);
+  EXPECT_EQ(lcejit::partials_sum(buf.data(), 1, splits, slots, 2), 6.f);
+  EXPECT_EQ(lcejit::partials_max(buf.data(), 1, splits, slots, 2),
+            4.f); // max of -1, 4, 3
+}
+
+TEST(DeviceHelpers, ElementConversionsRoundToNearestEven) {
+  // 1 + 2^-8 is halfway between bf16 1 and 1 + 2^-7: ties to even -> 1.
+  EXPECT_EQ(lcejit::elem_bf16::from_f32(1.00390625f), 0x3f80);
+  EXPECT_EQ(lcejit::elem_bf16::from_f32(1.01171875f),
+            0x3f82); // 1 + 3 * 2^-8 -> up, even
+  EXPECT_EQ(lcejit::elem_bf16::to_f32(0x3f81), 1.0078125f);
+  EXPECT_EQ(lcejit::elem_f16::to_f32(lcejit::elem_f16::from_f32(0.1f)),
+            0.0999755859375f);
+  EXPECT_EQ(lcejit::elem_f32::to_f32(lcejit::elem_f32::from_f32(-2.5f)), -2.5f);
+  EXPECT_EQ(lcejit::wrap_add(std::numeric_limits<long long>::max(), 1LL),
+            std::numeric_limits<long long>::min());
+}

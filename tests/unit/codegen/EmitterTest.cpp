@@ -1,0 +1,228 @@
+//===- EmitterTest.cpp - Program -> CUDA module (text level, no NVRTC)
+//-----===//
+
+#include "TestPrograms.h"
+
+#include "compiler/codegen/DeviceHeaders.h"
+#include "compiler/codegen/Embedded.h"
+#include "compiler/codegen/Emitter.h"
+#include "lcejit/Error.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <regex>
+
+using namespace lcejit;
+using namespace lcejit::plan;
+using lcejit::codegen::emitCuda;
+using lcejit::codegen::emitKernelSource;
+using lcejit::testing::makeTestProgram;
+using lcejit::testing::testProgramNames;
+
+namespace {
+
+/// The parameter names of `extern "C" ... name(...)` in `source`, in order.
+std::vector<std::string> signatureParams(const std::string &source,
+                                         const std::string &name,
+                                         int *launchBounds) {
+  std::regex re("extern \"C\" __global__ void __launch_bounds__\\((\\d+)\\) " +
+                name + "\\(([^)]*)\\)");
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(source, m, re)) << "no entry point " << name;
+  if (m.empty())
+    return {};
+  *launchBounds = std::stoi(m[1].str());
+  std::vector<std::string> names;
+  std::string list = m[2].str();
+  std::regex param(R"((?:const void \*|void \*|long long |int )(\w+))");
+  for (auto it = std::sregex_iterator(list.begin(), list.end(), param);
+       it != std::sregex_iterator(); ++it)
+    names.push_back((*it)[1].str());
+  return names;
+}
+
+std::string expectThrowMessage(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const Error &e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an lcejit::Error";
+  return "";
+}
+
+} // namespace
+
+TEST(Emitter, EveryEmbeddedHeaderIsInThePreludeInIncludeOrder) {
+  std::vector<std::string> order = codegen::deviceHeaderOrder();
+  ASSERT_EQ(order.size(), embedded::files().size());
+  auto pos = [&](const std::string &n) {
+    return std::find(order.begin(), order.end(), n) - order.begin();
+  };
+  EXPECT_LT(pos("lcejit_common.cuh"), pos("lcejit_reduce.cuh"));
+  EXPECT_LT(pos("lcejit_mma.cuh"), pos("lcejit_gemm.cuh"));
+  EXPECT_LT(pos("lcejit_gemm.cuh"), pos("lcejit_kernels.cuh"));
+  EXPECT_LT(pos("lcejit_reduce.cuh"), pos("lcejit_kernels.cuh"));
+  const std::string &prelude = codegen::deviceHeaderPrelude();
+  for (const std::string &n : order)
+    EXPECT_NE(prelude.find("// ==== begin " + n), std::string::npos) << n;
+  // Local includes and #pragma once are commented out; system includes stay.
+  EXPECT_FALSE(
+      std::regex_search(prelude, std::regex(R"(\n\s*#\s*include\s*"lcejit_)")));
+  EXPECT_FALSE(
+      std::regex_search(prelude, std::regex(R"(\n\s*#\s*pragma\s+once)")));
+  EXPECT_NE(prelude.find("#include <cuda_bf16.h>"), std::string::npos);
+}
+
+class EmitterPrograms : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EmitterPrograms, SignaturesFollowKernelParams) {
+  Program p = makeTestProgram(GetParam());
+  codegen::EmittedModule m = emitCuda(p);
+  ASSERT_EQ(m.kernelNames.size(), p.kernels.size());
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const Kernel &k = p.kernels[i];
+    EXPECT_EQ(m.kernelNames[i], k.name);
+    std::vector<std::string> want;
+    for (const Param &prm : kernelParams(k))
+      want.push_back(prm.name);
+    int bounds = 0;
+    EXPECT_EQ(signatureParams(m.source, k.name, &bounds), want) << k.name;
+    EXPECT_EQ(bounds, p.launchDims(static_cast<int32_t>(i), 1000, 512).block)
+        << k.name;
+  }
+}
+
+TEST_P(EmitterPrograms, DeterministicAndKernelSourcesAreSections) {
+  Program p = makeTestProgram(GetParam());
+  codegen::EmittedModule a = emitCuda(p);
+  Program copy = makeTestProgram(GetParam());
+  codegen::EmittedModule b = emitCuda(copy);
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.source.rfind(codegen::deviceHeaderPrelude(), 0) ==
+                std::string::npos,
+            true)
+      << "the module starts with its banner, then the prelude";
+  EXPECT_NE(a.source.find(codegen::deviceHeaderPrelude()), std::string::npos);
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    std::string k = emitKernelSource(p, static_cast<int32_t>(i));
+    EXPECT_EQ(k, emitKernelSource(copy, static_cast<int32_t>(i)));
+    EXPECT_NE(a.source.find(k), std::string::npos) << p.kernels[i].name;
+    EXPECT_NE(k.find(fmt::format("// Kernel {}: {} ({})", i, p.kernels[i].name,
+                                 kernelKindName(p.kernels[i].kind()))),
+              std::string::npos)
+        << k.substr(0, 400);
+  }
+}
+
+TEST_P(EmitterPrograms, GemmSharedMemoryMatchesTheLaunch) {
+  Program p = makeTestProgram(GetParam());
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    KernelKind kind = p.kernels[i].kind();
+    if (kind == KernelKind::Row || kind == KernelKind::Cast)
+      continue;
+    std::string k = emitKernelSource(p, static_cast<int32_t>(i));
+    int32_t bytes =
+        p.launchDims(static_cast<int32_t>(i), 1, p.chunkCols).sharedBytes;
+    EXPECT_NE(k.find(fmt::format("{}_config::SMEM_BYTES == {},",
+                                 p.kernels[i].name, bytes)),
+              std::string::npos)
+        << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Programs, EmitterPrograms,
+                         ::testing::ValuesIn(testProgramNames()),
+                         [](const auto &info) { return info.param; });
+
+TEST(Emitter, LceKernelShapes) {
+  Program p = makeTestProgram("bf16");
+  codegen::EmittedModule m = emitCuda(p);
+  EXPECT_NE(
+      m.source.find(
+          "lcejit::gemm_reduce_kernel<lce_fwd0_config>(epi, in0, in1, ws2, n, "
+          "32003LL, 4096LL, splits);"),
+      std::string::npos);
+  EXPECT_NE(
+      m.source.find(
+          "lcejit::gemm_dz_kernel<lce_dz0_config, lcejit::DZ_SPLIT_BF16>(epi, "
+          "in0, in1, ws5, ws6, n, 4096LL, chunk_begin, chunk_cols);"),
+      std::string::npos);
+  EXPECT_NE(
+      m.source.find(
+          "lcejit::gemm_dlhs_kernel<lce_dlhs0_config>(ws5, ws6, in1, ws7, n, "
+          "4096LL, chunk_begin, chunk_cols, chunk_index);"),
+      std::string::npos);
+  EXPECT_NE(
+      m.source.find(
+          "lcejit::gemm_drhs_kernel<lce_drhs0_config, lcejit::elem_bf16>(ws5, "
+          "ws6, in0, out2, n, 4096LL, chunk_begin, chunk_cols);"),
+      std::string::npos);
+  EXPECT_NE(
+      m.source.find(
+          "lcejit::cast_kernel<lcejit::elem_bf16>(ws7, out1, n * 4096LL);"),
+      std::string::npos);
+  EXPECT_NE(m.source.find("lcejit::lse_add(p[0], p[1], "), std::string::npos);
+  EXPECT_NE(m.source.find("lcejit::raise_row_check(ws1, row, "),
+            std::string::npos);
+  EXPECT_NE(m.source.find("atomicAdd(static_cast<double *>(ws0) + 0, "),
+            std::string::npos);
+  EXPECT_NE(m.source.find("lcejit::partials_logsumexp(ws2, row, splits, 3, 0)"),
+            std::string::npos);
+}
+
+TEST(Emitter, RejectsWhatTheTemplatesCannotRun) {
+  {
+    Program p = makeTestProgram("bf16");
+    std::get<GemmReduceKernel>(p.kernels[1].body).gemm.abType =
+        DType::F32; // TC with f32
+    EXPECT_NE(expectThrowMessage([&] { emitCuda(p); }).find("lce_fwd0"),
+              std::string::npos);
+  }
+  {
+    Program p = makeTestProgram("bf16");
+    std::get<GemmDLhsKernel>(p.kernels[5].body).tile.warpsN = 3;
+    EXPECT_NE(expectThrowMessage([&] { emitCuda(p); }).find("lce_dlhs0"),
+              std::string::npos);
+  }
+  {
+    Program p = makeTestProgram("bf16");
+    std::get<GemmDRhsKernel>(p.kernels[6].body).tile.bk =
+        24; // not a multiple of 16
+    EXPECT_NE(expectThrowMessage([&] { emitCuda(p); }).find("lce_drhs0"),
+              std::string::npos);
+  }
+  {
+    Program p = makeTestProgram("bf16");
+    auto &dz = std::get<GemmDzKernel>(p.kernels[4].body);
+    Operand part;
+    part.kind = Operand::Kind::Partials;
+    part.buf = BufferRef{Space::Workspace, 2};
+    part.reduce = 0;
+    part.slot = 0;
+    part.partialsOf = 1;
+    dz.gemm.args[3] = part;
+    EXPECT_NE(expectThrowMessage([&] { emitCuda(p); }).find("Partials"),
+              std::string::npos);
+  }
+  {
+    Program p = makeTestProgram("bf16");
+    p.kernels[2].name = p.kernels[1].name;
+    EXPECT_NE(expectThrowMessage([&] { emitCuda(p); }).find("two kernels"),
+              std::string::npos);
+  }
+  {
+    Program p = makeTestProgram("bf16");
+    p.kernels[0].name = "row-0";
+    EXPECT_NE(expectThrowMessage([&] { emitCuda(p); }).find("identifier"),
+              std::string::npos);
+  }
+  {
+    Program p = makeTestProgram("bf16");
+    auto &row = std::get<RowKernel>(p.kernels[0].body);
+    row.sinks[0].result = 9; // no such result
+    EXPECT_THROW(emitCuda(p), Error);
+  }
+}

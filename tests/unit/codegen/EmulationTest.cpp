@@ -1,0 +1,385 @@
+//===- EmulationTest.cpp - Generated kernels vs an fp64 reference, on host
+//-===//
+//
+// Runs LCE-shaped Programs (TestPrograms.h) through the emitted CUDA, compiled
+// for the host with the emulation of emu/lcejit_emu.h ([Note: host emulation]):
+// mma.sync from the PTX fragment tables, cp.async with late or early
+// completion, CTAs as threads. Shapes have tails everywhere: N not a multiple
+// of bm, k not a multiple of bk, V not a multiple of bn, a last chunk whose
+// width is not a multiple of 8 (scalar loads of dZ). The reference is the loss,
+// dH and dW of the mean cross entropy in fp64 on the exact (rounded) inputs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HostEmulation.h"
+#include "TestPrograms.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+using namespace lcejit;
+using namespace lcejit::plan;
+using lcejit::testing::HostModule;
+using lcejit::testing::LceOptions;
+
+namespace {
+
+/// A host buffer of `bytes`, 256-byte aligned, freed at scope exit.
+struct HostBuffer {
+  explicit HostBuffer(size_t bytes) {
+    size_t b = std::max<size_t>((bytes + 255) / 256 * 256, 256);
+    p = std::aligned_alloc(256, b);
+    std::memset(p, 0xA5, b); // garbage: nothing may rely on zeroed memory
+  }
+  ~HostBuffer() { std::free(p); }
+  HostBuffer(const HostBuffer &) = delete;
+  HostBuffer &operator=(const HostBuffer &) = delete;
+  CUdeviceptr ptr() const { return reinterpret_cast<CUdeviceptr>(p); }
+  template <class T> T *as() const { return static_cast<T *>(p); }
+  void *p;
+};
+
+/// Rounds to `t` and returns the exact value of the stored element.
+double storeAs(DType t, void *base, size_t i, double v) {
+  switch (t) {
+  case DType::BF16: {
+    __nv_bfloat16 b = __float2bfloat16_rn(static_cast<float>(v));
+    static_cast<__nv_bfloat16 *>(base)[i] = b;
+    return __bfloat162float(b);
+  }
+  case DType::F16: {
+    __half h = __float2half_rn(static_cast<float>(v));
+    static_cast<__half *>(base)[i] = h;
+    return __half2float(h);
+  }
+  case DType::F32:
+    static_cast<float *>(base)[i] = static_cast<float>(v);
+    return static_cast<float>(v);
+  default:
+    break;
+  }
+  ADD_FAILURE() << "storeAs " << dtypeName(t);
+  return 0;
+}
+
+double loadAs(DType t, const void *base, size_t i) {
+  switch (t) {
+  case DType::BF16:
+    return __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[i]);
+  case DType::F16:
+    return __half2float(static_cast<const __half *>(base)[i]);
+  case DType::F32:
+    return static_cast<const float *>(base)[i];
+  default:
+    break;
+  }
+  ADD_FAILURE() << "loadAs " << dtypeName(t);
+  return 0;
+}
+
+/// Relative tolerance of the final rounding to `t`: one ulp (half an ulp is
+/// reached, and accumulation error can push an element across a rounding
+/// boundary).
+double roundingOf(DType t) {
+  switch (t) {
+  case DType::BF16:
+    return std::ldexp(1.0, -7);
+  case DType::F16:
+    return std::ldexp(1.0, -10);
+  default:
+    return 0;
+  }
+}
+
+struct Reference {
+  double loss = 0;
+  std::vector<double> lse, dh, dw;
+};
+
+Reference reference(const LceOptions &o, int64_t n,
+                    const std::vector<double> &h, const std::vector<double> &w,
+                    const std::vector<int64_t> &y) {
+  const int64_t d = o.d, v = o.v;
+  Reference r;
+  r.lse.assign(static_cast<size_t>(n), 0);
+  r.dh.assign(static_cast<size_t>(n * d), 0);
+  r.dw.assign(static_cast<size_t>(v * d), 0);
+  std::vector<double> z(static_cast<size_t>(v)),
+      dz(static_cast<size_t>(n * v), 0);
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i)
+    count += y[static_cast<size_t>(i)] != -100;
+  const double inv = 1.0 / std::max<int64_t>(count, 1);
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double m = -INFINITY;
+    for (int64_t c = 0; c < v; ++c) {
+      double acc = 0;
+      for (int64_t k = 0; k < d; ++k)
+        acc += h[static_cast<size_t>(i * d + k)] *
+               w[static_cast<size_t>(c * d + k)];
+      z[static_cast<size_t>(c)] =
+          o.softcap > 0 ? o.softcap * std::tanh(acc / o.softcap) : acc;
+      m = std::max(m, z[static_cast<size_t>(c)]);
+    }
+    double s = 0;
+    for (int64_t c = 0; c < v; ++c)
+      s += std::exp(z[static_cast<size_t>(c)] - m);
+    const double lse = m + std::log(s);
+    r.lse[static_cast<size_t>(i)] = lse;
+    const int64_t yi = y[static_cast<size_t>(i)];
+    if (yi == -100)
+      continue;
+    total += lse - z[static_cast<size_t>(yi)];
+    for (int64_t c = 0; c < v; ++c) {
+      double g =
+          (std::exp(z[static_cast<size_t>(c)] - lse) - (c == yi ? 1.0 : 0.0)) *
+          inv;
+      if (o.softcap > 0) {
+        double t = z[static_cast<size_t>(c)] / o.softcap;
+        g *= 1 - t * t;
+      }
+      dz[static_cast<size_t>(i * v + c)] = g;
+    }
+  }
+  r.loss = total * inv;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < v; ++c) {
+      const double g = dz[static_cast<size_t>(i * v + c)];
+      if (g == 0)
+        continue;
+      for (int64_t k = 0; k < d; ++k) {
+        r.dh[static_cast<size_t>(i * d + k)] +=
+            g * w[static_cast<size_t>(c * d + k)];
+        r.dw[static_cast<size_t>(c * d + k)] +=
+            g * h[static_cast<size_t>(i * d + k)];
+      }
+    }
+  return r;
+}
+
+/// Checks got (stored as `t`) against ref: |got - ref| <= rounding(t) |ref| +
+/// atol, atol = 1e-4 * max |ref| (f32 accumulation of the split-bf16 or f32
+/// dZ).
+void expectClose(const char *what, DType t, const void *got,
+                 const std::vector<double> &ref) {
+  double maxRef = 0;
+  for (double x : ref)
+    maxRef = std::max(maxRef, std::fabs(x));
+  const double atol = 1e-4 * maxRef + 1e-30;
+  int bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double g = loadAs(t, got, i);
+    const double err = std::fabs(g - ref[i]);
+    const double tol = roundingOf(t) * std::fabs(ref[i]) + atol;
+    worst = std::max(worst, err / tol);
+    if (!(err <= tol) && bad++ < 5)
+      ADD_FAILURE() << what << "[" << i << "] = " << g << ", reference "
+                    << ref[i] << " (tolerance " << tol << ")";
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << ref.size()
+                    << " elements off";
+  std::cout << fmt::format(
+      "    {:<12} max |ref| {:.3e}, worst error / tolerance {:.3f}\n", what,
+      maxRef, worst);
+}
+
+/// Inputs, outputs and workspace of one LCE run on the host.
+struct LceRun {
+  LceRun(const Program &p, const LceOptions &o, int64_t n)
+      : n(n), hb(bytes(n * o.d, o.abType)), wb(bytes(o.v * o.d, o.abType)),
+        yb(bytes(n, DType::I64)), loss(4), dh(bytes(n * o.d, o.dhType)),
+        dw(bytes(o.v * o.d, o.dwType)),
+        ws(static_cast<size_t>(runtime::workspaceBytes(p, n))) {
+    std::mt19937_64 rng(1234 + static_cast<uint64_t>(n));
+    std::normal_distribution<double> normal;
+    h.resize(static_cast<size_t>(n * o.d));
+    w.resize(static_cast<size_t>(o.v * o.d));
+    for (size_t i = 0; i < h.size(); ++i)
+      h[i] = storeAs(o.abType, hb.p, i, normal(rng));
+    for (size_t i = 0; i < w.size(); ++i)
+      w[i] = storeAs(o.abType, wb.p, i,
+                     normal(rng) * 2.0 / std::sqrt(double(o.d)));
+    y.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      y[static_cast<size_t>(i)] =
+          static_cast<int64_t>(rng() % static_cast<uint64_t>(o.v));
+    if (n >= 3)
+      y[1] = -100; // ignored row
+    if (n >= 5)
+      y[4] = o.v - 1; // last column: the tail tile of the vocabulary
+    buffers.inputs = {hb.ptr(), wb.ptr(), yb.ptr()};
+    buffers.outputs = {loss.ptr(), dh.ptr(), dw.ptr()};
+    buffers.workspace = ws.ptr();
+    buffers.workspaceBytes = runtime::workspaceBytes(p, n);
+  }
+  static size_t bytes(int64_t elems, DType t) {
+    return static_cast<size_t>(elems * dtypeSize(t)) + 16;
+  }
+  void run(HostModule &m) {
+    std::memcpy(yb.p, y.data(), y.size() * 8);
+    m.run(buffers, n);
+  }
+  const int64_t *errorWord(const Program &p) const {
+    return reinterpret_cast<const int64_t *>(ws.as<char>() +
+                                             runtime::errorWordOffset(p, n));
+  }
+
+  int64_t n;
+  HostBuffer hb, wb, yb, loss, dh, dw, ws;
+  std::vector<double> h, w;
+  std::vector<int64_t> y;
+  runtime::ProgramBuffers buffers;
+};
+
+struct Case {
+  std::string name;
+  LceOptions options;
+  std::vector<int64_t> ns;
+  bool lateCopies = true;
+};
+
+void runCase(const Case &c) {
+  const LceOptions &o = c.options;
+  Program p = lcejit::testing::makeLceProgram(o);
+  HostModule module(p);
+  module.setLateAsyncCopies(c.lateCopies);
+  for (int64_t n : c.ns) {
+    SCOPED_TRACE(fmt::format("{} N = {}", c.name, n));
+    LceRun r(p, o, n);
+    r.run(module);
+    Reference ref = reference(o, n, r.h, r.w, r.y);
+    std::cout << fmt::format("  [{} N={}] loss {:.9g} (reference {:.9g})\n",
+                             c.name, n, r.loss.as<float>()[0], ref.loss);
+    EXPECT_NEAR(r.loss.as<float>()[0], ref.loss,
+                1e-4 * std::max(1.0, std::fabs(ref.loss)));
+    const int64_t *err = r.errorWord(p);
+    EXPECT_EQ(err[0], 0) << "device check raised for row " << err[0] - 1
+                         << " value " << err[1];
+    std::vector<int64_t> offs = p.workspaceOffsets(n, nullptr);
+    const float *lse =
+        reinterpret_cast<const float *>(r.ws.as<char>() + offs[3]);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_NEAR(lse[i], ref.lse[static_cast<size_t>(i)],
+                  1e-5 *
+                      std::max(1.0, std::fabs(ref.lse[static_cast<size_t>(i)])))
+          << "lse of row " << i;
+    expectClose("grad_hidden", o.dhType, r.dh.p, ref.dh);
+    expectClose("grad_weight", o.dwType, r.dw.p, ref.dw);
+  }
+}
+
+/// Skips when the host toolchain the emulation needs is not where the build
+/// found it (e.g. a test binary carried to another machine).
+#define SKIP_WITHOUT_HOST_TOOLCHAIN()                                          \
+  do {                                                                         \
+    if (!std::filesystem::exists(LCEJIT_TEST_EMU_DIR "/lcejit_emu.h") ||       \
+        !std::filesystem::exists(LCEJIT_TEST_HOST_CXX) ||                      \
+        !std::filesystem::exists(LCEJIT_TEST_CUDA_INCLUDE "/cuda_bf16.h"))     \
+      GTEST_SKIP() << "host emulation needs " << LCEJIT_TEST_HOST_CXX          \
+                   << " and " << LCEJIT_TEST_EMU_DIR;                          \
+  } while (0)
+
+LceOptions smallLce() {
+  LceOptions o;
+  o.name = "emu";
+  o.bucket = 256;    // N in [0, 256]
+  o.d = 72;          // k tail: 72 = 2 * 32 + 8
+  o.v = 300;         // column tail: 300 = 2 * 128 + 44
+  o.chunkCols = 128; // chunks 128, 128, 44 (44: scalar dZ loads)
+  o.splits = 3;
+  return o;
+}
+
+} // namespace
+
+TEST(Emulation, Bf16TensorCores) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  Case c{"bf16", smallLce(), {1, 7, 130}, true};
+  runCase(c);
+}
+
+TEST(Emulation, Bf16TensorCoresEarlyCopies) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  Case c{"bf16 early", smallLce(), {37}, false};
+  runCase(c);
+}
+
+TEST(Emulation, Bf16SoftcapSmallTilesF32Grads) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  LceOptions o = smallLce();
+  o.softcap = 5.0;
+  o.fwdTile = TileConfig{64, 128, 32, 1, 4, 3};
+  o.bwdTile = TileConfig{64, 128, 32, 1, 4, 2};
+  o.dwType = DType::F32;
+  o.dhType = DType::F32;
+  o.splits = 2;
+  Case c{"bf16 softcap", o, {77}, true};
+  runCase(c);
+}
+
+TEST(Emulation, F32Simt) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  LceOptions o = smallLce();
+  o.abType = DType::F32;
+  o.d = 40; // 2.5 tiles of bk = 16
+  o.fwdTile = TileConfig{64, 64, 16, 2, 4, 2};
+  o.bwdTile = TileConfig{64, 64, 16, 2, 4, 3};
+  o.fwdMath = MathMode::SimtF32;
+  o.bwdMath = MathMode::SimtF32;
+  o.dzFormat = DzFormat::F32;
+  o.dwType = DType::F32;
+  o.dhType = DType::F32;
+  o.chunkCols = 128;
+  o.v = 203; // chunks 128, 75 (75 f32: scalar dZ loads)
+  Case c{"f32 simt", o, {70}, true};
+  runCase(c);
+}
+
+TEST(Emulation, F16TensorCoreForwardSimtBackward) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  LceOptions o = smallLce();
+  o.abType = DType::F16;
+  o.fwdMath = MathMode::TensorCoreF16;
+  o.bwdMath = MathMode::SimtF32;
+  o.bwdTile = TileConfig{64, 64, 16, 2, 4, 2};
+  o.dzFormat = DzFormat::F32;
+  o.dwType = DType::F16;
+  o.dhType = DType::F16;
+  Case c{"f16", o, {66}, true};
+  runCase(c);
+}
+
+TEST(Emulation, DeviceCheckAndEmptyBatch) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  LceOptions o = smallLce();
+  Program p = lcejit::testing::makeLceProgram(o);
+  HostModule module(p);
+  {
+    LceRun r(p, o, 9);
+    r.y[6] = o.v + 5; // outside [0, V) and not ignore_index
+    r.run(module);
+    const int64_t *err = r.errorWord(p);
+    EXPECT_EQ(err[0], 7);
+    EXPECT_EQ(err[1], o.v + 5);
+  }
+  {
+    LceRun r(
+        p, o,
+        0); // N = 0: row kernels still run (loss = 0), dW is written as zeros
+    r.run(module);
+    EXPECT_EQ(r.loss.as<float>()[0], 0.0f);
+    EXPECT_EQ(r.errorWord(p)[0], 0);
+    std::vector<double> zeros(static_cast<size_t>(o.v * o.d), 0.0);
+    expectClose("grad_weight", o.dwType, r.dw.p, zeros);
+  }
+}

@@ -1,0 +1,330 @@
+//===- lcejit_emu.h - Runs generated CUDA modules on the host (tests only)
+//-===//
+//
+// [Note: host emulation] The codegen tests have no GPU. To check numerics
+// anyway, they compile a generated module (device helpers + generated kernels,
+// unchanged) as host C++ with this header included first and
+// LCEJIT_HOST_EMULATION defined, and run it:
+//
+//  - a CTA is `blockDim.x` std::threads; __syncthreads is a CTA barrier; each
+//  warp has a
+//    barrier for its collective operations (shuffles, mma.sync),
+//    double-buffered so one rendezvous per operation suffices;
+//  - mma.sync.m16n8k16 is computed from the fragments of all 32 lanes, placed
+//  with the
+//    PTX ISA tables ("Matrix Fragments for mma.m16n8k16 with floating point
+//    type"), transcribed here independently of the loaders in lcejit_mma.cuh;
+//    every element of A and B must be placed exactly once (checked);
+//  - cp.async copies are deferred until cp.async.wait_group retires their group
+//  (mode
+//    Late: reading a stage before waiting sees stale data), or done at issue
+//    (Early: a copy into a stage other threads still read corrupts it). A
+//    thread that ends with copies pending aborts;
+//  - atomics go through one mutex; __trap aborts.
+//
+// The only device-header code this does not exercise is the inline PTX itself
+// (three hooks under #ifdef LCEJIT_HOST_EMULATION in
+// lcejit_common/mma/gemm.cuh).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+// CUDA qualifiers as plain C++.
+#undef __device__
+#undef __host__
+#undef __global__
+#undef __forceinline__
+#undef __shared__
+#undef __launch_bounds__
+#define __device__
+#define __host__
+#define __global__
+#define __forceinline__ inline
+#define __shared__
+#define __launch_bounds__(...)
+
+namespace lcejit_emu {
+
+struct Dim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+[[noreturn]] inline void fail(const char *what) {
+  std::fprintf(stderr, "lcejit_emu: %s\n", what);
+  std::abort();
+}
+
+class Barrier {
+public:
+  explicit Barrier(int count) : count_(count) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(m_);
+    const unsigned long gen = generation_;
+    if (++arrived_ == count_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return generation_ != gen; });
+  }
+
+private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int count_;
+  int arrived_ = 0;
+  unsigned long generation_ = 0;
+};
+
+struct Warp {
+  Barrier bar{32};
+  float shfl[2][32];
+  unsigned a[2][32][4];
+  unsigned b[2][32][2];
+};
+
+struct Cta {
+  explicit Cta(int threads)
+      : bar(threads), warps(static_cast<size_t>((threads + 31) / 32)) {
+    for (auto &w : warps)
+      w = std::make_unique<Warp>();
+  }
+  Barrier bar;
+  std::vector<std::unique_ptr<Warp>> warps;
+};
+
+enum class AsyncMode { Late, Early };
+
+struct Copy {
+  void *dst;
+  const void *src;
+};
+
+struct ThreadState {
+  Cta *cta = nullptr;
+  int lane = 0, warp = 0;
+  unsigned shfl_phase = 0, mma_phase = 0;
+  std::vector<Copy> open;
+  std::deque<std::vector<Copy>> groups;
+};
+
+inline thread_local ThreadState tls;
+inline AsyncMode async_mode = AsyncMode::Late;
+inline unsigned launch_smem_bytes = 0;
+inline std::mutex atomic_mutex;
+
+} // namespace lcejit_emu
+
+inline thread_local lcejit_emu::Dim3 threadIdx;
+inline thread_local lcejit_emu::Dim3 blockIdx;
+inline lcejit_emu::Dim3 blockDim;
+inline lcejit_emu::Dim3 gridDim;
+
+//===----------------------------------------------------------------------===//
+// Intrinsics the device headers use.
+//===----------------------------------------------------------------------===//
+
+inline void __syncthreads() { lcejit_emu::tls.cta->bar.wait(); }
+[[noreturn]] inline void __trap() { lcejit_emu::fail("__trap()"); }
+
+inline float __int_as_float(int x) {
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+inline float __uint_as_float(unsigned x) {
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+inline unsigned __float_as_uint(float x) {
+  unsigned u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+template <class I, class F> inline I emu_trunc_sat(F x) {
+  if (x != x)
+    return 0;
+  const F lo = static_cast<F>(std::numeric_limits<I>::min());
+  const F hi = static_cast<F>(std::numeric_limits<I>::max());
+  if (x <= lo)
+    return std::numeric_limits<I>::min();
+  if (x >= hi)
+    return std::numeric_limits<I>::max();
+  return static_cast<I>(x);
+}
+inline long long __float2ll_rz(float x) { return emu_trunc_sat<long long>(x); }
+inline int __float2int_rz(float x) { return emu_trunc_sat<int>(x); }
+inline long long __double2ll_rz(double x) {
+  return emu_trunc_sat<long long>(x);
+}
+inline int __double2int_rz(double x) { return emu_trunc_sat<int>(x); }
+
+inline float __shfl_xor_sync(unsigned, float v, int mask) {
+  lcejit_emu::ThreadState &t = lcejit_emu::tls;
+  lcejit_emu::Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
+  const unsigned p = t.shfl_phase++ & 1u;
+  w.shfl[p][t.lane] = v;
+  w.bar.wait();
+  return w.shfl[p][t.lane ^ mask];
+}
+
+inline double atomicAdd(double *p, double v) {
+  std::lock_guard<std::mutex> lock(lcejit_emu::atomic_mutex);
+  double old = *p;
+  *p = old + v;
+  return old;
+}
+inline unsigned long long
+atomicCAS(unsigned long long *p, unsigned long long cmp, unsigned long long v) {
+  std::lock_guard<std::mutex> lock(lcejit_emu::atomic_mutex);
+  unsigned long long old = *p;
+  if (old == cmp)
+    *p = v;
+  return old;
+}
+
+namespace lcejit_emu {
+
+//===----------------------------------------------------------------------===//
+// The hooks (see LCEJIT_HOST_EMULATION in the device headers).
+//===----------------------------------------------------------------------===//
+
+inline unsigned dynamic_smem_size() { return launch_smem_bytes; }
+
+inline void cp_async_16(void *dst, const void *src) {
+  if (async_mode == AsyncMode::Early)
+    std::memcpy(dst, src, 16);
+  else
+    tls.open.push_back(Copy{dst, src});
+}
+inline void cp_async_commit() {
+  tls.groups.push_back(std::move(tls.open));
+  tls.open.clear();
+}
+inline void cp_async_wait(int pending) {
+  while (static_cast<int>(tls.groups.size()) > pending) {
+    for (const Copy &c : tls.groups.front())
+      std::memcpy(c.dst, c.src, 16);
+    tls.groups.pop_front();
+  }
+}
+
+inline float half_bits_to_float(unsigned short bits, bool bf16) {
+  if (bf16)
+    return __uint_as_float(static_cast<unsigned>(bits) << 16);
+  __half_raw raw;
+  raw.x = bits;
+  return __half2float(__half(raw));
+}
+
+/// D = A * B + C for the warp; this lane's c0..c3 in, d0..d3 out.
+template <bool BF16>
+inline void mma_16816(float &c0, float &c1, float &c2, float &c3,
+                      const unsigned (&a)[4], const unsigned (&b)[2]) {
+  ThreadState &t = tls;
+  Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
+  const unsigned p = t.mma_phase++ & 1u;
+  for (int i = 0; i < 4; ++i)
+    w.a[p][t.lane][i] = a[i];
+  w.b[p][t.lane][0] = b[0];
+  w.b[p][t.lane][1] = b[1];
+  w.bar.wait();
+  // PTX ISA, m16n8k16, .f16/.bf16 multiplicands (groupID = lane >> 2, tig =
+  // lane % 4):
+  //   A: a_i of register i/2, half i%2 (low half first);
+  //      row = groupID for i in {0,1,4,5}, groupID + 8 otherwise;
+  //      col = tig*2 + (i & 1) for i < 4, tig*2 + (i & 1) + 8 for i >= 4.
+  //   B: b_i of register i/2, half i%2; row = tig*2 + (i & 1) (+ 8 for i >= 2);
+  //   col = groupID. C/D: c_i; row = groupID (+ 8 for i >= 2); col = tig*2 + (i
+  //   & 1).
+  float A[16][16], B[16][8];
+  int seenA[16][16] = {}, seenB[16][8] = {};
+  for (int L = 0; L < 32; ++L) {
+    const int g = L >> 2, tig = L & 3;
+    for (int i = 0; i < 8; ++i) {
+      const unsigned reg = w.a[p][L][i / 2];
+      const unsigned short bits =
+          static_cast<unsigned short>((i & 1) ? (reg >> 16) : (reg & 0xffffu));
+      const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+      const int col = tig * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+      A[row][col] = half_bits_to_float(bits, BF16);
+      ++seenA[row][col];
+    }
+    for (int i = 0; i < 4; ++i) {
+      const unsigned reg = w.b[p][L][i / 2];
+      const unsigned short bits =
+          static_cast<unsigned short>((i & 1) ? (reg >> 16) : (reg & 0xffffu));
+      const int row = tig * 2 + (i & 1) + (i >= 2 ? 8 : 0);
+      const int col = g;
+      B[row][col] = half_bits_to_float(bits, BF16);
+      ++seenB[row][col];
+    }
+  }
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c)
+      if (seenA[r][c] != 1 || (c < 8 && seenB[r][c] != 1))
+        fail("mma fragment table does not cover A/B exactly once");
+  const int g = t.lane >> 2, tig = t.lane & 3;
+  float *cs[4] = {&c0, &c1, &c2, &c3};
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + (i >= 2 ? 8 : 0);
+    const int col = tig * 2 + (i & 1);
+    float acc = *cs[i];
+    for (int k = 0; k < 16; ++k)
+      acc = std::fma(A[row][k], B[k][col], acc);
+    *cs[i] = acc;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Launch: CTAs one after another, each as blockDim.x threads.
+//===----------------------------------------------------------------------===//
+
+inline void launch(const long long grid[3], int block, int smem_bytes,
+                   const std::function<void()> &kernel) {
+  blockDim = Dim3{static_cast<unsigned>(block), 1, 1};
+  gridDim = Dim3{static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
+                 static_cast<unsigned>(grid[2])};
+  launch_smem_bytes = static_cast<unsigned>(smem_bytes);
+  for (unsigned z = 0; z < gridDim.z; ++z)
+    for (unsigned y = 0; y < gridDim.y; ++y)
+      for (unsigned x = 0; x < gridDim.x; ++x) {
+        Cta cta(block);
+        std::vector<std::thread> threads;
+        threads.reserve(static_cast<size_t>(block));
+        for (int tid = 0; tid < block; ++tid)
+          threads.emplace_back([&, tid] {
+            threadIdx = Dim3{static_cast<unsigned>(tid), 0, 0};
+            blockIdx = Dim3{x, y, z};
+            tls = ThreadState{};
+            tls.cta = &cta;
+            tls.lane = tid & 31;
+            tls.warp = tid >> 5;
+            kernel();
+            if (!tls.open.empty() || !tls.groups.empty())
+              fail("a thread ended with cp.async copies pending");
+          });
+        for (std::thread &th : threads)
+          th.join();
+      }
+}
+
+} // namespace lcejit_emu
