@@ -777,21 +777,36 @@ private:
       return true;
 
     int64_t k = dz.gemm.k, cols = dz.gemm.cols;
+    // [Note: one chunk loop geometry] chunkCols/loopCols are Program-wide (the executor,
+    // emitter and interpreter read them there), so every gradient cluster must loop over
+    // the same columns; heads of different widths are refused rather than mis-planned.
+    if (prog_.loopCols != 0 && prog_.loopCols != cols)
+      return fail(op, fmt::format("a second fused gradient over {} columns (the first has {}): "
+                                  "one chunk loop geometry per Program is supported",
+                                  cols, prog_.loopCols));
     const int64_t dzElem = 4; // bytes per dZ element: hi + lo bf16, or one f32
-    // Workspace: everything per row so far plus the dLhs accumulator, then dZ chunks.
+    // Workspace at N = bucket: the buffers so far (exact, aligned) plus the dLhs
+    // accumulator, then the dZ chunk buffers (each may lose up to 256 bytes to alignment).
+    int64_t used = 0;
+    prog_.workspaceOffsets(bucket_, &used);
     int64_t perRowFixed = 0;
     for (const BufferSpec &b : prog_.workspace)
       perRowFixed += b.bytesPerRow;
     bool lhsAcc = lhsOut >= 0 && lhsType != DType::F32;
-    if (lhsAcc)
+    if (lhsAcc) {
       perRowFixed += k * 4;
+      used += (k * 4 * bucket_ + 255) / 256 * 256;
+    }
     int64_t budget = opt_.workspaceBudgetBytes;
-    int64_t left = budget - perRowFixed * bucket_;
+    // + 256: the scalar slots buffer is sized at the end of planning.
+    int64_t left = budget - used - (bf16 ? 2 : 1) * 256 - 256;
     int64_t bn = dz.gemm.tile.bn;
     int64_t chunk = left > 0 ? left / (bucket_ * dzElem) : 0;
     chunk = chunk / bn * bn;
     int64_t colsRounded = (cols + bn - 1) / bn * bn;
     chunk = std::clamp<int64_t>(chunk, bn, colsRounded);
+    if (prog_.chunkCols != 0)
+      chunk = std::min(chunk, prog_.chunkCols); // shared by every chunk loop
     prog_.chunkCols = chunk;
     prog_.loopCols = cols;
     prog_.decisions.push_back(fmt::format(

@@ -169,10 +169,15 @@ public:
       if (pair.second)
         roots.insert(pair.second);
     }
-    for (Value v : slice_)
+    // Values that do not depend on the anchor are recomputed in the bodies from their
+    // sides, so they may keep users elsewhere (e.g. a onehot shared by two heads).
+    for (Value v : slice_) {
+      if (!dependsOnAnchor(v))
+        continue;
       for (Operation *user : v.getUsers())
         if (!roots.count(user) && !(user->getNumResults() == 1 && slice_.count(user->getResult(0))))
           return false;
+    }
     return true;
   }
 

@@ -65,8 +65,10 @@ def TxFuse : Pass<"tx-fuse", "::mlir::func::FuncOp"> {
     4. Gradient cluster: a pair `matmul(G, rhs)` and `matmul(G, lhs, transpose_lhs)`
        (either may be missing) where G is a fusible big value depending on the anchor
        becomes one `tx.gemm_grad` whose body computes G; a missing partner is unused.
-    5. The fusion is all or nothing per anchor: if some big value has any other user,
-       nothing is rewritten for that anchor (the planner then reports it).
+    5. The fusion is all or nothing per anchor: if some big value that depends on the
+       anchor has any other user, nothing is rewritten for that anchor (the planner then
+       reports it). Big values that do not depend on the anchor are recomputed in the
+       bodies and may keep other users.
     6. The rewritten ops are erased when dead.
   }];
   let dependentDialects = ["::lcejit::tx::TxDialect", "::mlir::arith::ArithDialect",

@@ -1,0 +1,118 @@
+//===- lcejit/LinearCrossEntropy.h - The fused linear cross entropy --------===//
+//
+//   lcejit::LinearCrossEntropy lce({.hidden = 4096, .vocab = 128256,
+//                                   .dtype = lcejit::DType::BF16});
+//   float loss = lce.forwardBackward(H, W, y, dH, dW, stream);
+//
+// computes loss = mean_i(logsumexp_j z_ij − z_{i,y_i}) over rows whose target is not
+// ignore_index, with z = H·Wᵀ (optionally softcapped: c·tanh(z/c)) in f32, and writes
+// dH = ∂loss/∂H and dW = ∂loss/∂W, without ever holding the [N, V] logits. N (the number
+// of tokens) may change on every call; calls whose N falls in an already compiled shape
+// bucket never compile again (see docs/user-guide.md).
+//
+// Every failure is an lcejit::Error (lcejit/Error.h); bad arguments get
+// ErrorKind::InvalidArgument with a message naming the argument and its value.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "lcejit/DType.h"
+#include "lcejit/Error.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace lcejit {
+
+/// A dense tensor in device memory (or host memory for the reference path).
+/// `strides` in elements; empty means contiguous row-major (the only layout supported
+/// today: other strides are rejected with a clear error).
+struct TensorRef {
+  const void *data = nullptr;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+};
+
+struct MutableTensorRef {
+  void *data = nullptr;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+};
+
+enum class Reduction { Mean, Sum };
+
+struct LinearCrossEntropyOptions {
+  int64_t hidden = 0;                       ///< D
+  int64_t vocab = 0;                        ///< V
+  DType dtype = DType::BF16;                ///< of H, W and dH: BF16, F16 or F32
+  DType targetDType = DType::I64;           ///< of y: I32 or I64
+  DType gradWeightDType = DType::F32;       ///< of dW: F32 or `dtype`
+  std::optional<double> softcap;            ///< c > 0: logits become c·tanh(z/c)
+  std::optional<int64_t> ignoreIndex = -100; ///< rows with this target are left out
+  Reduction reduction = Reduction::Mean;
+  /// Workspace budget in bytes; 0 = LCEJIT_WORKSPACE_MB or 1 GiB. The planner keeps the
+  /// workspace under it for every N of a bucket when it can (see the plan's decisions).
+  int64_t workspaceBudgetBytes = 0;
+};
+
+/// What a CPU reference run returns (fp64).
+struct ReferenceResult {
+  double loss = 0.0;
+  std::vector<double> gradHidden; ///< [N, D]
+  std::vector<double> gradWeight; ///< [V, D]
+};
+
+class LinearCrossEntropy {
+public:
+  /// Validates the options and compiles the loss graph through the pass pipeline (no
+  /// kernel is compiled yet). Throws Error(InvalidArgument) naming a bad option.
+  explicit LinearCrossEntropy(const LinearCrossEntropyOptions &options);
+  ~LinearCrossEntropy();
+  LinearCrossEntropy(const LinearCrossEntropy &) = delete;
+  LinearCrossEntropy &operator=(const LinearCrossEntropy &) = delete;
+
+  const LinearCrossEntropyOptions &options() const;
+
+  /// Runs on the GPU on `stream` (a CUstream / cudaStream_t; null = the legacy default
+  /// stream) and synchronizes it. hidden [N, D], weight [V, D], targets [N] or [N, 1],
+  /// gradHidden [N, D] of `dtype`, gradWeight [V, D] of `gradWeightDType`. Returns the
+  /// loss. A target outside [0, V) that is not ignore_index raises Error(DeviceCheck)
+  /// naming the first such row and its value (the gradients are then unspecified).
+  float forwardBackward(const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
+                        const MutableTensorRef &gradHidden, const MutableTensorRef &gradWeight,
+                        void *stream = nullptr);
+
+  /// Asynchronous form: the loss (f32 [1] or rank 0) is written in device memory; call
+  /// checkDeviceErrors() after synchronizing the stream to surface bad targets.
+  void enqueue(const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
+               const MutableTensorRef &loss, const MutableTensorRef &gradHidden,
+               const MutableTensorRef &gradWeight, void *stream = nullptr);
+  /// Throws Error(DeviceCheck) if the last enqueue() found a bad target (call after the
+  /// stream has reached that point).
+  void checkDeviceErrors();
+
+  /// Plans and compiles (without running) what a call with N tokens needs. Returns true
+  /// when NVRTC actually compiled (false on a memory or disk cache hit).
+  bool prepare(int64_t n);
+
+  /// The same plan, run by the fp64 Program interpreter on host data (no GPU needed).
+  /// hidden/weight hold N·D and V·D values (already representable in `dtype`), targets N.
+  ReferenceResult runReference(const std::vector<double> &hidden, const std::vector<double> &weight,
+                               const std::vector<int64_t> &targets);
+
+  /// Shape bucket of N: calls with N in the same bucket share one compiled program.
+  static int64_t bucketOf(int64_t n);
+  /// NVRTC compiles done in this process (all ops share one kernel cache).
+  static int64_t compileCount();
+
+  struct Impl;
+
+private:
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace lcejit

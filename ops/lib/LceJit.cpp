@@ -1,0 +1,181 @@
+//===- LceJit.cpp - The JIT behind LinearCrossEntropy ----------------------===//
+
+#include "ops/lib/LceJit.h"
+#include "compiler/codegen/Emitter.h"
+#include "compiler/frontend/LceGraph.h"
+#include "compiler/support/Check.h"
+#include "compiler/support/Knobs.h"
+#include "runtime/CudaDriver.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+namespace lcejit::ops {
+
+LinearCrossEntropyOptions validateOptions(const LinearCrossEntropyOptions &o) {
+  LinearCrossEntropyOptions v = o;
+  LCEJIT_CHECK_ARG(o.hidden > 0, "options.hidden (D) must be positive, got {}", o.hidden);
+  LCEJIT_CHECK_ARG(o.hidden % 8 == 0,
+                   "options.hidden (D) = {} must be a multiple of 8 (rows of 16 bytes)", o.hidden);
+  LCEJIT_CHECK_ARG(o.vocab > 0, "options.vocab (V) must be positive, got {}", o.vocab);
+  LCEJIT_CHECK_ARG(o.vocab < (int64_t(1) << 31), "options.vocab (V) = {} must be below 2^31", o.vocab);
+  LCEJIT_CHECK_ARG(o.dtype == DType::BF16 || o.dtype == DType::F16 || o.dtype == DType::F32,
+                   "options.dtype must be bf16, f16 or f32, got {}", dtypeName(o.dtype));
+  LCEJIT_CHECK_ARG(o.targetDType == DType::I32 || o.targetDType == DType::I64,
+                   "options.targetDType must be i32 or i64, got {}", dtypeName(o.targetDType));
+  LCEJIT_CHECK_ARG(o.gradWeightDType == DType::F32 || o.gradWeightDType == o.dtype,
+                   "options.gradWeightDType must be f32 or the input dtype {}, got {}",
+                   dtypeName(o.dtype), dtypeName(o.gradWeightDType));
+  if (o.softcap)
+    LCEJIT_CHECK_ARG(*o.softcap > 0.0 && std::isfinite(*o.softcap),
+                     "options.softcap must be a finite value > 0, got {}", *o.softcap);
+  LCEJIT_CHECK_ARG(o.workspaceBudgetBytes >= 0, "options.workspaceBudgetBytes must be >= 0, got {}",
+                   o.workspaceBudgetBytes);
+  if (v.workspaceBudgetBytes == 0) {
+    if (auto mb = knobs::workspaceMB())
+      v.workspaceBudgetBytes = *mb << 20;
+    else
+      v.workspaceBudgetBytes = int64_t(1) << 30;
+  }
+  return v;
+}
+
+static fe::LceSpec specOf(const LinearCrossEntropyOptions &o) {
+  fe::LceSpec s;
+  s.hidden = o.hidden;
+  s.vocab = o.vocab;
+  s.dtype = o.dtype;
+  s.targetType = o.targetDType;
+  s.softcap = o.softcap;
+  s.ignoreIndex = o.ignoreIndex;
+  s.reduction = o.reduction == Reduction::Mean ? fe::LceReduction::Mean : fe::LceReduction::Sum;
+  return s;
+}
+
+LceJit::LceJit(const LinearCrossEntropyOptions &options, pipeline::TraceSink trace)
+    : options_(validateOptions(options)), trace_(std::move(trace)) {
+  graph_ = fe::buildLceGraph(specOf(options_));
+  fused_ = pipeline::compileGraph(*graph_, trace_);
+}
+
+plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) const {
+  plan::PlanOptions p;
+  p.name = "lce";
+  p.tokens = n;
+  p.target = target;
+  p.workspaceBudgetBytes = options_.workspaceBudgetBytes;
+  p.outputTypes = {DType::F32, options_.dtype, options_.gradWeightDType};
+  plan::InputCheck check;
+  check.input = 2; // y
+  check.lo = 0;
+  check.hi = options_.vocab;
+  check.exempt = options_.ignoreIndex;
+  p.checks.push_back(check);
+  return p;
+}
+
+std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
+  const auto &o = options_;
+  return fmt::format("{}|D={}|V={}|{}/{}/{}|budget={}|{}|bucket={}", fused_->fingerprint(),
+                     o.hidden, o.vocab, dtypeName(o.dtype), dtypeName(o.targetDType),
+                     dtypeName(o.gradWeightDType), o.workspaceBudgetBytes, target.archName(),
+                     plan::bucketOf(n));
+}
+
+plan::Target LceJit::defaultTarget() { return plan::Target{}; }
+
+plan::Target LceJit::deviceTarget() {
+  runtime::ensureContext();
+  runtime::DeviceInfo info = runtime::currentDeviceInfo();
+  LCEJIT_CHECK_ARG(info.smVersion() >= 80,
+                   "GPU {} (sm_{}) is not supported: lcejit needs compute capability 8.0 or newer",
+                   info.name, info.smVersion());
+  return runtime::targetFor(info);
+}
+
+namespace {
+struct ProgramCache {
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<CompiledProgram>> programs;
+  static ProgramCache &global() {
+    static ProgramCache c;
+    return c;
+  }
+};
+} // namespace
+
+ProgramLookup LceJit::lookup(int64_t n, const plan::Target &target, bool compile) {
+  LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
+  std::string key = cacheKey(n, target);
+  ProgramCache &cache = ProgramCache::global();
+  ProgramLookup result;
+  std::shared_ptr<CompiledProgram> entry;
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.programs.find(key);
+    if (it != cache.programs.end())
+      entry = it->second;
+  }
+  if (!entry) {
+    auto fresh = std::make_shared<CompiledProgram>();
+    fresh->program = fused_->plan(planOptions(n, target));
+    fresh->source = codegen::emitCuda(fresh->program).source;
+    fresh->cacheKey = key;
+    if (trace_) {
+      trace_.emit(pipeline::Stage::Plan, fmt::format("plan for N = {}", n), fresh->program.toJson(2));
+      trace_.emit(pipeline::Stage::Cuda, "CUDA source", fresh->source);
+    }
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto [it, inserted] = cache.programs.emplace(key, fresh);
+    entry = it->second;
+    result.planned = inserted;
+  }
+  if (compile) {
+    // One thread compiles; KernelCache serializes requests for the same key.
+    runtime::KernelRequest req;
+    req.label = entry->program.name;
+    req.bucket = fmt::format("[{},{}]", entry->program.bucketLow, entry->program.bucket);
+    req.source = entry->source;
+    req.arch = target.archName();
+    runtime::KernelLookup k = runtime::KernelCache::global().get(req);
+    result.binaryOrigin = k.origin;
+    std::lock_guard<std::mutex> lock(cache.mu);
+    if (!entry->binary)
+      entry->binary = k.binary;
+  }
+  result.compiled = entry;
+  return result;
+}
+
+void throwBadTarget(const LinearCrossEntropyOptions &o, int64_t row, int64_t value) {
+  std::string ignore =
+      o.ignoreIndex ? fmt::format(" and is not ignore_index ({})", *o.ignoreIndex) : "";
+  LCEJIT_THROW(DeviceCheck, "targets[{}] = {} is outside [0, V = {}){}", row, value, o.vocab,
+               ignore);
+}
+
+pipeline::TraceSink dumpSinkFromKnobs(const std::string &prefix) {
+  if (!knobs::anyDumpEnabled())
+    return {};
+  std::filesystem::path dir = knobs::dumpDir();
+  pipeline::TraceSink sink;
+  auto counter = std::make_shared<int>(0);
+  sink.emit = [dir, prefix, counter](pipeline::Stage stage, std::string_view title,
+                                     std::string_view text) {
+    if (!knobs::dumpEnabled(static_cast<knobs::DumpStage>(stage)))
+      return;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    std::string name = fmt::format("{}.{:02}.{}.txt", prefix, (*counter)++,
+                                   pipeline::stageName(stage));
+    std::ofstream out(dir / name);
+    out << "// " << title << "\n" << text;
+  };
+  return sink;
+}
+
+} // namespace lcejit::ops

@@ -1,0 +1,88 @@
+//===- LceJit.h - The JIT behind LinearCrossEntropy (internal) -------------===//
+//
+// Ties the stages together for one op configuration:
+//   graph (buildLceGraph) -> compileGraph (passes, once) -> plan per bucket ->
+//   emitCuda -> KernelCache (memory, disk, NVRTC) -> module -> Executor.
+//
+// [Note: cache keys] Programs are cached in memory, process-wide, under
+//   (graph fingerprint, D, V, dtypes, plan options, arch, bucket(N)).
+// The graph fingerprint covers the loss itself (softcap value, ignore_index, reduction,
+// dtypes, shapes); plan options add the output dtypes, the workspace budget and the
+// device checks. Binaries are cached by KernelCache under a SHA-256 of the CUDA source,
+// NVRTC version and options, arch and lcejit's build id (runtime/KernelCache.h), so two
+// buckets whose Programs emit the same source share one cubin and one compile.
+//
+// Internal: used by ops/, tools/ and tests, not installed.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "compiler/frontend/Graph.h"
+#include "compiler/pipeline/Pipeline.h"
+#include "compiler/plan/Program.h"
+#include "lcejit/LinearCrossEntropy.h"
+#include "runtime/KernelCache.h"
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace lcejit::ops {
+
+/// A planned, emitted and compiled Program for one bucket.
+struct CompiledProgram {
+  plan::Program program;
+  std::string source;   ///< CUDA C++ (device headers included)
+  std::string cacheKey; ///< plan-level key (see [Note: cache keys])
+  std::shared_ptr<const runtime::CompiledBinary> binary;
+};
+
+/// What a lookup did, for logs and `lcejit-dump --n-series`.
+struct ProgramLookup {
+  std::shared_ptr<const CompiledProgram> compiled;
+  bool planned = false;  ///< the Program was not in the memory cache
+  runtime::CacheOrigin binaryOrigin = runtime::CacheOrigin::Memory;
+};
+
+class LceJit {
+public:
+  /// Validates options (Error(InvalidArgument) naming the option), builds the graph and
+  /// runs the pass pipeline; `trace` sees every stage (dumps).
+  explicit LceJit(const LinearCrossEntropyOptions &options, pipeline::TraceSink trace = {});
+
+  const LinearCrossEntropyOptions &options() const { return options_; }
+  const fe::Graph &graph() const { return *graph_; }
+  const pipeline::FusedGraph &fused() const { return *fused_; }
+
+  plan::PlanOptions planOptions(int64_t n, const plan::Target &target) const;
+  /// Key of the process-wide Program cache for N on `target`.
+  std::string cacheKey(int64_t n, const plan::Target &target) const;
+
+  /// The Program for N (planned once per bucket and target, process-wide), emitted and
+  /// compiled when `compile` is set (then binary is non-null).
+  ProgramLookup lookup(int64_t n, const plan::Target &target, bool compile = true);
+
+  /// The target to plan for when no GPU is present (the H200 of docs/performance.md).
+  static plan::Target defaultTarget();
+  /// The target of the current CUDA device (requires a GPU).
+  static plan::Target deviceTarget();
+
+private:
+  LinearCrossEntropyOptions options_;
+  pipeline::TraceSink trace_;
+  std::unique_ptr<fe::Graph> graph_;
+  std::unique_ptr<pipeline::FusedGraph> fused_;
+};
+
+/// Validates and normalizes options (fills defaults); throws Error(InvalidArgument).
+LinearCrossEntropyOptions validateOptions(const LinearCrossEntropyOptions &options);
+
+/// Throws Error(DeviceCheck) for a bad target found by the device check (row, value).
+[[noreturn]] void throwBadTarget(const LinearCrossEntropyOptions &options, int64_t row,
+                                 int64_t value);
+
+/// A TraceSink writing the stages selected by LCEJIT_DUMP into LCEJIT_DUMP_DIR, or an
+/// empty sink when LCEJIT_DUMP is unset.
+pipeline::TraceSink dumpSinkFromKnobs(const std::string &prefix);
+
+} // namespace lcejit::ops

@@ -1,0 +1,222 @@
+//===- LinearCrossEntropy.cpp - The public op ------------------------------===//
+
+#include "lcejit/LinearCrossEntropy.h"
+#include "ops/lib/LceJit.h"
+#include "ops/lib/Reference.h"
+#include "compiler/support/Check.h"
+#include "runtime/CudaDriver.h"
+#include "runtime/Executor.h"
+#include "runtime/Module.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <map>
+
+namespace lcejit {
+
+namespace {
+
+std::string shapeStr(const std::vector<int64_t> &s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+std::string pointerStr(const void *p) { return fmt::format("{}", p); }
+
+/// Checks one tensor argument against an expected dtype, shape (-1 = any size >= 0, taken
+/// from the tensor), contiguity and alignment. Returns the shape.
+template <typename Ref>
+void checkTensor(const char *name, const Ref &t, DType dtype, const std::vector<int64_t> &shape,
+                 int64_t alignment, bool mayBeNull) {
+  LCEJIT_CHECK_ARG(t.dtype == dtype, "{}.dtype is {}, expected {}", name, dtypeName(t.dtype),
+                   dtypeName(dtype));
+  LCEJIT_CHECK_ARG(t.shape == shape, "{}.shape is {}, expected {}", name, shapeStr(t.shape),
+                   shapeStr(shape));
+  if (!t.strides.empty()) {
+    std::vector<int64_t> contiguous(t.shape.size(), 1);
+    for (int64_t i = static_cast<int64_t>(t.shape.size()) - 2; i >= 0; --i)
+      contiguous[static_cast<size_t>(i)] =
+          contiguous[static_cast<size_t>(i + 1)] * t.shape[static_cast<size_t>(i + 1)];
+    LCEJIT_CHECK_ARG(t.strides == contiguous,
+                     "{}.strides are {}: only contiguous row-major tensors (strides {}) are "
+                     "supported",
+                     name, shapeStr(t.strides), shapeStr(contiguous));
+  }
+  if (!mayBeNull)
+    LCEJIT_CHECK_ARG(t.data != nullptr, "{}.data is null", name);
+  LCEJIT_CHECK_ARG(reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(alignment) == 0,
+                   "{}.data = {} is not {}-byte aligned", name, pointerStr(t.data), alignment);
+}
+
+/// A Program loaded into the current context.
+struct LoadedProgram {
+  runtime::Module module;
+  std::unique_ptr<runtime::Executor> executor;
+};
+
+} // namespace
+
+struct LinearCrossEntropy::Impl {
+  std::unique_ptr<ops::LceJit> jit;
+  // Device state, created on the first GPU call.
+  bool deviceReady = false;
+  plan::Target target;
+  std::map<const ops::CompiledProgram *, std::unique_ptr<LoadedProgram>> loaded;
+  CUdeviceptr workspace = 0;
+  int64_t workspaceBytes = 0;
+  CUdeviceptr lossScratch = 0;
+  int64_t *hostError = nullptr; ///< pinned int64[2]
+  float *hostLoss = nullptr;    ///< pinned f32
+  bool errorPending = false;
+  int64_t lastN = 0;
+
+  ~Impl() {
+    if (!deviceReady)
+      return;
+    const runtime::CudaDriver &d = runtime::cudaDriver();
+    // Best effort: errors while tearing down are not reported.
+    if (workspace)
+      d.memFree(workspace);
+    if (lossScratch)
+      d.memFree(lossScratch);
+    if (hostError)
+      d.memFreeHost(hostError);
+    if (hostLoss)
+      d.memFreeHost(hostLoss);
+  }
+
+  void ensureDevice() {
+    if (deviceReady)
+      return;
+    target = ops::LceJit::deviceTarget(); // ensures the context; rejects old GPUs
+    const runtime::CudaDriver &d = runtime::cudaDriver();
+    void *p = nullptr;
+    LCEJIT_CU(d.memAllocHost(&p, 2 * sizeof(int64_t)));
+    hostError = static_cast<int64_t *>(p);
+    LCEJIT_CU(d.memAllocHost(&p, sizeof(float)));
+    hostLoss = static_cast<float *>(p);
+    LCEJIT_CU(d.memAlloc(&lossScratch, 256));
+    deviceReady = true;
+  }
+
+  LoadedProgram &load(const ops::CompiledProgram &cp) {
+    auto it = loaded.find(&cp);
+    if (it != loaded.end())
+      return *it->second;
+    auto lp = std::make_unique<LoadedProgram>();
+    lp->module = runtime::Module(cp.binary->cubin);
+    lp->executor = std::make_unique<runtime::Executor>(cp.program, lp->module);
+    return *loaded.emplace(&cp, std::move(lp)).first->second;
+  }
+
+  void ensureWorkspace(int64_t bytes, CUstream stream) {
+    if (bytes <= workspaceBytes)
+      return;
+    const runtime::CudaDriver &d = runtime::cudaDriver();
+    if (workspace) {
+      // The old buffer may still be in use by work on the stream.
+      LCEJIT_CU(d.streamSynchronize(stream));
+      LCEJIT_CU(d.memFree(workspace));
+      workspace = 0;
+      workspaceBytes = 0;
+    }
+    LCEJIT_CU(d.memAlloc(&workspace, static_cast<size_t>(std::max<int64_t>(bytes, 256))));
+    workspaceBytes = std::max<int64_t>(bytes, 256);
+  }
+};
+
+LinearCrossEntropy::LinearCrossEntropy(const LinearCrossEntropyOptions &options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->jit = std::make_unique<ops::LceJit>(options, ops::dumpSinkFromKnobs("lce"));
+}
+
+LinearCrossEntropy::~LinearCrossEntropy() = default;
+
+const LinearCrossEntropyOptions &LinearCrossEntropy::options() const { return impl_->jit->options(); }
+
+int64_t LinearCrossEntropy::bucketOf(int64_t n) {
+  LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
+  return plan::bucketOf(n);
+}
+
+int64_t LinearCrossEntropy::compileCount() { return runtime::KernelCache::global().compileCount(); }
+
+bool LinearCrossEntropy::prepare(int64_t n) {
+  LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
+  plan::Target t = runtime::cudaAvailable() ? ops::LceJit::deviceTarget() : ops::LceJit::defaultTarget();
+  return impl_->jit->lookup(n, t).binaryOrigin == runtime::CacheOrigin::Compiled;
+}
+
+void LinearCrossEntropy::enqueue(const TensorRef &hidden, const TensorRef &weight,
+                                 const TensorRef &targets, const MutableTensorRef &loss,
+                                 const MutableTensorRef &gradHidden,
+                                 const MutableTensorRef &gradWeight, void *stream) {
+  const LinearCrossEntropyOptions &o = options();
+  LCEJIT_CHECK_ARG(hidden.shape.size() == 2, "hidden.shape is {}, expected [N, {}]",
+                   shapeStr(hidden.shape), o.hidden);
+  int64_t n = hidden.shape[0];
+  LCEJIT_CHECK_ARG(n >= 0, "N = hidden.shape[0] = {} must be >= 0", n);
+  bool empty = n == 0;
+  checkTensor("hidden", hidden, o.dtype, {n, o.hidden}, 16, empty);
+  checkTensor("weight", weight, o.dtype, {o.vocab, o.hidden}, 16, false);
+  if (targets.shape.size() == 2)
+    checkTensor("targets", targets, o.targetDType, {n, 1}, dtypeSize(o.targetDType), empty);
+  else
+    checkTensor("targets", targets, o.targetDType, {n}, dtypeSize(o.targetDType), empty);
+  if (loss.shape.empty())
+    checkTensor("loss", loss, DType::F32, {}, 4, false);
+  else
+    checkTensor("loss", loss, DType::F32, {1}, 4, false);
+  checkTensor("gradHidden", gradHidden, o.dtype, {n, o.hidden}, 16, empty);
+  checkTensor("gradWeight", gradWeight, o.gradWeightDType, {o.vocab, o.hidden}, 16, false);
+
+  Impl &im = *impl_;
+  im.ensureDevice();
+  auto cu = [](const void *p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); };
+  ops::ProgramLookup l = im.jit->lookup(n, im.target);
+  LoadedProgram &lp = im.load(*l.compiled);
+  CUstream s = static_cast<CUstream>(stream);
+  im.ensureWorkspace(runtime::workspaceBytes(l.compiled->program, n), s);
+  runtime::ProgramBuffers buffers;
+  buffers.inputs = {cu(hidden.data), cu(weight.data), cu(targets.data)};
+  buffers.outputs = {cu(loss.data), cu(gradHidden.data), cu(gradWeight.data)};
+  buffers.workspace = im.workspace;
+  buffers.workspaceBytes = im.workspaceBytes;
+  lp.executor->run(buffers, n, s);
+  im.hostError[0] = im.hostError[1] = 0;
+  lp.executor->enqueueErrorReadback(buffers, n, s, im.hostError);
+  im.errorPending = true;
+  im.lastN = n;
+}
+
+void LinearCrossEntropy::checkDeviceErrors() {
+  Impl &im = *impl_;
+  if (!im.errorPending)
+    return;
+  im.errorPending = false;
+  if (im.hostError[0] == 0)
+    return;
+  ops::throwBadTarget(options(), im.hostError[0] - 1, im.hostError[1]);
+}
+
+float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorRef &weight,
+                                          const TensorRef &targets,
+                                          const MutableTensorRef &gradHidden,
+                                          const MutableTensorRef &gradWeight, void *stream) {
+  impl_->ensureDevice();
+  MutableTensorRef loss{reinterpret_cast<void *>(static_cast<uintptr_t>(impl_->lossScratch)),
+                        DType::F32, {}, {}};
+  enqueue(hidden, weight, targets, loss, gradHidden, gradWeight, stream);
+  const runtime::CudaDriver &d = runtime::cudaDriver();
+  CUstream s = static_cast<CUstream>(stream);
+  LCEJIT_CU(d.memcpyDtoHAsync(impl_->hostLoss, impl_->lossScratch, sizeof(float), s));
+  LCEJIT_CU(d.streamSynchronize(s));
+  checkDeviceErrors();
+  return *impl_->hostLoss;
+}
+
+ReferenceResult LinearCrossEntropy::runReference(const std::vector<double> &hidden,
+                                                 const std::vector<double> &weight,
+                                                 const std::vector<int64_t> &targets) {
+  return ops::runProgramReference(*impl_->jit, hidden, weight, targets);
+}
+
+} // namespace lcejit

@@ -1,0 +1,73 @@
+//===- Reference.cpp -------------------------------------------------------===//
+
+#include "ops/lib/Reference.h"
+#include "compiler/frontend/LceGraph.h"
+#include "compiler/pipeline/Pipeline.h"
+#include "compiler/reference/ProgramInterpreter.h"
+#include "compiler/reference/TxInterpreter.h"
+#include "compiler/support/Check.h"
+
+namespace lcejit::ops {
+
+namespace {
+
+std::vector<ref::RefTensor> makeInputs(const LinearCrossEntropyOptions &o,
+                                       const std::vector<double> &hidden,
+                                       const std::vector<double> &weight,
+                                       const std::vector<int64_t> &targets) {
+  const int64_t n = static_cast<int64_t>(targets.size());
+  LCEJIT_CHECK_ARG(static_cast<int64_t>(hidden.size()) == n * o.hidden,
+                   "hidden has {} values, expected N·D = {}·{}", hidden.size(), n, o.hidden);
+  LCEJIT_CHECK_ARG(static_cast<int64_t>(weight.size()) == o.vocab * o.hidden,
+                   "weight has {} values, expected V·D = {}·{}", weight.size(), o.vocab, o.hidden);
+  ref::RefTensor h({n, o.hidden}, o.dtype), w({o.vocab, o.hidden}, o.dtype), y({n, 1}, o.targetDType);
+  h.data = hidden;
+  w.data = weight;
+  for (int64_t i = 0; i < n; ++i)
+    y.data[static_cast<size_t>(i)] = static_cast<double>(targets[static_cast<size_t>(i)]);
+  return {h, w, y};
+}
+
+ReferenceResult toResult(const std::vector<ref::RefTensor> &outs) {
+  LCEJIT_CHECK(outs.size() == 3, "the LCE graph has 3 outputs, got {}", outs.size());
+  ReferenceResult r;
+  r.loss = outs[0].data.at(0);
+  r.gradHidden = outs[1].data;
+  r.gradWeight = outs[2].data;
+  return r;
+}
+
+} // namespace
+
+ReferenceResult runGraphReference(const LinearCrossEntropyOptions &options,
+                                  const std::vector<double> &hidden,
+                                  const std::vector<double> &weight,
+                                  const std::vector<int64_t> &targets) {
+  LinearCrossEntropyOptions o = validateOptions(options);
+  fe::LceSpec spec;
+  spec.hidden = o.hidden;
+  spec.vocab = o.vocab;
+  spec.dtype = o.dtype;
+  spec.targetType = o.targetDType;
+  spec.softcap = o.softcap;
+  spec.ignoreIndex = o.ignoreIndex;
+  spec.reduction = o.reduction == Reduction::Mean ? fe::LceReduction::Mean : fe::LceReduction::Sum;
+  std::unique_ptr<fe::Graph> g = fe::buildLceGraph(spec);
+  std::unique_ptr<pipeline::FusedGraph> unfused = pipeline::compileGraph(*g, {}, "tx-fuse");
+  return toResult(ref::interpretTx(unfused->module(), makeInputs(o, hidden, weight, targets)));
+}
+
+ReferenceResult runProgramReference(LceJit &jit, const std::vector<double> &hidden,
+                                    const std::vector<double> &weight,
+                                    const std::vector<int64_t> &targets) {
+  const LinearCrossEntropyOptions &o = jit.options();
+  const int64_t n = static_cast<int64_t>(targets.size());
+  ProgramLookup l = jit.lookup(n, LceJit::defaultTarget(), /*compile=*/false);
+  ref::ProgramRunResult run =
+      ref::interpretProgram(l.compiled->program, makeInputs(o, hidden, weight, targets), n);
+  if (run.badRow != 0)
+    throwBadTarget(o, run.badRow - 1, run.badValue);
+  return toResult(run.outputs);
+}
+
+} // namespace lcejit::ops

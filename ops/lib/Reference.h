@@ -1,0 +1,31 @@
+//===- Reference.h - The CPU oracles behind runReference and the tests -----===//
+//
+// Two fp64 references for the linear cross entropy (internal):
+//  - runGraphReference: the differentiated, UNFUSED graph on the tx interpreter. This is
+//    the oracle every numeric check compares against (at small shapes).
+//  - runProgramReference: the PLANNED Program (fused epilogues, splits, chunk loop) on
+//    the Program interpreter. It agrees with the graph reference to rounding, which
+//    checks the fuser and the planner without a GPU.
+// Both take inputs already representable in the options' dtype and return fp64 values.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "lcejit/LinearCrossEntropy.h"
+#include "ops/lib/LceJit.h"
+
+#include <vector>
+
+namespace lcejit::ops {
+
+ReferenceResult runGraphReference(const LinearCrossEntropyOptions &options,
+                                  const std::vector<double> &hidden,
+                                  const std::vector<double> &weight,
+                                  const std::vector<int64_t> &targets);
+
+/// Throws Error(DeviceCheck) for a bad target, like the GPU path.
+ReferenceResult runProgramReference(LceJit &jit, const std::vector<double> &hidden,
+                                    const std::vector<double> &weight,
+                                    const std::vector<int64_t> &targets);
+
+} // namespace lcejit::ops

@@ -1,0 +1,86 @@
+//===- GpuSupport.h - Device buffers and reference kernels for GPU tests ---===//
+#pragma once
+
+#include "lcejit/LinearCrossEntropy.h"
+#include "runtime/CudaDriver.h"
+#include "runtime/Module.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lcejit::gputest {
+
+/// Owning device allocation.
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(int64_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer &&o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0; }
+  DeviceBuffer &operator=(DeviceBuffer &&o) noexcept;
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+
+  CUdeviceptr ptr() const { return ptr_; }
+  void *data() const { return reinterpret_cast<void *>(static_cast<uintptr_t>(ptr_)); }
+  int64_t bytes() const { return bytes_; }
+  /// Fills every byte with 0xFF: NaN for bf16, f16 and f32 (poison before a run).
+  void poison() const;
+  template <typename T> std::vector<T> download() const {
+    std::vector<T> v(static_cast<size_t>(bytes_) / sizeof(T));
+    downloadTo(v.data(), static_cast<int64_t>(v.size() * sizeof(T)));
+    return v;
+  }
+  void downloadTo(void *host, int64_t bytes) const;
+
+private:
+  CUdeviceptr ptr_ = 0;
+  int64_t bytes_ = 0;
+};
+
+/// Errors of one output against the fp64 reference.
+struct Comparison {
+  double relError = 0;  ///< ||x − ref|| / ||ref||
+  double floor = 0;     ///< ||round_to_dtype(ref) − ref|| / ||ref||: the rounding floor
+  int64_t nonFinite = 0;
+  double refNorm = 0;
+};
+
+/// The helper kernels of RefKernels.cuh, compiled once per process with NVRTC.
+class RefKernels {
+public:
+  static RefKernels &get();
+
+  void fillRandom(const DeviceBuffer &out, DType dtype, int64_t n, uint64_t seed, double scale);
+  void fillTargets(const DeviceBuffer &out, DType dtype, int64_t n, uint64_t seed, int64_t vocab,
+                   int64_t ignoreIndex, int ignoreEvery, int64_t badRow = -1, int64_t badValue = 0);
+  void toF64(const DeviceBuffer &in, DType dtype, const DeviceBuffer &out, int64_t n);
+  /// layout 0: C = A·Bᵀ (A [M,K], B [N,K]); 1: C = A·B (B [K,N]); 2: C = Aᵀ·B (A [K,M]).
+  void gemm(const DeviceBuffer &a, const DeviceBuffer &b, const DeviceBuffer &c, int64_t m,
+            int64_t n, int64_t k, int layout);
+  void lceRows(const DeviceBuffer &z, const DeviceBuffer &y, bool is64, int64_t n, int64_t v,
+               double softcap, std::optional<int64_t> ignoreIndex, const DeviceBuffer &lse,
+               const DeviceBuffer &rowLoss, const DeviceBuffer &valid);
+  void lceDz(const DeviceBuffer &z, const DeviceBuffer &y, bool is64, int64_t n, int64_t v,
+             double softcap, const DeviceBuffer &lse, const DeviceBuffer &valid, double scale);
+  Comparison compare(const DeviceBuffer &x, DType dtype, const DeviceBuffer &ref, int64_t n);
+
+private:
+  RefKernels();
+  void launch(const char *name, int64_t gridX, int64_t gridY, int block, std::vector<void *> args);
+  runtime::Module module_;
+};
+
+/// fp64 loss and gradients computed on the device from the definition.
+struct GpuReference {
+  double loss = 0;
+  DeviceBuffer dH; ///< f64 [N, D]
+  DeviceBuffer dW; ///< f64 [V, D]
+};
+
+GpuReference gpuReference(const LinearCrossEntropyOptions &o, const DeviceBuffer &hidden,
+                          const DeviceBuffer &weight, const DeviceBuffer &targets, int64_t n);
+
+} // namespace lcejit::gputest

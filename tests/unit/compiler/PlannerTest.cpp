@@ -1,0 +1,380 @@
+//===- PlannerTest.cpp - The planner is a pure, predictable function ------===//
+
+#include "TestSupport.h"
+
+#include "lcejit/Error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+using namespace lcejit;
+using namespace lcejit::testing;
+using plan::KernelKind;
+using plan::Param;
+
+namespace {
+
+plan::PlanOptions options(int64_t tokens, int64_t budget = int64_t(1) << 30, int32_t sms = 132) {
+  plan::PlanOptions o;
+  o.tokens = tokens;
+  o.workspaceBudgetBytes = budget;
+  o.target.numSMs = sms;
+  return o;
+}
+
+std::unique_ptr<pipeline::FusedGraph> lceFused(int64_t d = 24, int64_t v = 257,
+                                               DType dt = DType::BF16,
+                                               std::optional<double> softcap = 30.0) {
+  fe::LceSpec s;
+  s.hidden = d;
+  s.vocab = v;
+  s.dtype = dt;
+  s.softcap = softcap;
+  s.ignoreIndex = -100;
+  return pipeline::compileGraph(*fe::buildLceGraph(s));
+}
+
+TEST(Planner, Buckets) {
+  using plan::bucketLowerBound;
+  using plan::bucketOf;
+  EXPECT_EQ(bucketOf(0), 256);
+  EXPECT_EQ(bucketOf(1), 256);
+  EXPECT_EQ(bucketOf(256), 256);
+  EXPECT_EQ(bucketOf(257), 1024);
+  EXPECT_EQ(bucketOf(1024), 1024);
+  EXPECT_EQ(bucketOf(1025), 4096);
+  EXPECT_EQ(bucketOf(4096), 4096);
+  EXPECT_EQ(bucketOf(4097), 16384);
+  EXPECT_EQ(bucketOf(33768), 65536);
+  EXPECT_EQ(bucketLowerBound(256), 0);
+  EXPECT_EQ(bucketLowerBound(1024), 257);
+  EXPECT_EQ(bucketLowerBound(4096), 1025);
+  EXPECT_EQ(bucketLowerBound(16384), 4097);
+  EXPECT_EQ(bucketLowerBound(65536), 16385);
+  // Every N lies in its bucket, and buckets tile the line.
+  for (int64_t n : std::vector<int64_t>{0, 1, 255, 256, 257, 1000, 1024, 1025, 4096, 4097, 33768,
+                                        65536, 65537, int64_t(1) << 40}) {
+    int64_t b = bucketOf(n);
+    EXPECT_LE(bucketLowerBound(b), n) << n;
+    EXPECT_LE(n, b) << n;
+    if (b > 256) {
+      EXPECT_EQ(bucketOf(bucketLowerBound(b) - 1), b / 4) << n;
+    }
+  }
+  EXPECT_THROW(bucketOf(-1), Error);
+}
+
+TEST(Planner, PureFunction) {
+  auto a = lceFused(), b = lceFused();
+  for (int64_t tokens : {1, 300, 5000, 70000}) {
+    plan::Program p1 = a->plan(options(tokens)), p2 = a->plan(options(tokens));
+    plan::Program p3 = b->plan(options(tokens)); // another context, same graph
+    EXPECT_TRUE(p1 == p2);
+    EXPECT_TRUE(p1 == p3);
+    EXPECT_EQ(p1.hash(), p2.hash());
+    EXPECT_EQ(p1.hash(), p3.hash());
+    EXPECT_EQ(p1.toJson(), p3.toJson());
+  }
+  // Same bucket -> the same Program, whatever N inside it.
+  EXPECT_TRUE(a->plan(options(1)) == a->plan(options(256)));
+  EXPECT_TRUE(a->plan(options(257)) == a->plan(options(1024)));
+  EXPECT_TRUE(a->plan(options(0)) == a->plan(options(100)));
+  // A different graph -> a different Program.
+  EXPECT_NE(lceFused(24, 257, DType::BF16, 20.0)->plan(options(100)).hash(),
+            a->plan(options(100)).hash());
+}
+
+/// Programs of two buckets, with the fields a bucket is expected to change cleared.
+plan::Program withoutBucket(plan::Program p) {
+  p.bucket = p.bucketLow = 0;
+  p.decisions.clear();
+  return p;
+}
+
+TEST(Planner, BucketsChangeOnlyWhatTheyShould) {
+  auto fg = lceFused();
+  plan::Program small = fg->plan(options(100)), mid = fg->plan(options(1000));
+  plan::Program big = fg->plan(options(70000));
+  EXPECT_NE(small.hash(), mid.hash());
+  EXPECT_EQ(small.bucket, 256);
+  EXPECT_EQ(mid.bucket, 1024);
+  EXPECT_EQ(mid.bucketLow, 257);
+  // Up to 1024 rows the tiles and (with 3 column tiles) the splits are the same: only the
+  // bucket differs.
+  EXPECT_TRUE(withoutBucket(small) == withoutBucket(mid));
+  // A big bucket has the large forward tile and a single split; the structure (buffers,
+  // steps, kernel kinds and functions) is unchanged.
+  EXPECT_EQ(big.splits, 1);
+  EXPECT_EQ(small.splits, 3);
+  ASSERT_EQ(big.kernels.size(), small.kernels.size());
+  EXPECT_EQ(big.steps, small.steps);
+  EXPECT_EQ(big.workspace.size(), small.workspace.size());
+  for (size_t k = 0; k < big.kernels.size(); ++k) {
+    EXPECT_EQ(big.kernels[k].kind(), small.kernels[k].kind());
+    EXPECT_EQ(big.kernels[k].name, small.kernels[k].name);
+    if (big.kernels[k].kind() == KernelKind::Row) {
+      EXPECT_TRUE(big.kernels[k] == small.kernels[k]) << big.kernels[k].name;
+    }
+    if (big.kernels[k].kind() == KernelKind::GemmReduce) {
+      const auto &gb = std::get<plan::GemmReduceKernel>(big.kernels[k].body);
+      const auto &gs = std::get<plan::GemmReduceKernel>(small.kernels[k].body);
+      EXPECT_EQ(gb.gemm.tile.bm, 128);
+      EXPECT_EQ(gs.gemm.tile.bm, 64);
+      EXPECT_TRUE(gb.gemm.epilogue == gs.gemm.epilogue);
+      EXPECT_TRUE(gb.gemm.args == gs.gemm.args);
+    }
+  }
+}
+
+TEST(Planner, SplitsFollowBucketAndDevice) {
+  auto fg = lceFused(24, 1000); // 8 column tiles of 128
+  int32_t prev = 1 << 30;
+  for (int64_t tokens : {1, 1000, 4000, 16000, 60000, 250000, 1000000}) {
+    plan::Program p = fg->plan(options(tokens));
+    EXPECT_GE(p.splits, 1);
+    EXPECT_LE(p.splits, 8) << "more splits than column tiles";
+    EXPECT_LE(p.splits, prev) << "splits grow with the bucket at " << tokens;
+    prev = p.splits;
+  }
+  EXPECT_EQ(fg->plan(options(1)).splits, 8);
+  EXPECT_EQ(fg->plan(options(20000)).splits, 3); // 129 row blocks of 128: ceil(264 / 129)
+  EXPECT_EQ(fg->plan(options(1000000)).splits, 1);
+  EXPECT_EQ(fg->plan(options(1, int64_t(1) << 30, 1)).splits, 2); // 1 SM, filled twice
+  // f32 operands use the SIMT tile (bn = 64): 16 column tiles.
+  EXPECT_EQ(lceFused(24, 1000, DType::F32)->plan(options(1)).splits, 16);
+}
+
+TEST(Planner, ChunkSizeFollowsBudget) {
+  auto fg = lceFused(24, 1000);
+  plan::Program full = fg->plan(options(100));
+  EXPECT_EQ(full.loopCols, 1000);
+  EXPECT_EQ(full.chunkCols, 1024); // all columns, rounded up to the tile
+  EXPECT_EQ(full.numChunks(), 1);
+  int64_t prevChunk = 0;
+  for (int64_t budget = 0; budget <= (int64_t(2) << 20); budget += 64 << 10) {
+    plan::Program p = fg->plan(options(100, budget));
+    EXPECT_EQ(p.chunkCols % 128, 0) << budget;
+    EXPECT_GE(p.chunkCols, 128) << budget;
+    EXPECT_LE(p.chunkCols, 1024) << budget;
+    EXPECT_GE(p.chunkCols, prevChunk) << "chunk shrinks as the budget grows, at " << budget;
+    EXPECT_EQ(p.numChunks(), (1000 + p.chunkCols - 1) / p.chunkCols);
+    prevChunk = p.chunkCols;
+  }
+  EXPECT_EQ(fg->plan(options(100, 0)).chunkCols, 128); // over budget: the minimum chunk
+}
+
+/// The workspace at N = bucket fits the budget whenever the budget allows the minimum
+/// chunk (the planner promises a bounded workspace); when it does not, the planner says
+/// so in its decisions.
+TEST(Planner, WorkspaceFitsBudget) {
+  auto fg = lceFused(24, 1000);
+  plan::Program ref = fg->plan(options(100));
+  int64_t perRow = 0;
+  for (const plan::BufferSpec &b : ref.workspace)
+    if (b.name.rfind("dz", 0) != 0)
+      perRow += b.bytesPerRow;
+  int checked = 0;
+  for (int64_t chunk : {128, 256, 384, 512, 896, 1024})
+    for (int64_t slack : {0, 100, 1000, 4096}) {
+      int64_t budget = perRow * 256 + chunk * 256 * 4 + slack;
+      plan::Program p = fg->plan(options(100, budget));
+      int64_t total = 0;
+      p.workspaceOffsets(p.bucket, &total);
+      bool exceeded = false;
+      for (const std::string &d : p.decisions)
+        exceeded |= d.find("budget exceeded") != std::string::npos;
+      if (exceeded) {
+        // The note is conservative (it reserves alignment slack), so the workspace may
+        // still fit; only the minimum chunk may be over budget.
+        EXPECT_EQ(p.chunkCols, 128) << "only the minimum chunk may exceed the budget";
+      } else {
+        EXPECT_LE(total, budget) << "chunk " << p.chunkCols << ", slack " << slack;
+        ++checked;
+      }
+    }
+  EXPECT_GE(checked, 20);
+}
+
+TEST(Planner, JsonParsesAndNamesKernels) {
+  auto fg = lceFused();
+  plan::Program p = fg->plan(options(100));
+  nlohmann::json j = nlohmann::json::parse(p.toJson());
+  EXPECT_EQ(j["name"], "lce");
+  EXPECT_EQ(j["bucket"]["high"], 256);
+  EXPECT_EQ(j["splits"], p.splits);
+  ASSERT_EQ(j["kernels"].size(), p.kernels.size());
+  std::set<std::string> kinds;
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
+    EXPECT_EQ(j["kernels"][k]["name"], p.kernels[k].name);
+    EXPECT_EQ(j["kernels"][k]["kind"], plan::kernelKindName(p.kernels[k].kind()));
+    kinds.insert(j["kernels"][k]["kind"].get<std::string>());
+  }
+  for (const char *k : {"row", "gemm_reduce", "gemm_dz", "gemm_dlhs", "gemm_drhs"})
+    EXPECT_TRUE(kinds.count(k)) << k;
+  EXPECT_EQ(nlohmann::json::parse(p.toJson(-1)), j); // compact form, same content
+  EXPECT_FALSE(j["decisions"].empty());
+  // The hash sees every field.
+  plan::Program q = p;
+  q.chunkCols += 128;
+  EXPECT_NE(q.hash(), p.hash());
+  // A float constant of an epilogue, changed in its last digits.
+  q = p;
+  bool changed = false;
+  for (plan::Kernel &k : q.kernels)
+    if (auto *g = std::get_if<plan::GemmReduceKernel>(&k.body))
+      for (plan::ScalarInst &i : g->gemm.epilogue.insts)
+        if (!changed && i.op == plan::ScalarOp::Const && i.type == DType::F32 && i.fValue != 0.0) {
+          i.fValue = std::nextafter(i.fValue, INFINITY);
+          changed = true;
+        }
+  ASSERT_TRUE(changed);
+  EXPECT_NE(q.hash(), p.hash()) << "a constant changed but the hash did not";
+  EXPECT_FALSE(q == p);
+}
+
+/// The ABI: buffers first (deduplicated, named by space and index), then the integers
+/// of the kind, in the documented order.
+TEST(Planner, KernelParamsOrder) {
+  auto fg = lceFused();
+  plan::PlanOptions o = options(100);
+  o.outputTypes = {std::nullopt, DType::BF16, DType::BF16}; // adds a Cast kernel
+  plan::Program p = fg->plan(o);
+  std::set<KernelKind> seen;
+  for (const plan::Kernel &k : p.kernels) {
+    std::vector<Param> ps = plan::kernelParams(k);
+    seen.insert(k.kind());
+    std::vector<Param::Kind> ints;
+    std::set<std::string> names;
+    bool pointersDone = false;
+    for (const Param &q : ps) {
+      EXPECT_TRUE(names.insert(q.name).second) << k.name << ": duplicate " << q.name;
+      if (q.kind == Param::Kind::Pointer) {
+        EXPECT_FALSE(pointersDone) << k.name << ": pointer after an integer";
+        static const char *prefix[] = {"in", "out", "ws"};
+        EXPECT_EQ(q.name, prefix[static_cast<int>(q.buf.space)] + std::to_string(q.buf.index));
+      } else {
+        pointersDone = true;
+        ints.push_back(q.kind);
+      }
+    }
+    using PK = Param::Kind;
+    std::vector<PK> want;
+    switch (k.kind()) {
+    case KernelKind::Row: want = {PK::N, PK::Splits}; break;
+    case KernelKind::GemmReduce: want = {PK::N, PK::Splits}; break;
+    case KernelKind::GemmDz: want = {PK::N, PK::ChunkBegin, PK::ChunkCols}; break;
+    case KernelKind::GemmDLhs: want = {PK::N, PK::ChunkBegin, PK::ChunkCols, PK::ChunkIndex}; break;
+    case KernelKind::GemmDRhs: want = {PK::N, PK::ChunkBegin, PK::ChunkCols}; break;
+    case KernelKind::Cast: want = {PK::N}; break;
+    }
+    EXPECT_EQ(ints, want) << k.name;
+    // Specific buffers are present.
+    auto hasBuf = [&](const plan::BufferRef &b) {
+      return std::any_of(ps.begin(), ps.end(),
+                         [&](const Param &q) { return q.kind == PK::Pointer && q.buf == b; });
+    };
+    if (auto *g = std::get_if<plan::GemmReduceKernel>(&k.body)) {
+      EXPECT_TRUE(hasBuf(g->gemm.a) && hasBuf(g->gemm.b) && hasBuf(g->partials)) << k.name;
+      EXPECT_EQ(ps[0].buf, g->gemm.a);
+      EXPECT_EQ(ps[1].buf, g->gemm.b);
+    }
+    if (auto *d = std::get_if<plan::GemmDLhsKernel>(&k.body)) {
+      EXPECT_TRUE(hasBuf(d->dz) && hasBuf(d->dzLo) && hasBuf(d->b) && hasBuf(d->out)) << k.name;
+    }
+    if (auto *r = std::get_if<plan::RowKernel>(&k.body)) {
+      for (const plan::Operand &a : r->args) {
+        if (a.buf.valid()) {
+          EXPECT_TRUE(hasBuf(a.buf)) << k.name;
+        }
+      }
+      for (const auto &s : r->sinks) {
+        if (s.buf.valid()) {
+          EXPECT_TRUE(hasBuf(s.buf)) << k.name;
+        }
+      }
+      EXPECT_TRUE(hasBuf({plan::Space::Workspace, plan::kErrorBuffer})) << k.name;
+    }
+  }
+  for (KernelKind kk : {KernelKind::Row, KernelKind::GemmReduce, KernelKind::GemmDz,
+                        KernelKind::GemmDLhs, KernelKind::GemmDRhs, KernelKind::Cast})
+    EXPECT_TRUE(seen.count(kk)) << plan::kernelKindName(kk);
+}
+
+TEST(Planner, LaunchDims) {
+  auto fg = lceFused();
+  plan::PlanOptions o = options(100);
+  o.outputTypes = {std::nullopt, DType::BF16, DType::BF16};
+  plan::Program p = fg->plan(o);
+  for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k) {
+    KernelKind kind = p.kernels[static_cast<size_t>(k)].kind();
+    plan::LaunchDims z = p.launchDims(k, 0, p.chunkCols);
+    plan::LaunchDims d = p.launchDims(k, 100, p.chunkCols);
+    plan::LaunchDims big = p.launchDims(k, 1000, 129);
+    std::string name = p.kernels[static_cast<size_t>(k)].name;
+    EXPECT_GT(d.block, 0) << name;
+    switch (kind) {
+    case KernelKind::Row:
+      EXPECT_EQ(z.grid[0], 1) << name;
+      EXPECT_EQ(d.grid[0], 1) << name;
+      EXPECT_EQ(big.grid[0], 4) << name;
+      EXPECT_EQ(d.block, 256);
+      break;
+    case KernelKind::GemmReduce: {
+      const auto &g = std::get<plan::GemmReduceKernel>(p.kernels[static_cast<size_t>(k)].body);
+      EXPECT_EQ(z.grid[0], 0) << name;
+      EXPECT_EQ(d.grid[0], (100 + g.gemm.tile.bm - 1) / g.gemm.tile.bm);
+      EXPECT_EQ(d.grid[1], p.splits);
+      EXPECT_EQ(d.block, g.gemm.tile.threads());
+      EXPECT_GT(d.sharedBytes, 0);
+      EXPECT_LE(d.sharedBytes, p.target.maxSharedPerBlock);
+      break;
+    }
+    case KernelKind::GemmDz: {
+      const auto &g = std::get<plan::GemmDzKernel>(p.kernels[static_cast<size_t>(k)].body);
+      EXPECT_EQ(z.grid[0], 0) << name;
+      EXPECT_EQ(big.grid[1], (129 + g.gemm.tile.bn - 1) / g.gemm.tile.bn);
+      EXPECT_LE(d.sharedBytes, p.target.maxSharedPerBlock);
+      break;
+    }
+    case KernelKind::GemmDLhs:
+      EXPECT_EQ(z.grid[0], 0) << name;
+      EXPECT_GT(d.grid[0], 0);
+      EXPECT_LE(d.sharedBytes, p.target.maxSharedPerBlock);
+      break;
+    case KernelKind::GemmDRhs:
+      // N = 0 still writes zeros: the grid runs over the chunk's columns.
+      EXPECT_GT(z.grid[0], 0) << name;
+      EXPECT_GT(z.grid[1], 0) << name;
+      EXPECT_LE(d.sharedBytes, p.target.maxSharedPerBlock);
+      break;
+    case KernelKind::Cast:
+      EXPECT_EQ(z.grid[0], 0) << name;
+      EXPECT_GE(d.grid[0], 1) << name;
+      break;
+    }
+  }
+  EXPECT_THROW(p.launchDims(static_cast<int32_t>(p.kernels.size()), 1, 1), Error);
+}
+
+TEST(Planner, ErrorsNameTheOp) {
+  // A matmul the fuser leaves alone (its [N, C] value escapes as an output).
+  fe::Graph g("escape");
+  auto H = g.input("H", {fe::kN, 8}, DType::BF16);
+  auto W = g.input("W", {13, 8}, DType::BF16);
+  auto z = g.matmul(H, W, false, true);
+  g.output("z", z);
+  g.output("lse", g.logsumexp(z, 1));
+  auto fg = pipeline::compileGraph(g);
+  try {
+    fg->plan(options(100));
+    FAIL() << "planned an unfused matmul";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    std::string m = e.what();
+    EXPECT_NE(m.find("tx.matmul"), std::string::npos) << m;
+    EXPECT_NE(m.find("@escape"), std::string::npos) << m;
+  }
+}
+
+} // namespace

@@ -1,0 +1,534 @@
+//===- ProgramInterpreterTest.cpp - Planned Programs vs the unfused graph --===//
+//
+// The planner's decomposition (row kernels, GEMM epilogues, column splits and lse
+// partials, the chunk loop) is checked by running its Program in fp64 and comparing
+// with the unfused graph in the TxInterpreter: relative error <= kTolProgram.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestSupport.h"
+
+#include "lcejit/Error.h"
+
+using namespace lcejit;
+using namespace lcejit::testing;
+using fe::kN;
+using fe::Tensor;
+
+namespace {
+
+plan::PlanOptions options(int64_t tokens, int64_t budget = int64_t(1) << 30, int32_t sms = 132) {
+  plan::PlanOptions o;
+  o.tokens = tokens;
+  o.workspaceBudgetBytes = budget;
+  o.target.numSMs = sms;
+  return o;
+}
+
+/// Bytes per row the planner counts before the dZ chunk (every workspace buffer but dZ).
+int64_t perRowFixed(const plan::Program &p) {
+  int64_t b = 0;
+  for (const plan::BufferSpec &s : p.workspace)
+    if (s.name.rfind("dz", 0) != 0)
+      b += s.bytesPerRow;
+  return b;
+}
+
+/// A budget for which the planner should pick `chunk` columns per chunk.
+int64_t budgetForChunk(const pipeline::FusedGraph &fg, int64_t tokens, int64_t chunk) {
+  plan::Program p = fg.plan(options(tokens));
+  return perRowFixed(p) * p.bucket + chunk * p.bucket * 4;
+}
+
+::testing::AssertionResult matches(const ref::ProgramRunResult &got,
+                                   const std::vector<RefTensor> &want, double tol,
+                                   const std::string &what) {
+  if (got.outputs.size() != want.size())
+    return ::testing::AssertionFailure()
+           << what << ": " << got.outputs.size() << " outputs, want " << want.size();
+  for (size_t i = 0; i < want.size(); ++i) {
+    auto r = near(got.outputs[i], want[i], tol, what + " output " + std::to_string(i));
+    if (!r)
+      return r;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+struct SpecCase {
+  std::optional<double> softcap;
+  std::optional<int64_t> ignore;
+  fe::LceReduction reduction;
+  DType dtype;
+};
+
+std::ostream &operator<<(std::ostream &os, const SpecCase &c) {
+  return os << dtypeName(c.dtype) << (c.softcap ? fmt::format("_softcap{}", *c.softcap) : "")
+            << (c.ignore ? fmt::format("_ignore{}", *c.ignore) : "")
+            << (c.reduction == fe::LceReduction::Mean ? "_mean" : "_sum");
+}
+
+class LceProgram : public ::testing::TestWithParam<SpecCase> {};
+
+TEST_P(LceProgram, MatchesUnfusedGraph) {
+  const SpecCase &c = GetParam();
+  int multiChunk = 0, narrowLast = 0, multiSplit = 0;
+  for (int64_t d : {8, 24})
+    for (int64_t v : {13, 100, 257}) {
+      fe::LceSpec s;
+      s.hidden = d;
+      s.vocab = v;
+      s.softcap = c.softcap;
+      s.ignoreIndex = c.ignore;
+      s.reduction = c.reduction;
+      s.dtype = c.dtype;
+      auto g = fe::buildLceGraph(s);
+      Module ref = unfused(*g);
+      auto fg = pipeline::compileGraph(*g);
+      for (int64_t n : {0, 1, 7, 33}) {
+        auto in = lceInputs(s, n, 500 + static_cast<uint64_t>(n * 7 + d + v), 0.7);
+        auto want = ref::interpretTx(ref.func(), in);
+        // Plans: the natural bucket; large buckets (fewer splits, bigger tiles); few SMs
+        // (other splits); budgets giving the smallest chunk, two tiles, and everything.
+        std::vector<plan::PlanOptions> plans = {options(n), options(20000), options(100000),
+                                                options(n, int64_t(1) << 30, 1), options(n, 0)};
+        plans.push_back(options(n, budgetForChunk(*fg, n, 128)));
+        plans.push_back(options(n, budgetForChunk(*fg, n, 256)));
+        for (const plan::PlanOptions &o : plans) {
+          plan::Program p = fg->plan(o);
+          std::string what = specName(s) + "_N" + std::to_string(n) + "_tokens" +
+                             std::to_string(o.tokens) + "_sms" + std::to_string(o.target.numSMs) +
+                             "_budget" + std::to_string(o.workspaceBudgetBytes) + " (chunk " +
+                             std::to_string(p.chunkCols) + ", splits " + std::to_string(p.splits) +
+                             ")";
+          auto got = ref::interpretProgram(p, in, n);
+          EXPECT_TRUE(matches(got, want, kTolProgram, what));
+          EXPECT_EQ(got.badRow, 0) << what;
+          multiChunk += p.numChunks() > 1;
+          narrowLast += p.numChunks() > 1 && p.loopCols % p.chunkCols != 0;
+          multiSplit += p.splits > 1;
+        }
+      }
+    }
+  // The sweep must have exercised what it claims to.
+  EXPECT_GT(multiChunk, 0);
+  EXPECT_GT(narrowLast, 0);
+  EXPECT_GT(multiSplit, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Lce, LceProgram,
+    ::testing::Values(SpecCase{std::nullopt, std::nullopt, fe::LceReduction::Mean, DType::BF16},
+                      SpecCase{std::nullopt, std::nullopt, fe::LceReduction::Sum, DType::BF16},
+                      SpecCase{30.0, -100, fe::LceReduction::Mean, DType::BF16},
+                      SpecCase{1.5, -100, fe::LceReduction::Sum, DType::BF16},
+                      SpecCase{std::nullopt, -100, fe::LceReduction::Mean, DType::F32},
+                      SpecCase{2.0, std::nullopt, fe::LceReduction::Mean, DType::F16}));
+
+fe::LceSpec spec(int64_t d, int64_t v, std::optional<int64_t> ignore = -100,
+                 fe::LceReduction red = fe::LceReduction::Mean, DType targets = DType::I64) {
+  fe::LceSpec s;
+  s.hidden = d;
+  s.vocab = v;
+  s.ignoreIndex = ignore;
+  s.reduction = red;
+  s.targetType = targets;
+  return s;
+}
+
+TEST(ProgramInterpreter, EmptySplitsAndLargeLogits) {
+  // 600 columns = 5 tiles of 128; 2 SMs at bucket 256 -> 4 splits of 2 tiles: the last
+  // split is empty and must give empty partials.
+  fe::LceSpec s = spec(24, 600, std::nullopt);
+  auto g = fe::buildLceGraph(s);
+  Module ref = unfused(*g);
+  auto fg = pipeline::compileGraph(*g);
+  plan::Program p = fg->plan(options(33, int64_t(1) << 30, 2));
+  ASSERT_EQ(p.splits, 4);
+  for (double scale : {0.7, 4.0}) { // logits up to ~±100 at scale 4
+    auto in = lceInputs(s, 33, 8, scale);
+    auto want = ref::interpretTx(ref.func(), in);
+    EXPECT_TRUE(matches(ref::interpretProgram(p, in, 33), want, kTolProgram,
+                        "scale " + std::to_string(scale)));
+  }
+}
+
+TEST(ProgramInterpreter, ZeroRowsGiveZeroLossAndGradients) {
+  for (auto red : {fe::LceReduction::Mean, fe::LceReduction::Sum})
+    for (std::optional<int64_t> ignore : {std::optional<int64_t>(), std::optional<int64_t>(-100)}) {
+      fe::LceSpec s = spec(8, 100, ignore, red);
+      auto g = fe::buildLceGraph(s);
+      auto fg = pipeline::compileGraph(*g);
+      auto in = lceInputs(s, 0, 1);
+      for (int64_t budget : {int64_t(0), int64_t(1) << 30}) {
+        auto got = ref::interpretProgram(fg->plan(options(0, budget)), in, 0);
+        std::string what = specName(s);
+        ASSERT_EQ(got.outputs.size(), 3u);
+        EXPECT_EQ(got.outputs[0].data, std::vector<double>{0.0}) << what;
+        EXPECT_EQ(got.outputs[1].shape, (std::vector<int64_t>{0, 8})) << what;
+        EXPECT_EQ(got.outputs[2].data, std::vector<double>(800, 0.0)) << what;
+        EXPECT_EQ(got.badRow, 0);
+      }
+    }
+}
+
+TEST(ProgramInterpreter, AllRowsIgnored) {
+  for (auto red : {fe::LceReduction::Mean, fe::LceReduction::Sum}) {
+    fe::LceSpec s = spec(8, 257, -100, red);
+    auto g = fe::buildLceGraph(s);
+    Module ref = unfused(*g);
+    auto fg = pipeline::compileGraph(*g);
+    auto in = lceInputs(s, 7, 3);
+    for (double &y : in[2].data)
+      y = -100;
+    auto want = ref::interpretTx(ref.func(), in);
+    EXPECT_EQ(want[0].data[0], 0.0);
+    auto got = ref::interpretProgram(fg->plan(options(7, budgetForChunk(*fg, 7, 128))), in, 7);
+    EXPECT_TRUE(matches(got, want, kTolProgram, specName(s)));
+    EXPECT_EQ(got.outputs[0].data[0], 0.0);
+    EXPECT_EQ(got.outputs[1].data, std::vector<double>(56, 0.0));
+    EXPECT_EQ(got.outputs[2].data, std::vector<double>(257 * 8, 0.0));
+  }
+}
+
+TEST(ProgramInterpreter, DeviceCheckReportsFirstBadTarget) {
+  for (DType targets : {DType::I64, DType::I32}) {
+    fe::LceSpec s = spec(8, 13, -100, fe::LceReduction::Mean, targets);
+    auto g = fe::buildLceGraph(s);
+    Module ref = unfused(*g);
+    auto fg = pipeline::compileGraph(*g);
+    plan::PlanOptions o = options(7);
+    o.checks.push_back(plan::InputCheck{2, 0, 13, -100});
+    plan::Program checked = fg->plan(o);
+    plan::Program unchecked = fg->plan(options(7));
+    auto in = lceInputs(s, 7, 4);
+    // Valid targets, ignored rows included: no error, same result as without checks.
+    auto ok = ref::interpretProgram(checked, in, 7);
+    EXPECT_EQ(ok.badRow, 0);
+    EXPECT_TRUE(matches(ok, ref::interpretTx(ref.func(), in), kTolProgram, "valid"));
+    // Rows 3 and 5 are bad: the first one (row 3, value 13 = V) is reported.
+    in[2].data[3] = 13;
+    in[2].data[5] = -7;
+    auto bad = ref::interpretProgram(checked, in, 7);
+    EXPECT_EQ(bad.badRow, 4);
+    EXPECT_EQ(bad.badValue, 13);
+    in[2].data[3] = 2;
+    bad = ref::interpretProgram(checked, in, 7);
+    EXPECT_EQ(bad.badRow, 6);
+    EXPECT_EQ(bad.badValue, -7);
+    EXPECT_FALSE(bad.ok());
+    // Without the check the Program runs; out-of-range gathers pick 0 like the graph.
+    auto quiet = ref::interpretProgram(unchecked, in, 7);
+    EXPECT_EQ(quiet.badRow, 0);
+    EXPECT_TRUE(matches(quiet, ref::interpretTx(ref.func(), in), kTolProgram, "unchecked"));
+    // N = 0: nothing to check.
+    EXPECT_EQ(ref::interpretProgram(checked, lceInputs(s, 0, 4), 0).badRow, 0);
+  }
+}
+
+TEST(ProgramInterpreter, OutputRoundingAndCastKernel) {
+  fe::LceSpec s = spec(24, 257);
+  auto g = fe::buildLceGraph(s);
+  Module ref = unfused(*g);
+  auto fg = pipeline::compileGraph(*g);
+  plan::PlanOptions o = options(33, budgetForChunk(*fg, 33, 128));
+  o.outputTypes = {std::nullopt, DType::BF16, DType::BF16};
+  plan::Program p = fg->plan(o);
+  bool hasCast = false;
+  for (const plan::Kernel &k : p.kernels)
+    hasCast |= k.kind() == plan::KernelKind::Cast;
+  EXPECT_TRUE(hasCast) << "a bf16 dH needs an f32 accumulator and a cast";
+  EXPECT_EQ(p.outputs[1].dtype, DType::BF16);
+  auto in = lceInputs(s, 33, 21);
+  auto want = ref::interpretTx(ref.func(), in);
+  auto exact = ref::interpretProgram(p, in, 33);
+  EXPECT_EQ(exact.outputs[1].dtype, DType::BF16);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(near(exact.outputs[i], want[i], kTolProgram, "unrounded " + std::to_string(i)));
+  ref::InterpretOptions ro;
+  ro.roundOutputs = true;
+  auto rounded = ref::interpretProgram(p, in, 33, ro);
+  for (size_t i = 1; i < 3; ++i) {
+    size_t changed = 0;
+    for (size_t e = 0; e < want[i].data.size(); ++e) {
+      double x = rounded.outputs[i].data[e], w = want[i].data[e];
+      EXPECT_EQ(ref::roundToDType(x, DType::BF16), x) << "not a bf16 value";
+      EXPECT_LE(std::fabs(x - w), 0x1p-8 * std::fabs(w)) << "output " << i << " element " << e;
+      changed += x != w;
+    }
+    EXPECT_GT(changed, want[i].data.size() / 2) << "rounding had no effect";
+  }
+  // The loss output is f32: rounded to float.
+  EXPECT_EQ(rounded.outputs[0].data[0], static_cast<double>(static_cast<float>(want[0].data[0])));
+}
+
+//===----------------------------------------------------------------------===//
+// The interpreter rejects broken Programs and bad inputs (oracle self-tests)
+//===----------------------------------------------------------------------===//
+
+struct Fixture {
+  fe::LceSpec s = spec(8, 257);
+  std::unique_ptr<fe::Graph> g = fe::buildLceGraph(s);
+  std::unique_ptr<pipeline::FusedGraph> fg = pipeline::compileGraph(*g);
+  plan::Program p = fg->plan(options(7, budgetForChunk(*fg, 7, 128)));
+  std::vector<RefTensor> in = lceInputs(s, 7, 9);
+};
+
+std::string errorOf(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const Error &e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(ProgramInterpreter, MissingKernelShowsAsNaN) {
+  Fixture f;
+  ASSERT_GT(f.p.numChunks(), 1);
+  // Drop the dRhs GEMM from the chunk loop: dW is never written.
+  for (plan::Step &st : f.p.steps)
+    if (st.kind == plan::Step::Kind::ChunkLoop)
+      std::erase_if(st.loopKernels, [&](int32_t k) {
+        return f.p.kernels[static_cast<size_t>(k)].kind() == plan::KernelKind::GemmDRhs;
+      });
+  auto r = ref::interpretProgram(f.p, f.in, 7);
+  EXPECT_TRUE(std::isnan(r.outputs[2].data[0]));
+  EXPECT_FALSE(std::isnan(r.outputs[1].data[0]));
+}
+
+TEST(ProgramInterpreter, RejectsBrokenPrograms) {
+  {
+    Fixture f; // dZ buffer too small for a chunk
+    for (plan::BufferSpec &b : f.p.workspace)
+      if (b.name.rfind("dz", 0) == 0)
+        b.bytesPerRow /= 2;
+    std::string e = errorOf([&] { ref::interpretProgram(f.p, f.in, 7); });
+    EXPECT_NE(e.find("bytes at N = 7"), std::string::npos) << e;
+    EXPECT_NE(e.find("lce_dz"), std::string::npos) << e;
+  }
+  {
+    Fixture f; // a kernel reads a buffer that does not exist
+    auto &k = std::get<plan::GemmDRhsKernel>(
+        std::find_if(f.p.kernels.begin(), f.p.kernels.end(), [](const plan::Kernel &k) {
+          return k.kind() == plan::KernelKind::GemmDRhs;
+        })->body);
+    k.out.index = 9;
+    std::string e = errorOf([&] { ref::interpretProgram(f.p, f.in, 7); });
+    EXPECT_NE(e.find("output buffer 9"), std::string::npos) << e;
+    EXPECT_NE(e.find("lce_drhs"), std::string::npos) << e;
+  }
+  {
+    Fixture f; // an instruction uses a later one
+    auto &rk = std::get<plan::RowKernel>(f.p.kernels[0].body);
+    ASSERT_GE(rk.func.insts.size(), 3u);
+    rk.func.insts.push_back(plan::ScalarInst{plan::ScalarOp::Neg, DType::F32, {99, -1, -1}});
+    std::string e = errorOf([&] { ref::interpretProgram(f.p, f.in, 7); });
+    EXPECT_NE(e.find("not an earlier instruction"), std::string::npos) << e;
+  }
+  {
+    Fixture f;
+    std::string e = errorOf([&] { ref::interpretProgram(f.p, {f.in[0], f.in[1]}, 7); });
+    EXPECT_NE(e.find("takes 3 inputs, got 2"), std::string::npos) << e;
+    e = errorOf([&] { ref::interpretProgram(f.p, f.in, 8); });
+    EXPECT_NE(e.find("input 0"), std::string::npos) << e;
+    EXPECT_NE(e.find("[8, 8] (N = 8)"), std::string::npos) << e;
+    auto bad = f.in;
+    bad[2].dtype = DType::I32;
+    e = errorOf([&] { ref::interpretProgram(f.p, bad, 7); });
+    EXPECT_NE(e.find("must be i64, got i32 [7, 1]"), std::string::npos) << e;
+  }
+}
+
+TEST(ProgramInterpreter, ScalarFuncSemantics) {
+  using plan::ScalarInst;
+  using plan::ScalarOp;
+  plan::ScalarFunc f;
+  auto push = [&](ScalarOp op, DType t, int a = -1, int b = -1, int c = -1) {
+    ScalarInst i;
+    i.op = op;
+    i.type = t;
+    i.operands[0] = a;
+    i.operands[1] = b;
+    i.operands[2] = c;
+    f.insts.push_back(i);
+    return static_cast<int>(f.insts.size()) - 1;
+  };
+  auto arg = [&](int idx, DType t) {
+    int i = push(ScalarOp::Arg, t);
+    f.insts.back().argIndex = idx;
+    return i;
+  };
+  auto cst = [&](double fv, int64_t iv, DType t) {
+    int i = push(ScalarOp::Const, t);
+    f.insts.back().fValue = fv;
+    f.insts.back().iValue = iv;
+    return i;
+  };
+  int x = arg(0, DType::F32);                                                      // -2.7
+  int nan = arg(1, DType::F32);                                                    // NaN
+  int big = arg(2, DType::I32);                                                    // 2147483647
+  int r0 = push(ScalarOp::Cast, DType::I64, x);                                    // -2
+  int r1 = push(ScalarOp::Cast, DType::I1, nan);                                   // 1
+  int r2 = push(ScalarOp::Max, DType::F32, x, nan);                                // NaN
+  int r3 = push(ScalarOp::CmpNe, DType::I1, nan, nan);                             // 1
+  int r4 = push(ScalarOp::CmpEq, DType::I1, nan, nan);                             // 0
+  int r5 = push(ScalarOp::Add, DType::I32, big, cst(0, 1, DType::I32));            // wraps
+  int r6 = push(ScalarOp::Select, DType::F32, r3, x, nan);                         // -2.7
+  int r7 = push(ScalarOp::RowCount, DType::I64);                                   // 7
+  int r8 = push(ScalarOp::And, DType::I1, r3, push(ScalarOp::Not, DType::I1, r4)); // 1
+  int r9 = push(ScalarOp::Min, DType::F32, x, cst(1.0, 0, DType::F32));            // -2.7
+  int r10 = push(ScalarOp::Log1p, DType::F32, push(ScalarOp::Abs, DType::F32, x));
+  int r11 = push(ScalarOp::Expm1, DType::F32, x);
+  int r12 = push(ScalarOp::Cast, DType::F32, r1);  // 1
+  int r13 = push(ScalarOp::Or, DType::I1, r4, r4); // 0
+  f.results = {r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13};
+  auto v = ref::evaluateScalarFunc(f, {-2.7, NAN, 2147483647.0}, 7);
+  EXPECT_EQ(v[0], -2);
+  EXPECT_EQ(v[1], 1);
+  EXPECT_TRUE(std::isnan(v[2]));
+  EXPECT_EQ(v[3], 1);
+  EXPECT_EQ(v[4], 0);
+  EXPECT_EQ(v[5], -2147483648.0);
+  EXPECT_EQ(v[6], -2.7);
+  EXPECT_EQ(v[7], 7);
+  EXPECT_EQ(v[8], 1);
+  EXPECT_EQ(v[9], -2.7);
+  EXPECT_DOUBLE_EQ(v[10], std::log1p(2.7));
+  EXPECT_DOUBLE_EQ(v[11], std::expm1(-2.7));
+  EXPECT_EQ(v[12], 1);
+  EXPECT_EQ(v[13], 0);
+
+  plan::ScalarFunc bad;
+  bad.insts.push_back(ScalarInst{ScalarOp::Const, DType::I64});
+  bad.insts.push_back(ScalarInst{ScalarOp::Div, DType::I64, {0, 0, -1}});
+  bad.results = {1};
+  std::string e = errorOf([&] { ref::evaluateScalarFunc(bad, {}); });
+  EXPECT_NE(e.find("integer division"), std::string::npos) << e;
+  bad.insts[1] = ScalarInst{ScalarOp::Add, DType::F32, {0, 0, -1}};
+  e = errorOf([&] { ref::evaluateScalarFunc(bad, {}); });
+  EXPECT_NE(e.find("differ from the result type"), std::string::npos) << e;
+}
+
+} // namespace
+
+namespace {
+
+/// Plans `g` for N = n with the given options and compares with the unfused graph, or
+/// reports the planner's error.
+void planAndCompare(const fe::Graph &g, const std::vector<RefTensor> &in, int64_t n,
+                    const plan::PlanOptions &o, const std::string &what) {
+  Module ref = unfused(g);
+  auto fg = pipeline::compileGraph(g);
+  plan::Program p;
+  try {
+    p = fg->plan(o);
+  } catch (const Error &e) {
+    ADD_FAILURE() << what << ": the planner failed: " << e.what();
+    return;
+  }
+  auto want = ref::interpretTx(ref.func(), in);
+  ref::ProgramRunResult got;
+  try {
+    got = ref::interpretProgram(p, in, n);
+  } catch (const Error &e) {
+    ADD_FAILURE() << what << ": the Program is malformed: " << e.what() << "\n" << p.toJson();
+    return;
+  }
+  EXPECT_TRUE(matches(got, want, kTolProgram, what));
+}
+
+/// Two LM heads of different vocabularies in one loss: two GEMM clusters with their own
+/// column counts (splits and chunking must be per cluster).
+std::unique_ptr<fe::Graph> twoHeads(int64_t d, int64_t v1, int64_t v2) {
+  auto g = std::make_unique<fe::Graph>("two_heads");
+  Tensor H1 = g->input("H1", {kN, d}, DType::BF16);
+  Tensor W1 = g->input("W1", {v1, d}, DType::BF16);
+  Tensor H2 = g->input("H2", {kN, d}, DType::BF16);
+  Tensor W2 = g->input("W2", {v2, d}, DType::BF16);
+  Tensor y = g->input("y", {kN, 1}, DType::I64);
+  auto ce = [&](Tensor H, Tensor W) {
+    Tensor z = g->matmul(H, W, false, true);
+    return g->sum(g->logsumexp(z, 1) - g->gather(z, y, 1));
+  };
+  Tensor loss = ce(H1, W1) + 0.5 * ce(H2, W2);
+  auto grads = g->grad(loss, {H1, W1, H2, W2});
+  g->output("loss", loss);
+  g->output("dH1", grads[0]);
+  g->output("dW1", grads[1]);
+  g->output("dH2", grads[2]);
+  g->output("dW2", grads[3]);
+  return g;
+}
+
+TEST(ProgramGraphs, TwoHeadsSameVocab) {
+  auto g = twoHeads(8, 100, 100);
+  for (int64_t n : {1, 33}) {
+    Rng rng(60 + static_cast<uint64_t>(n));
+    std::vector<RefTensor> in = {rng.normal({n, 8}, DType::BF16), rng.normal({100, 8}, DType::BF16),
+                                 rng.normal({n, 8}, DType::BF16), rng.normal({100, 8}, DType::BF16),
+                                 rng.integers({n, 1}, DType::I64, 0, 100)};
+    planAndCompare(*g, in, n, options(n), "two_heads_same_N" + std::to_string(n));
+  }
+}
+
+/// Heads of different widths would need one chunk loop geometry each; the planner
+/// refuses them with a clear error instead of mis-planning (see [Note: one chunk loop
+/// geometry] in Planner.cpp).
+TEST(ProgramGraphs, TwoHeadsDifferentVocabAreRefused) {
+  auto g = twoHeads(8, 13, 1000);
+  auto fg = pipeline::compileGraph(*g);
+  try {
+    fg->plan(options(33));
+    ADD_FAILURE() << "expected Error(Unsupported)";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("one chunk loop geometry per Program"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ProgramGraphs, UserLossWithSidesAndMeanRoot) {
+  auto g = std::make_unique<fe::Graph>("fancy");
+  Tensor H = g->input("H", {kN, 8}, DType::BF16);
+  Tensor W = g->input("W", {257, 8}, DType::BF16);
+  Tensor y = g->input("y", {kN, 1}, DType::I64);
+  Tensor bias = g->input("bias", {1, 257}, DType::F32);
+  Tensor temp = g->input("temp", {}, DType::F32);
+  Tensor z = g->matmul(H, W, false, true) / temp + bias;
+  Tensor lse = g->logsumexp(z, 1);
+  Tensor row = 0.9 * (lse - g->gather(z, y, 1)) + 0.1 * (lse - g->mean(z, 1)) + 1e-2 * (lse * lse);
+  Tensor loss = g->mean(row);
+  auto grads = g->grad(loss, {H, W});
+  g->output("loss", loss);
+  g->output("dH", grads[0]);
+  g->output("dW", grads[1]);
+  for (int64_t n : {1, 7, 33}) {
+    Rng rng(80 + static_cast<uint64_t>(n));
+    std::vector<RefTensor> in = {rng.normal({n, 8}, DType::BF16, 0.7),
+                                 rng.normal({257, 8}, DType::BF16, 0.7),
+                                 rng.integers({n, 1}, DType::I64, 0, 257),
+                                 rng.normal({1, 257}, DType::F32, 0.3), RefTensor::scalar(0.8)};
+    planAndCompare(*g, in, n, options(n), "fancy_N" + std::to_string(n));
+    planAndCompare(*g, in, n, options(n, 0, 1), "fancy_chunked_N" + std::to_string(n));
+  }
+}
+
+TEST(ProgramGraphs, RowMaxRoot) {
+  fe::Graph g("rowmax");
+  Tensor H = g.input("H", {kN, 8}, DType::F32);
+  Tensor W = g.input("W", {100, 8}, DType::F32);
+  Tensor z = g.matmul(H, W, false, true);
+  Tensor mx = g.maxReduce(z, 1);
+  Tensor loss = g.sum(g.logsumexp(z, 1) - mx) + g.sum(g.tanh(mx));
+  auto grads = g.grad(loss, {H, W});
+  g.output("loss", loss);
+  g.output("dH", grads[0]);
+  g.output("dW", grads[1]);
+  for (int64_t n : {1, 33}) {
+    Rng rng(90 + static_cast<uint64_t>(n));
+    planAndCompare(g, {rng.normal({n, 8}, DType::F32), rng.normal({100, 8}, DType::F32)}, n,
+                   options(n, 0, 2), "rowmax_N" + std::to_string(n));
+  }
+}
+
+} // namespace

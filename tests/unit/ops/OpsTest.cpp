@@ -1,0 +1,433 @@
+//===- OpsTest.cpp - The public op and its JIT, without a GPU --------------===//
+//
+// Bad-input errors (each names the argument and its value), cache-key components, the
+// dynamic-N compile counts through the real kernel cache (NVRTC runs on the CPU), a warm
+// disk cache in a second process, NVRTC compiles of every generated kernel for sm_90a and
+// sm_80, and the CPU reference path.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/reference/RefTensor.h"
+#include "lcejit/LinearCrossEntropy.h"
+#include "ops/lib/LceJit.h"
+#include "ops/lib/Reference.h"
+#include "runtime/CudaDriver.h"
+#include "runtime/Nvrtc.h"
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace lcejit {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string g_selfPath;
+
+LinearCrossEntropyOptions base() {
+  LinearCrossEntropyOptions o;
+  o.hidden = 64;
+  o.vocab = 1000;
+  o.dtype = DType::BF16;
+  return o;
+}
+
+/// Runs `f`, expects Error(kind) whose message contains every string of `needles`.
+template <typename F>
+void expectError(F f, ErrorKind kind, std::vector<std::string> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an lcejit::Error";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    for (const std::string &n : needles)
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
+          << "message lacks '" << n << "': " << e.what();
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Options and arguments
+//===----------------------------------------------------------------------===//
+
+TEST(OpsOptions, BadOptionsNameTheOptionAndValue) {
+  auto make = [](LinearCrossEntropyOptions o) { return [o] { LinearCrossEntropy op(o); }; };
+  LinearCrossEntropyOptions o = base();
+  o.hidden = 0;
+  expectError(make(o), ErrorKind::InvalidArgument, {"options.hidden", "0"});
+  o = base();
+  o.hidden = 100;
+  expectError(make(o), ErrorKind::InvalidArgument, {"options.hidden", "100", "multiple of 8"});
+  o = base();
+  o.vocab = -5;
+  expectError(make(o), ErrorKind::InvalidArgument, {"options.vocab", "-5"});
+  o = base();
+  o.softcap = 0.0;
+  expectError(make(o), ErrorKind::InvalidArgument, {"options.softcap", "0"});
+  o = base();
+  o.softcap = -3.0;
+  expectError(make(o), ErrorKind::InvalidArgument, {"options.softcap", "-3"});
+  o = base();
+  o.dtype = DType::I32;
+  expectError(make(o), ErrorKind::InvalidArgument, {"options.dtype", "i32"});
+  o = base();
+  o.targetDType = DType::F32;
+  expectError(make(o), ErrorKind::InvalidArgument, {"options.targetDType", "f32"});
+  o = base();
+  o.gradWeightDType = DType::F16;
+  expectError(make(o), ErrorKind::InvalidArgument, {"options.gradWeightDType", "f16"});
+  o = base();
+  o.workspaceBudgetBytes = -1;
+  expectError(make(o), ErrorKind::InvalidArgument, {"options.workspaceBudgetBytes", "-1"});
+}
+
+/// Fake device pointers: validation happens before any device access, so these are
+/// never dereferenced (and the tests need no GPU).
+void *fakePtr(uintptr_t v) { return reinterpret_cast<void *>(v); }
+
+struct Args {
+  TensorRef h, w, y;
+  MutableTensorRef loss, dh, dw;
+};
+
+Args goodArgs(const LinearCrossEntropyOptions &o, int64_t n) {
+  Args a;
+  a.h = {fakePtr(0x10000), o.dtype, {n, o.hidden}, {}};
+  a.w = {fakePtr(0x20000), o.dtype, {o.vocab, o.hidden}, {}};
+  a.y = {fakePtr(0x30000), o.targetDType, {n}, {}};
+  a.loss = {fakePtr(0x40000), DType::F32, {}, {}};
+  a.dh = {fakePtr(0x50000), o.dtype, {n, o.hidden}, {}};
+  a.dw = {fakePtr(0x60000), o.gradWeightDType, {o.vocab, o.hidden}, {}};
+  return a;
+}
+
+TEST(OpsArguments, BadTensorsAreRejectedBeforeAnyDeviceWork) {
+  LinearCrossEntropyOptions o = base();
+  LinearCrossEntropy op(o);
+  auto call = [&](Args a) { return [&op, a] { op.enqueue(a.h, a.w, a.y, a.loss, a.dh, a.dw); }; };
+  Args a = goodArgs(o, 16);
+  a.h.shape = {-3, 64};
+  expectError(call(a), ErrorKind::InvalidArgument, {"hidden.shape[0]", "-3"});
+  a = goodArgs(o, 16);
+  a.h.shape = {16, 32};
+  expectError(call(a), ErrorKind::InvalidArgument, {"hidden.shape", "[16, 32]", "[16, 64]"});
+  a = goodArgs(o, 16);
+  a.h.dtype = DType::F32;
+  expectError(call(a), ErrorKind::InvalidArgument, {"hidden.dtype", "f32", "bf16"});
+  a = goodArgs(o, 16);
+  a.w.shape = {999, 64};
+  expectError(call(a), ErrorKind::InvalidArgument, {"weight.shape", "[999, 64]", "[1000, 64]"});
+  a = goodArgs(o, 16);
+  a.y.shape = {15};
+  expectError(call(a), ErrorKind::InvalidArgument, {"targets.shape", "[15]", "[16]"});
+  a = goodArgs(o, 16);
+  a.y.dtype = DType::I32;
+  expectError(call(a), ErrorKind::InvalidArgument, {"targets.dtype", "i32", "i64"});
+  a = goodArgs(o, 16);
+  a.dh.dtype = DType::F32;
+  expectError(call(a), ErrorKind::InvalidArgument, {"gradHidden.dtype", "f32"});
+  a = goodArgs(o, 16);
+  a.dw.shape = {1000, 63};
+  expectError(call(a), ErrorKind::InvalidArgument, {"gradWeight.shape", "[1000, 63]"});
+  a = goodArgs(o, 16);
+  a.h.data = fakePtr(0x10008);
+  expectError(call(a), ErrorKind::InvalidArgument, {"hidden.data", "0x10008", "16-byte aligned"});
+  a = goodArgs(o, 16);
+  a.y.data = fakePtr(0x30004);
+  expectError(call(a), ErrorKind::InvalidArgument, {"targets.data", "0x30004", "8-byte aligned"});
+  a = goodArgs(o, 16);
+  a.w.data = nullptr;
+  expectError(call(a), ErrorKind::InvalidArgument, {"weight.data is null"});
+  a = goodArgs(o, 16);
+  a.h.strides = {1, 16};
+  expectError(call(a), ErrorKind::InvalidArgument, {"hidden.strides", "[1, 16]", "contiguous"});
+  a = goodArgs(o, 16);
+  a.loss.shape = {2};
+  expectError(call(a), ErrorKind::InvalidArgument, {"loss.shape", "[2]"});
+}
+
+TEST(OpsArguments, WithoutAGpuTheOpSaysSoClearly) {
+  std::string why;
+  if (runtime::cudaAvailable(&why))
+    GTEST_SKIP() << "a GPU is present: this test checks the no-GPU error";
+  LinearCrossEntropyOptions o = base();
+  LinearCrossEntropy op(o);
+  Args a = goodArgs(o, 16);
+  expectError([&] { op.enqueue(a.h, a.w, a.y, a.loss, a.dh, a.dw); }, ErrorKind::NoDevice,
+              {"libcuda.so.1"});
+}
+
+//===----------------------------------------------------------------------===//
+// Cache keys
+//===----------------------------------------------------------------------===//
+
+TEST(OpsCacheKey, EveryComponentChangesTheKeyAndNOnlyThroughItsBucket) {
+  plan::Target t;
+  auto key = [&](LinearCrossEntropyOptions o, int64_t n, plan::Target tt) {
+    return ops::LceJit(o).cacheKey(n, tt);
+  };
+  LinearCrossEntropyOptions o = base();
+  std::string k0 = key(o, 5000, t);
+  EXPECT_EQ(k0, key(o, 5001, t)) << "same bucket";
+  EXPECT_EQ(k0, key(o, 16384, t)) << "same bucket (upper bound)";
+  EXPECT_NE(k0, key(o, 4096, t)) << "bucket";
+  EXPECT_NE(k0, key(o, 16385, t)) << "bucket";
+  std::set<std::string> keys = {k0};
+  auto distinct = [&](LinearCrossEntropyOptions v, plan::Target tt, const char *what) {
+    EXPECT_TRUE(keys.insert(key(v, 5000, tt)).second) << what << " does not change the key";
+  };
+  LinearCrossEntropyOptions v = base();
+  v.hidden = 72;
+  distinct(v, t, "D");
+  v = base();
+  v.vocab = 1001;
+  distinct(v, t, "V");
+  v = base();
+  v.dtype = DType::F32;
+  distinct(v, t, "dtype");
+  v = base();
+  v.targetDType = DType::I32;
+  distinct(v, t, "target dtype");
+  v = base();
+  v.gradWeightDType = DType::BF16;
+  distinct(v, t, "dW dtype");
+  v = base();
+  v.softcap = 30.0;
+  distinct(v, t, "softcap");
+  v.softcap = 50.0;
+  distinct(v, t, "softcap value");
+  v = base();
+  v.ignoreIndex = -1;
+  distinct(v, t, "ignore_index");
+  v.ignoreIndex.reset();
+  distinct(v, t, "no ignore_index");
+  v = base();
+  v.reduction = Reduction::Sum;
+  distinct(v, t, "reduction");
+  v = base();
+  v.workspaceBudgetBytes = 64 << 20;
+  distinct(v, t, "workspace budget");
+  plan::Target ampere;
+  ampere.smVersion = 80;
+  distinct(base(), ampere, "arch");
+}
+
+//===----------------------------------------------------------------------===//
+// Dynamic N: compile counts through the real cache
+//===----------------------------------------------------------------------===//
+
+fs::path freshCacheDir(const char *tag) {
+  fs::path p = fs::temp_directory_path() / fmt::format("lcejit-ops-test-{}-{}", tag, ::getpid());
+  fs::remove_all(p);
+  return p;
+}
+
+/// Runs this test binary again with a filter and extra environment; returns its exit code.
+int runChild(const std::string &filter, const std::vector<std::pair<std::string, std::string>> &env) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    for (auto &[k, v] : env)
+      ::setenv(k.c_str(), v.c_str(), 1);
+    std::string f = "--gtest_filter=" + filter;
+    ::execl(g_selfPath.c_str(), g_selfPath.c_str(), f.c_str(), "--gtest_also_run_disabled_tests",
+            static_cast<char *>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+std::vector<int64_t> randomNs() {
+  std::mt19937_64 rng(2026);
+  std::uniform_int_distribution<int64_t> d(4096, 33768);
+  std::vector<int64_t> ns;
+  for (int i = 0; i < 20; ++i)
+    ns.push_back(d(rng));
+  return ns;
+}
+
+LinearCrossEntropyOptions llama() {
+  LinearCrossEntropyOptions o;
+  o.hidden = 4096;
+  o.vocab = 128256;
+  o.dtype = DType::BF16;
+  return o;
+}
+
+// [Note: child processes] The kernel cache reads LCEJIT_CACHE_DIR once per process, so
+// each scenario runs in a fresh child process of this binary with its own environment.
+TEST(OpsDynamicN, TwentyRandomNCompileAtMostOncePerBucketAndAWarmProcessCompilesNothing) {
+  fs::path dir = freshCacheDir("dyn");
+  // 1. Cold cache: 1 <= compiles <= distinct buckets; preparing again compiles nothing.
+  EXPECT_EQ(runChild("OpsDynamicN.DISABLED_Child", {{"LCEJIT_CACHE_DIR", dir.string()},
+                                           {"LCEJIT_TEST_CHILD", "cold"}}),
+            0);
+  // 2. A second process with the warm disk cache compiles nothing (it would throw).
+  EXPECT_EQ(runChild("OpsDynamicN.DISABLED_Child", {{"LCEJIT_CACHE_DIR", dir.string()},
+                                           {"LCEJIT_ASSERT_NO_COMPILE", "1"},
+                                           {"LCEJIT_TEST_CHILD", "warm"}}),
+            0);
+  // 3. The same child against an empty cache must fail: the check can fail.
+  fs::path empty = freshCacheDir("empty");
+  EXPECT_NE(runChild("OpsDynamicN.DISABLED_Child", {{"LCEJIT_CACHE_DIR", empty.string()},
+                                           {"LCEJIT_ASSERT_NO_COMPILE", "1"},
+                                           {"LCEJIT_TEST_CHILD", "warm"}}),
+            0);
+  fs::remove_all(dir);
+  fs::remove_all(empty);
+}
+
+// Disabled: runs only as a child process of the test above (see [Note: child processes]).
+TEST(OpsDynamicN, DISABLED_Child) {
+  const char *mode = std::getenv("LCEJIT_TEST_CHILD");
+  ASSERT_NE(mode, nullptr) << "LCEJIT_TEST_CHILD must be cold or warm";
+  LinearCrossEntropy op(llama());
+  std::set<int64_t> buckets;
+  for (int64_t n : randomNs()) {
+    op.prepare(n);
+    buckets.insert(LinearCrossEntropy::bucketOf(n));
+  }
+  int64_t compiles = LinearCrossEntropy::compileCount();
+  std::cout << fmt::format("child ({}): {} compiles for {} buckets\n", mode, compiles, buckets.size());
+  if (std::string(mode) == "cold") {
+    EXPECT_GE(compiles, 1);
+    EXPECT_LE(compiles, static_cast<int64_t>(buckets.size()));
+    EXPECT_GE(buckets.size(), 2u) << "the series should cross a bucket boundary";
+  } else {
+    EXPECT_EQ(compiles, 0);
+  }
+  for (int64_t n : randomNs())
+    EXPECT_FALSE(op.prepare(n)) << "N = " << n << " compiled again";
+  EXPECT_EQ(LinearCrossEntropy::compileCount(), compiles);
+}
+
+//===----------------------------------------------------------------------===//
+// Every generated kernel compiles with NVRTC
+//===----------------------------------------------------------------------===//
+
+struct CompileCase {
+  const char *name;
+  LinearCrossEntropyOptions options;
+  int64_t n;
+};
+
+class OpsNvrtc : public ::testing::TestWithParam<CompileCase> {};
+
+TEST_P(OpsNvrtc, EveryGeneratedKernelCompilesForSm90aAndSm80) {
+  const CompileCase &c = GetParam();
+  ops::LceJit jit(c.options);
+  for (int sm : {90, 80}) {
+    plan::Target t;
+    t.smVersion = sm;
+    ops::ProgramLookup l = jit.lookup(c.n, t, /*compile=*/false);
+    runtime::NvrtcRequest req;
+    req.source = l.compiled->source;
+    req.arch = t.archName();
+    req.label = c.name;
+    runtime::NvrtcOutput out = runtime::compileCuda(req);
+    ASSERT_GT(out.cubin.size(), 1000u);
+    EXPECT_EQ(out.cubin[0], 0x7f);
+    EXPECT_EQ(out.cubin[1], 'E');
+    EXPECT_NE(out.ptx.find(".target " + t.archName()), std::string::npos);
+    for (const plan::Kernel &k : l.compiled->program.kernels) {
+      EXPECT_NE(out.ptx.find(".entry " + k.name), std::string::npos) << k.name;
+      bool found = false;
+      for (const runtime::PtxasKernelInfo &info : out.kernels)
+        if (info.kernel == k.name) {
+          found = true;
+          EXPECT_GT(info.registers, 0) << k.name;
+          EXPECT_EQ(info.spillStoreBytes, 0) << k.name << " spills on " << t.archName();
+        }
+      EXPECT_TRUE(found) << "no ptxas line for " << k.name;
+    }
+  }
+}
+
+CompileCase compileCase(const char *name, DType dt, std::optional<double> cap, bool ignore,
+                        Reduction r, DType gw, int64_t n) {
+  LinearCrossEntropyOptions o;
+  o.hidden = 200;
+  o.vocab = 32003;
+  o.dtype = dt;
+  o.softcap = cap;
+  if (!ignore)
+    o.ignoreIndex.reset();
+  o.reduction = r;
+  o.gradWeightDType = gw;
+  return {name, o, n};
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, OpsNvrtc,
+    ::testing::Values(
+        compileCase("bf16_mean_ignore_small", DType::BF16, {}, true, Reduction::Mean, DType::F32, 100),
+        compileCase("bf16_softcap_large", DType::BF16, 30.0, true, Reduction::Mean, DType::F32, 8192),
+        compileCase("bf16_sum_noignore_dWbf16", DType::BF16, {}, false, Reduction::Sum, DType::BF16, 5000),
+        compileCase("f16_softcap", DType::F16, 30.0, true, Reduction::Mean, DType::F16, 1000),
+        compileCase("f32_softcap_sum", DType::F32, 30.0, true, Reduction::Sum, DType::F32, 3000)),
+    [](const ::testing::TestParamInfo<CompileCase> &i) { return std::string(i.param.name); });
+
+//===----------------------------------------------------------------------===//
+// The CPU reference path of the public op
+//===----------------------------------------------------------------------===//
+
+double relNorm(const std::vector<double> &x, const std::vector<double> &r) {
+  double d2 = 0, r2 = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    d2 += (x[i] - r[i]) * (x[i] - r[i]);
+    r2 += r[i] * r[i];
+  }
+  return r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2);
+}
+
+TEST(OpsReference, PlannedProgramMatchesTheUnfusedGraph) {
+  for (bool softcap : {false, true}) {
+    LinearCrossEntropyOptions o = base();
+    o.hidden = 24;
+    o.vocab = 257;
+    if (softcap)
+      o.softcap = 7.5;
+    o.workspaceBudgetBytes = 40000; // forces several vocab chunks
+    const int64_t n = 33;
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<double> h(size_t(n * o.hidden)), w(size_t(o.vocab * o.hidden));
+    for (double &x : h)
+      x = ref::roundToDType(u(rng), o.dtype);
+    for (double &x : w)
+      x = ref::roundToDType(u(rng), o.dtype);
+    std::vector<int64_t> y;
+    for (int64_t i = 0; i < n; ++i)
+      y.push_back(i % 4 == 3 ? -100 : int64_t(rng() % uint64_t(o.vocab)));
+    LinearCrossEntropy op(o);
+    ReferenceResult prog = op.runReference(h, w, y);
+    ReferenceResult graph = ops::runGraphReference(o, h, w, y);
+    EXPECT_NEAR(prog.loss, graph.loss, 1e-12 * std::abs(graph.loss));
+    EXPECT_LE(relNorm(prog.gradHidden, graph.gradHidden), 1e-11);
+    EXPECT_LE(relNorm(prog.gradWeight, graph.gradWeight), 1e-11);
+    EXPECT_GT(graph.loss, 0.0);
+    // A bad target is reported like on the device.
+    y[7] = o.vocab + 3;
+    expectError([&] { op.runReference(h, w, y); }, ErrorKind::DeviceCheck,
+                {"targets[7] = 260", "outside [0, V = 257)"});
+  }
+}
+
+} // namespace
+} // namespace lcejit
+
+int main(int argc, char **argv) {
+  lcejit::g_selfPath = std::filesystem::canonical("/proc/self/exe").string();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
