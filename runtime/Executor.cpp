@@ -54,8 +54,15 @@ namespace {
 class BufferResolver {
 public:
   BufferResolver(const Program &program, const ProgramBuffers &buffers, int64_t n)
-      : program_(program), buffers_(buffers),
+      : program_(program), buffers_(buffers), n_(n),
         offsets_(program.workspaceOffsets(n, nullptr)) {}
+
+  bool isEmpty(const plan::TensorSpec &t) const {
+    for (int64_t d : t.shape)
+      if ((d < 0 ? n_ : d) == 0)
+        return true;
+    return false;
+  }
 
   CUdeviceptr resolve(const BufferRef &ref, const plan::Kernel &kernel) const {
     switch (ref.space) {
@@ -64,7 +71,9 @@ public:
                    "kernel '{}' uses input {} of {}", kernel.name, ref.index,
                    program_.inputs.size());
       CUdeviceptr p = buffers_.inputs[static_cast<size_t>(ref.index)];
-      LCEJIT_CHECK_ARG(p != 0, "input {} ('{}') is a null pointer, but kernel '{}' reads it",
+      // An empty tensor (a dimension N with N = 0) may be null: nothing reads it.
+      LCEJIT_CHECK_ARG(p != 0 || isEmpty(program_.inputs[static_cast<size_t>(ref.index)]),
+                       "input {} ('{}') is a null pointer, but kernel '{}' reads it",
                        ref.index, program_.inputs[static_cast<size_t>(ref.index)].name,
                        kernel.name);
       return p;
@@ -75,7 +84,7 @@ public:
                    "kernel '{}' uses output {} of {}", kernel.name, ref.index,
                    program_.outputs.size());
       CUdeviceptr p = buffers_.outputs[static_cast<size_t>(ref.index)];
-      LCEJIT_CHECK_ARG(p != 0,
+      LCEJIT_CHECK_ARG(p != 0 || isEmpty(program_.outputs[static_cast<size_t>(ref.index)]),
                        "output {} ('{}') is a null pointer, but kernel '{}' writes it",
                        ref.index, program_.outputs[static_cast<size_t>(ref.index)].name,
                        kernel.name);
@@ -95,6 +104,7 @@ public:
 private:
   const Program &program_;
   const ProgramBuffers &buffers_;
+  int64_t n_;
   std::vector<int64_t> offsets_;
 };
 

@@ -30,6 +30,7 @@ int64_t gridFor(int64_t n, int block = 256) {
 } // namespace
 
 DeviceBuffer::DeviceBuffer(int64_t bytes) : bytes_(bytes) {
+  runtime::ensureContext();
   LCEJIT_CU(runtime::cudaDriver().memAlloc(&ptr_, static_cast<size_t>(std::max<int64_t>(bytes, 256))));
 }
 

@@ -123,7 +123,10 @@ std::vector<double> unpack(const std::vector<uint8_t> &b, DType t) {
 
 class DeviceMem {
 public:
-  explicit DeviceMem(size_t bytes) { check(runtime::cudaDriver().memAlloc(&p_, std::max<size_t>(bytes, 256))); }
+  explicit DeviceMem(size_t bytes) {
+    runtime::ensureContext();
+    check(runtime::cudaDriver().memAlloc(&p_, std::max<size_t>(bytes, 256)));
+  }
   ~DeviceMem() { runtime::cudaDriver().memFree(p_); }
   void *data() const { return reinterpret_cast<void *>(static_cast<uintptr_t>(p_)); }
   CUdeviceptr ptr() const { return p_; }

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -120,7 +121,6 @@ struct Args {
 Args parseArgs(int argc, char **argv) {
   Args a;
   a.options.workspaceBudgetBytes = int64_t(1024) << 20;
-  bool gradWeightSet = false;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     std::cout << kUsage;
@@ -143,7 +143,7 @@ Args parseArgs(int argc, char **argv) {
     else if (flag == "--vocab") a.options.vocab = parseInt(flag, value);
     else if (flag == "--dtype") a.options.dtype = parseType(flag, value);
     else if (flag == "--target-dtype") a.options.targetDType = parseType(flag, value);
-    else if (flag == "--grad-weight-dtype") { a.options.gradWeightDType = parseType(flag, value); gradWeightSet = true; }
+    else if (flag == "--grad-weight-dtype") a.options.gradWeightDType = parseType(flag, value);
     else if (flag == "--softcap") a.options.softcap = parseDouble(flag, value);
     else if (flag == "--ignore-index") a.options.ignoreIndex = parseInt(flag, value);
     else if (flag == "--no-ignore-index") a.options.ignoreIndex.reset();
@@ -177,14 +177,17 @@ Args parseArgs(int argc, char **argv) {
       usageError(fmt::format("unknown option '{}'", flag));
     }
   }
-  if (a.nSeries.empty() && a.tokens < 0)
-    usageError("--tokens is required (and must be >= 0)");
+  if (a.nSeries.empty() && a.tokens == -1)
+    usageError("--tokens is required");
+  if (a.tokens < -1 || (a.tokens == -1 && std::find(args.begin(), args.end(), "--tokens") != args.end()))
+    usageError(fmt::format("--tokens must be >= 0, got {}", a.tokens));
+  for (int64_t n : a.nSeries)
+    if (n < 0)
+      usageError(fmt::format("--n-series: N must be >= 0, got {}", n));
   if (a.options.hidden <= 0)
     usageError("--hidden is required (and must be > 0)");
   if (a.options.vocab <= 0)
     usageError("--vocab is required (and must be > 0)");
-  if (!gradWeightSet)
-    a.options.gradWeightDType = DType::F32;
   if (a.emit.empty())
     for (pipeline::Stage st : pipeline::kAllStages)
       a.emit.insert(st);

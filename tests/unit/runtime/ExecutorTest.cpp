@@ -291,6 +291,26 @@ TEST(ExecutorPlanTest, ZeroRowsSkipsEmptyGrids) {
   EXPECT_EQ(plan.skippedLaunches, 8);
 }
 
+TEST(ExecutorPlanTest, EmptyTensorsMayBeNullButOthersMayNot) {
+  Program p = makeProgram();
+  p.bucket = 256;
+  p.bucketLow = 0;
+  // N = 0: every [N, ...] input and output is empty, so null pointers are fine.
+  ProgramBuffers b = makeBuffers(p, 0);
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    if (!p.inputs[i].shape.empty() && p.inputs[i].shape[0] == -1)
+      b.inputs[i] = 0;
+  for (size_t i = 0; i < p.outputs.size(); ++i)
+    if (!p.outputs[i].shape.empty() && p.outputs[i].shape[0] == -1)
+      b.outputs[i] = 0;
+  EXPECT_NO_THROW(planExecution(p, b, 0));
+  // The same null input at N = 1 is an error.
+  ProgramBuffers one = makeBuffers(p, 1);
+  one.inputs[2] = 0;
+  std::string msg = expectError(ErrorKind::InvalidArgument, [&] { planExecution(p, one, 1); });
+  EXPECT_NE(msg.find("'y'"), std::string::npos) << msg;
+}
+
 TEST(ExecutorPlanTest, BufferChecks) {
   Program p = makeProgram();
   const int64_t n = 500;

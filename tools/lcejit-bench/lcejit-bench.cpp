@@ -1,0 +1,260 @@
+//===- lcejit-bench.cpp - The op against three cuBLAS GEMMs, same process ---===//
+//
+//   lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]
+//
+// Times forward+backward of lcejit::LinearCrossEntropy (bf16 inputs, f32 dW) and the
+// three bf16 cuBLAS GEMMs of the same shapes (Z = H·Wᵀ, dH = dZ·W, dW = dZᵀ·H, bf16 in
+// and out, f32 accumulate) in the same process, with CUDA events, on random data
+// (never zeros), after warm-up; prints medians, the ratio op/cuBLAS and TFLOP/s
+// counted as 6·N·D·V. cuBLAS is loaded with dlopen (libcublas.so.13), like libcuda.
+//
+//===----------------------------------------------------------------------===//
+
+#include "lcejit/LinearCrossEntropy.h"
+#include "runtime/CudaDriver.h"
+#include "runtime/Module.h"
+#include "runtime/Nvrtc.h"
+
+#include <cublas_api.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+using namespace lcejit;
+
+namespace {
+
+const char *kFillSource = R"(
+extern "C" __global__ void fill_bf16(unsigned short *out, long long n, unsigned long long seed,
+                                     float scale) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    unsigned long long x = (unsigned long long)i * 0x9e3779b97f4a7c15ull + seed;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    float v = (float((x >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f) * scale;
+    unsigned int u = __float_as_uint(v);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    out[i] = (unsigned short)(u >> 16);
+  }
+}
+extern "C" __global__ void fill_targets(long long *out, long long n, long long vocab) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    out[i] = (i * 2654435761ll) % vocab;
+}
+)";
+
+struct Args {
+  int64_t n = 8192, d = 4096, v = 128256;
+  std::optional<double> softcap;
+  int iters = 10;
+};
+
+[[noreturn]] void usage(const std::string &msg) {
+  std::cerr << "lcejit-bench: " << msg
+            << "\nusage: lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]\n";
+  std::exit(2);
+}
+
+Args parse(int argc, char **argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string f = argv[i];
+    if (i + 1 >= argc)
+      usage(f + " needs a value");
+    std::string v = argv[++i];
+    try {
+      if (f == "--tokens") a.n = std::stoll(v);
+      else if (f == "--hidden") a.d = std::stoll(v);
+      else if (f == "--vocab") a.v = std::stoll(v);
+      else if (f == "--softcap") a.softcap = std::stod(v);
+      else if (f == "--iters") a.iters = std::stoi(v);
+      else usage("unknown option " + f);
+    } catch (const std::logic_error &) {
+      usage(f + ": bad value '" + v + "'");
+    }
+  }
+  if (a.n <= 0 || a.d <= 0 || a.v <= 0 || a.iters <= 0)
+    usage("sizes and --iters must be positive");
+  return a;
+}
+
+void cu(CUresult r, const char *what) {
+  if (r != CUDA_SUCCESS)
+    runtime::throwCudaError(r, what, __FILE__, __LINE__);
+}
+
+struct Mem {
+  explicit Mem(size_t bytes) { cu(runtime::cudaDriver().memAlloc(&p, bytes), "memAlloc"); }
+  ~Mem() { runtime::cudaDriver().memFree(p); }
+  void *data() const { return reinterpret_cast<void *>(static_cast<uintptr_t>(p)); }
+  CUdeviceptr p = 0;
+};
+
+/// cuBLAS through dlopen: only what the benchmark needs.
+struct Cublas {
+  using CreateFn = cublasStatus_t (*)(cublasHandle_t *);
+  using SetStreamFn = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
+  using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
+                                      int, int, const void *, const void *, cudaDataType, int,
+                                      const void *, cudaDataType, int, const void *, void *,
+                                      cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  CreateFn create = nullptr;
+  SetStreamFn setStream = nullptr;
+  GemmExFn gemmEx = nullptr;
+  cublasHandle_t handle = nullptr;
+  std::string where;
+
+  bool load(std::string *why) {
+    void *h = nullptr;
+    for (const char *name : {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13",
+                             "libcublas.so.12", "libcublas.so"}) {
+      if ((h = ::dlopen(name, RTLD_NOW | RTLD_LOCAL))) {
+        where = name;
+        break;
+      }
+    }
+    if (!h) {
+      *why = std::string("dlopen(libcublas.so.13) failed: ") + ::dlerror();
+      return false;
+    }
+    create = reinterpret_cast<CreateFn>(::dlsym(h, "cublasCreate_v2"));
+    setStream = reinterpret_cast<SetStreamFn>(::dlsym(h, "cublasSetStream_v2"));
+    gemmEx = reinterpret_cast<GemmExFn>(::dlsym(h, "cublasGemmEx"));
+    if (!create || !setStream || !gemmEx) {
+      *why = "libcublas lacks cublasCreate_v2/cublasSetStream_v2/cublasGemmEx";
+      return false;
+    }
+    if (create(&handle) != CUBLAS_STATUS_SUCCESS) {
+      *why = "cublasCreate failed";
+      return false;
+    }
+    return true;
+  }
+
+  /// Row-major C[m, n] = op(A) · op(B), bf16 in/out, f32 accumulate, via col-major Cᵀ.
+  void gemm(bool transA, bool transB, int m, int n, int k, const void *a, int lda, const void *b,
+            int ldb, void *c) {
+    float one = 1.0f, zero = 0.0f;
+    // Cᵀ = op(B)ᵀ · op(A)ᵀ in column-major terms.
+    cublasStatus_t s = gemmEx(handle, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              n, m, k, &one, b, CUDA_R_16BF, ldb, a, CUDA_R_16BF, lda, &zero, c,
+                              CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      throw Error(ErrorKind::Cuda, fmt::format("cublasGemmEx failed with status {}", int(s)));
+  }
+};
+
+template <typename F> double medianMs(int iters, CUstream s, F f) {
+  const auto &d = runtime::cudaDriver();
+  CUevent e0, e1;
+  cu(d.eventCreate(&e0, 0), "eventCreate");
+  cu(d.eventCreate(&e1, 0), "eventCreate");
+  f();
+  f(); // warm-up
+  std::vector<float> ms;
+  for (int i = 0; i < iters; ++i) {
+    cu(d.eventRecord(e0, s), "eventRecord");
+    f();
+    cu(d.eventRecord(e1, s), "eventRecord");
+    cu(d.eventSynchronize(e1), "eventSynchronize");
+    float t = 0;
+    cu(d.eventElapsedTime(&t, e0, e1), "eventElapsedTime");
+    ms.push_back(t);
+  }
+  d.eventDestroy(e0);
+  d.eventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Args a = parse(argc, argv);
+  try {
+    runtime::ensureContext();
+    const auto &d = runtime::cudaDriver();
+    runtime::DeviceInfo info = runtime::currentDeviceInfo();
+    runtime::NvrtcRequest req;
+    req.source = kFillSource;
+    req.arch = runtime::targetFor(info).archName();
+    req.label = "bench-fill";
+    runtime::Module fill(runtime::compileCuda(req).cubin);
+    auto fillBf16 = [&](const Mem &m, long long n, unsigned long long seed, float scale) {
+      CUdeviceptr p = m.p;
+      void *args[] = {&p, &n, &seed, &scale};
+      CUlaunchConfig cfg{};
+      cfg.gridDimX = 4096;
+      cfg.gridDimY = cfg.gridDimZ = 1;
+      cfg.blockDimX = 256;
+      cfg.blockDimY = cfg.blockDimZ = 1;
+      cu(d.launchKernelEx(&cfg, fill.function("fill_bf16"), args, nullptr), "fill");
+    };
+    const long long N = a.n, D = a.d, V = a.v;
+    Mem h(size_t(N * D) * 2), w(size_t(V * D) * 2), y(size_t(N) * 8), dh(size_t(N * D) * 2),
+        dw(size_t(V * D) * 4), loss(256), z(size_t(N * V) * 2), dwb(size_t(V * D) * 2);
+    float scale = 2.0f / std::pow(float(D), 0.25f);
+    fillBf16(h, N * D, 1, scale);
+    fillBf16(w, V * D, 2, scale);
+    fillBf16(z, N * V, 3, 1e-3f);
+    {
+      CUdeviceptr p = y.p;
+      long long n = N, vocab = V;
+      void *args[] = {&p, &n, &vocab};
+      CUlaunchConfig cfg{};
+      cfg.gridDimX = 1024;
+      cfg.gridDimY = cfg.gridDimZ = 1;
+      cfg.blockDimX = 256;
+      cfg.blockDimY = cfg.blockDimZ = 1;
+      cu(d.launchKernelEx(&cfg, fill.function("fill_targets"), args, nullptr), "fill");
+    }
+    cu(d.ctxSynchronize(), "sync");
+
+    LinearCrossEntropyOptions o;
+    o.hidden = a.d;
+    o.vocab = a.v;
+    o.dtype = DType::BF16;
+    o.softcap = a.softcap;
+    LinearCrossEntropy op(o);
+    CUstream s = nullptr;
+    double opMs = medianMs(a.iters, s, [&] {
+      op.enqueue({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
+                 {y.data(), DType::I64, {N}, {}}, {loss.data(), DType::F32, {}, {}},
+                 {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), DType::F32, {V, D}, {}}, s);
+    });
+    op.checkDeviceErrors();
+    double flops = 6.0 * double(N) * double(D) * double(V);
+    fmt::print("device: {} (sm_{}, {} SMs)\n", info.name, info.smVersion(), info.numSMs);
+    fmt::print("shape: N={} D={} V={}{}\n", N, D, V,
+               a.softcap ? fmt::format(" softcap={}", *a.softcap) : std::string());
+    fmt::print("lcejit forward+backward: {:.3f} ms ({:.0f} TFLOP/s of 6·N·D·V)\n", opMs,
+               flops / (opMs * 1e-3) / 1e12);
+    Cublas blas;
+    std::string why;
+    if (!blas.load(&why)) {
+      fmt::print("cuBLAS: not measured ({})\n", why);
+      return 0;
+    }
+    double blasMs = medianMs(a.iters, s, [&] {
+      blas.gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
+      blas.gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
+      blas.gemm(true, false, int(V), int(D), int(N), z.data(), int(V), h.data(), int(D), dwb.data());
+    });
+    fmt::print("cuBLAS 3 bf16 GEMMs ({}): {:.3f} ms ({:.0f} TFLOP/s)\n", blas.where, blasMs,
+               flops / (blasMs * 1e-3) / 1e12);
+    fmt::print("ratio lcejit / cuBLAS = {:.2f}\n", opMs / blasMs);
+    return 0;
+  } catch (const Error &e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+}
