@@ -17,19 +17,6 @@
 
 namespace lcejit::pipeline {
 
-std::string_view stageName(Stage s) {
-  switch (s) {
-  case Stage::Graph: return "graph";
-  case Stage::Mlir: return "mlir";
-  case Stage::Passes: return "passes";
-  case Stage::Plan: return "plan";
-  case Stage::Cuda: return "cuda";
-  case Stage::Ptx: return "ptx";
-  case Stage::Sass: return "sass";
-  }
-  return "?";
-}
-
 std::optional<Stage> parseStage(std::string_view name) {
   for (Stage s : kAllStages)
     if (stageName(s) == name)

@@ -8,6 +8,7 @@
 
 #include "compiler/frontend/Graph.h"
 #include "compiler/plan/Planner.h"
+#include "compiler/support/Knobs.h"
 
 #include <functional>
 #include <memory>
@@ -24,11 +25,12 @@ class ModuleOp;
 
 namespace lcejit::pipeline {
 
-/// Compilation stages in pipeline order (what lcejit-dump --emit= names).
-enum class Stage { Graph, Mlir, Passes, Plan, Cuda, Ptx, Sass };
+/// Compilation stages in pipeline order (what lcejit-dump --emit= and LCEJIT_DUMP name):
+/// the one enum of knobs::DumpStage.
+using Stage = knobs::DumpStage;
 inline constexpr Stage kAllStages[] = {Stage::Graph, Stage::Mlir, Stage::Passes, Stage::Plan,
                                        Stage::Cuda, Stage::Ptx, Stage::Sass};
-std::string_view stageName(Stage s);
+inline std::string_view stageName(Stage s) { return knobs::dumpStageName(s); }
 std::optional<Stage> parseStage(std::string_view name);
 
 struct PassSpec {

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/reference/ProgramInterpreter.h"
+#include "compiler/reference/RefMath.h"
 #include "compiler/support/Check.h"
 
 #include <algorithm>
@@ -71,32 +72,6 @@ double convert(double v, DType from, DType to) {
     return roundToDType(v, to); // truncates toward zero and wraps (NaN -> 0)
   return wrapInt(static_cast<int64_t>(v), to);
 }
-
-double maxNaN(double a, double b) {
-  if (std::isnan(a) || std::isnan(b))
-    return kNaN;
-  return a >= b ? a : b;
-}
-double minNaN(double a, double b) {
-  if (std::isnan(a) || std::isnan(b))
-    return kNaN;
-  return a <= b ? a : b;
-}
-
-/// Neumaier-compensated sum.
-class Sum {
-public:
-  void add(double x) {
-    double t = s_ + x;
-    if (std::isfinite(t))
-      c_ += std::fabs(s_) >= std::fabs(x) ? (s_ - t) + x : (x - t) + s_;
-    s_ = t;
-  }
-  double value() const { return std::isfinite(s_) ? s_ + c_ : s_; }
-
-private:
-  double s_ = 0.0, c_ = 0.0;
-};
 
 /// [Note: lse] in docs/program.md: (m, t) with t = sum(exp(x - m)) - 1.
 struct LsePartial {

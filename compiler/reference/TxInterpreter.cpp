@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/reference/TxInterpreter.h"
+#include "compiler/reference/RefMath.h"
 #include "compiler/dialect/TxDialect.h"
 #include "compiler/support/Check.h"
 
@@ -97,34 +98,6 @@ double wrapMul(double a, double b, DType t) {
   return normInt(
       static_cast<int64_t>(static_cast<uint64_t>(toI64(a)) * static_cast<uint64_t>(toI64(b))), t);
 }
-
-/// NaN-propagating maximum / minimum (arith.maximumf, tx.max).
-double maxNaN(double a, double b) {
-  if (std::isnan(a) || std::isnan(b))
-    return kNaN;
-  return a >= b ? a : b;
-}
-double minNaN(double a, double b) {
-  if (std::isnan(a) || std::isnan(b))
-    return kNaN;
-  return a <= b ? a : b;
-}
-
-/// Neumaier-compensated sum: the reference should not lose digits to summation order.
-class Sum {
-public:
-  void add(double x) {
-    double t = s_ + x;
-    if (std::isfinite(t)) {
-      c_ += std::fabs(s_) >= std::fabs(x) ? (s_ - t) + x : (x - t) + s_;
-    }
-    s_ = t;
-  }
-  double value() const { return std::isfinite(s_) ? s_ + c_ : s_; }
-
-private:
-  double s_ = 0.0, c_ = 0.0;
-};
 
 /// Stable log(sum(exp(x))): the maximum plus log1p of the other terms (one maximal
 /// element is left out, so a peaked row keeps full relative precision).

@@ -44,7 +44,7 @@ LinearCrossEntropyOptions validateOptions(const LinearCrossEntropyOptions &o) {
   return v;
 }
 
-static fe::LceSpec specOf(const LinearCrossEntropyOptions &o) {
+fe::LceSpec lceSpecOf(const LinearCrossEntropyOptions &o) {
   fe::LceSpec s;
   s.hidden = o.hidden;
   s.vocab = o.vocab;
@@ -58,7 +58,7 @@ static fe::LceSpec specOf(const LinearCrossEntropyOptions &o) {
 
 LceJit::LceJit(const LinearCrossEntropyOptions &options, pipeline::TraceSink trace)
     : options_(validateOptions(options)), trace_(std::move(trace)) {
-  graph_ = fe::buildLceGraph(specOf(options_));
+  graph_ = fe::buildLceGraph(lceSpecOf(options_));
   fused_ = pipeline::compileGraph(*graph_, trace_);
 }
 
@@ -166,7 +166,7 @@ pipeline::TraceSink dumpSinkFromKnobs(const std::string &prefix) {
   auto counter = std::make_shared<int>(0);
   sink.emit = [dir, prefix, counter](pipeline::Stage stage, std::string_view title,
                                      std::string_view text) {
-    if (!knobs::dumpEnabled(static_cast<knobs::DumpStage>(stage)))
+    if (!knobs::dumpEnabled(stage))
       return;
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);

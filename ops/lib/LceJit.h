@@ -18,6 +18,7 @@
 #pragma once
 
 #include "compiler/frontend/Graph.h"
+#include "compiler/frontend/LceGraph.h"
 #include "compiler/pipeline/Pipeline.h"
 #include "compiler/plan/Program.h"
 #include "lcejit/LinearCrossEntropy.h"
@@ -76,6 +77,9 @@ private:
 
 /// Validates and normalizes options (fills defaults); throws Error(InvalidArgument).
 LinearCrossEntropyOptions validateOptions(const LinearCrossEntropyOptions &options);
+
+/// The frontend description of the loss the options ask for.
+fe::LceSpec lceSpecOf(const LinearCrossEntropyOptions &options);
 
 /// Throws Error(DeviceCheck) for a bad target found by the device check (row, value).
 [[noreturn]] void throwBadTarget(const LinearCrossEntropyOptions &options, int64_t row,

@@ -44,15 +44,7 @@ ReferenceResult runGraphReference(const LinearCrossEntropyOptions &options,
                                   const std::vector<double> &weight,
                                   const std::vector<int64_t> &targets) {
   LinearCrossEntropyOptions o = validateOptions(options);
-  fe::LceSpec spec;
-  spec.hidden = o.hidden;
-  spec.vocab = o.vocab;
-  spec.dtype = o.dtype;
-  spec.targetType = o.targetDType;
-  spec.softcap = o.softcap;
-  spec.ignoreIndex = o.ignoreIndex;
-  spec.reduction = o.reduction == Reduction::Mean ? fe::LceReduction::Mean : fe::LceReduction::Sum;
-  std::unique_ptr<fe::Graph> g = fe::buildLceGraph(spec);
+  std::unique_ptr<fe::Graph> g = fe::buildLceGraph(lceSpecOf(o));
   std::unique_ptr<pipeline::FusedGraph> unfused = pipeline::compileGraph(*g, {}, "tx-fuse");
   return toResult(ref::interpretTx(unfused->module(), makeInputs(o, hidden, weight, targets)));
 }

@@ -33,7 +33,7 @@ struct Case {
   bool ignoreIndexOption = true; ///< false: no ignore_index at all
 };
 
-std::ostream &operator<<(std::ostream &os, const Case &c) { return os << c.name; }
+void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
 
 float bf16ToF32(uint16_t h) {
   uint32_t u = uint32_t(h) << 16;

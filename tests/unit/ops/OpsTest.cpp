@@ -321,6 +321,8 @@ struct CompileCase {
   int64_t n;
 };
 
+void PrintTo(const CompileCase &c, std::ostream *os) { *os << c.name; }
+
 class OpsNvrtc : public ::testing::TestWithParam<CompileCase> {};
 
 TEST_P(OpsNvrtc, EveryGeneratedKernelCompilesForSm90aAndSm80) {
