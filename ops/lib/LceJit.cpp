@@ -90,10 +90,15 @@ plan::Target LceJit::defaultTarget() { return plan::Target{}; }
 
 plan::Target LceJit::deviceTarget() {
   runtime::ensureContext();
-  runtime::DeviceInfo info = runtime::currentDeviceInfo();
-  LCEJIT_CHECK_ARG(info.smVersion() >= 80,
-                   "GPU {} (sm_{}) is not supported: lcejit needs compute capability 8.0 or newer",
-                   info.name, info.smVersion());
+  return targetForDevice(runtime::currentDeviceInfo());
+}
+
+plan::Target LceJit::targetForDevice(const runtime::DeviceInfo &info) {
+  if (info.smVersion() < 80)
+    LCEJIT_THROW(Unsupported,
+                 "GPU {} (compute capability {}.{}) is not supported: lcejit needs 8.0 or newer "
+                 "(mma.sync bf16)",
+                 info.name, info.smMajor, info.smMinor);
   return runtime::targetFor(info);
 }
 

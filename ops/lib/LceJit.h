@@ -22,6 +22,7 @@
 #include "compiler/pipeline/Pipeline.h"
 #include "compiler/plan/Program.h"
 #include "lcejit/LinearCrossEntropy.h"
+#include "runtime/CudaDriver.h"
 #include "runtime/KernelCache.h"
 
 #include <memory>
@@ -65,8 +66,11 @@ public:
 
   /// The target to plan for when no GPU is present (the H200 of docs/performance.md).
   static plan::Target defaultTarget();
-  /// The target of the current CUDA device (requires a GPU).
+  /// The target of the current CUDA device (requires a GPU; see targetForDevice).
   static plan::Target deviceTarget();
+  /// The target for a device, or Error(Unsupported) naming the GPU when lcejit cannot
+  /// run on it (compute capability below 8.0).
+  static plan::Target targetForDevice(const runtime::DeviceInfo &info);
 
 private:
   LinearCrossEntropyOptions options_;

@@ -155,6 +155,25 @@ TEST(OpsArguments, BadTensorsAreRejectedBeforeAnyDeviceWork) {
   expectError(call(a), ErrorKind::InvalidArgument, {"loss.shape", "[2]"});
 }
 
+TEST(OpsArguments, OldGpusAreRejectedByName) {
+  runtime::DeviceInfo turing;
+  turing.name = "Tesla T4";
+  turing.smMajor = 7;
+  turing.smMinor = 5;
+  turing.numSMs = 40;
+  expectError([&] { ops::LceJit::targetForDevice(turing); }, ErrorKind::Unsupported,
+              {"Tesla T4", "compute capability 7.5", "8.0 or newer"});
+  runtime::DeviceInfo hopper;
+  hopper.name = "NVIDIA H200";
+  hopper.smMajor = 9;
+  hopper.smMinor = 0;
+  hopper.numSMs = 132;
+  hopper.maxSharedPerBlockOptin = 232448;
+  plan::Target t = ops::LceJit::targetForDevice(hopper);
+  EXPECT_EQ(t.archName(), "sm_90a");
+  EXPECT_EQ(t.numSMs, 132);
+}
+
 TEST(OpsArguments, WithoutAGpuTheOpSaysSoClearly) {
   std::string why;
   if (runtime::cudaAvailable(&why))
