@@ -43,19 +43,6 @@ void compareFused(const fe::Graph &g, const std::vector<RefTensor> &inputs, cons
   }
 }
 
-struct SpecCase {
-  std::optional<double> softcap;
-  std::optional<int64_t> ignore;
-  fe::LceReduction reduction;
-  DType dtype;
-};
-
-std::ostream &operator<<(std::ostream &os, const SpecCase &c) {
-  return os << dtypeName(c.dtype) << (c.softcap ? fmt::format("_softcap{}", *c.softcap) : "")
-            << (c.ignore ? fmt::format("_ignore{}", *c.ignore) : "")
-            << (c.reduction == fe::LceReduction::Mean ? "_mean" : "_sum");
-}
-
 class LceFuse : public ::testing::TestWithParam<SpecCase> {};
 
 TEST_P(LceFuse, FusedMatchesUnfused) {

@@ -54,19 +54,6 @@ int64_t budgetForChunk(const pipeline::FusedGraph &fg, int64_t tokens, int64_t c
   return ::testing::AssertionSuccess();
 }
 
-struct SpecCase {
-  std::optional<double> softcap;
-  std::optional<int64_t> ignore;
-  fe::LceReduction reduction;
-  DType dtype;
-};
-
-std::ostream &operator<<(std::ostream &os, const SpecCase &c) {
-  return os << dtypeName(c.dtype) << (c.softcap ? fmt::format("_softcap{}", *c.softcap) : "")
-            << (c.ignore ? fmt::format("_ignore{}", *c.ignore) : "")
-            << (c.reduction == fe::LceReduction::Mean ? "_mean" : "_sum");
-}
-
 class LceProgram : public ::testing::TestWithParam<SpecCase> {};
 
 TEST_P(LceProgram, MatchesUnfusedGraph) {

@@ -281,4 +281,18 @@ inline void checkGradients(Module &m, std::vector<RefTensor> inputs, const std::
   }
 }
 
+/// One LCE variant of the parameterized suites (FuseTest, ProgramInterpreterTest).
+struct SpecCase {
+  std::optional<double> softcap;
+  std::optional<int64_t> ignore;
+  fe::LceReduction reduction;
+  DType dtype;
+};
+
+inline std::ostream &operator<<(std::ostream &os, const SpecCase &c) {
+  return os << dtypeName(c.dtype) << (c.softcap ? fmt::format("_softcap{}", *c.softcap) : "")
+            << (c.ignore ? fmt::format("_ignore{}", *c.ignore) : "")
+            << (c.reduction == fe::LceReduction::Mean ? "_mean" : "_sum");
+}
+
 } // namespace lcejit::testing
