@@ -53,9 +53,19 @@ namespace {
 /// Resolves BufferRefs to device addresses and checks them.
 class BufferResolver {
 public:
-  BufferResolver(const Program &program, const ProgramBuffers &buffers, int64_t n)
-      : program_(program), buffers_(buffers), n_(n),
-        offsets_(program.workspaceOffsets(n, nullptr)) {}
+  BufferResolver(const Program &program, const ProgramBuffers &buffers,
+                 const plan::RunSchedule &s)
+      : program_(program), buffers_(buffers), n_(s.n),
+        offsets_(program.workspaceOffsets(s, nullptr)) {}
+
+  /// The address of `ref` for a launch over rows [rowBegin, ...): buffers indexed by the
+  /// global row start at that row ([Note: the run schedule] in Program.h).
+  CUdeviceptr resolve(const BufferRef &ref, const plan::Kernel &kernel, int64_t rowBegin) const {
+    CUdeviceptr p = resolve(ref, kernel);
+    if (rowBegin > 0)
+      p += static_cast<CUdeviceptr>(rowBegin * program_.rowStrideBytes(ref));
+    return p;
+  }
 
   bool isEmpty(const plan::TensorSpec &t) const {
     for (int64_t d : t.shape)
@@ -108,19 +118,19 @@ private:
   std::vector<int64_t> offsets_;
 };
 
-struct ChunkArgs {
-  int64_t index = 0, begin = 0, cols = 0;
-};
-
-void appendLaunch(const Program &program, const BufferResolver &resolver, int32_t k, int64_t n,
-                  int64_t chunk, const ChunkArgs &ca, ExecutionPlan &plan) {
+void appendLaunch(const Program &program, const BufferResolver &resolver,
+                  const plan::LaunchItem &item, int64_t n, ExecutionPlan &plan) {
+  const int32_t k = item.kernel;
   LCEJIT_CHECK(k >= 0 && k < static_cast<int32_t>(program.kernels.size()), "kernel index {}",
                k);
   const plan::Kernel &kernel = program.kernels[static_cast<size_t>(k)];
   LaunchRecord rec;
   rec.kernel = k;
-  rec.chunk = chunk;
-  rec.dims = program.launchDims(k, n, ca.cols);
+  rec.chunk = program.steps[static_cast<size_t>(item.step)].kind == plan::Step::Kind::ChunkLoop
+                  ? item.chunkIndex
+                  : -1;
+  rec.rowBlock = item.rowBlock;
+  rec.dims = program.launchDims(k, item.rows, item.chunkCols);
   const int64_t *g = rec.dims.grid;
   if (g[0] == 0 || g[1] == 0 || g[2] == 0) {
     ++plan.skippedLaunches;
@@ -136,12 +146,15 @@ void appendLaunch(const Program &program, const BufferResolver &resolver, int32_
   for (const Param &p : plan::kernelParams(kernel)) {
     switch (p.kind) {
     case Param::Kind::Pointer:
-      rec.args.push_back(KernelArg::makePointer(resolver.resolve(p.buf, kernel)));
+      rec.args.push_back(
+          KernelArg::makePointer(resolver.resolve(p.buf, kernel, item.rowBegin)));
       break;
-    case Param::Kind::N: rec.args.push_back(KernelArg::makeI64(n)); break;
-    case Param::Kind::ChunkBegin: rec.args.push_back(KernelArg::makeI64(ca.begin)); break;
-    case Param::Kind::ChunkCols: rec.args.push_back(KernelArg::makeI64(ca.cols)); break;
-    case Param::Kind::ChunkIndex: rec.args.push_back(KernelArg::makeI64(ca.index)); break;
+    case Param::Kind::N: rec.args.push_back(KernelArg::makeI64(item.rows)); break;
+    case Param::Kind::TotalRows: rec.args.push_back(KernelArg::makeI64(n)); break;
+    case Param::Kind::ChunkBegin: rec.args.push_back(KernelArg::makeI64(item.chunkBegin)); break;
+    case Param::Kind::ChunkCols: rec.args.push_back(KernelArg::makeI64(item.chunkCols)); break;
+    case Param::Kind::ChunkIndex: rec.args.push_back(KernelArg::makeI64(item.chunkIndex)); break;
+    case Param::Kind::RowBlock: rec.args.push_back(KernelArg::makeI64(item.rowBlock)); break;
     case Param::Kind::Splits: rec.args.push_back(KernelArg::makeI32(program.splits)); break;
     }
   }
@@ -162,8 +175,9 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
   LCEJIT_CHECK_ARG(buffers.outputs.size() == program.outputs.size(),
                    "program '{}' takes {} output pointer(s), got {}", program.name,
                    program.outputs.size(), buffers.outputs.size());
+  const plan::RunSchedule sched = program.runSchedule(n);
   int64_t total = 0;
-  std::vector<int64_t> offsets = program.workspaceOffsets(n, &total);
+  std::vector<int64_t> offsets = program.workspaceOffsets(sched, &total);
   if (total > 0) {
     LCEJIT_CHECK_ARG(buffers.workspace != 0, "workspace is a null pointer; program '{}' needs "
                                              "{} bytes of workspace for N = {}",
@@ -177,6 +191,7 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
   }
 
   ExecutionPlan plan;
+  plan.schedule = sched;
   // Zero-initialized buffers; each one's slot runs to the next offset (its 256-byte
   // padding included), so adjacent zeroed buffers merge into one memset.
   for (size_t i = 0; i < program.workspace.size(); ++i) {
@@ -194,25 +209,9 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
       plan.memsets.push_back(MemsetRecord{p, end - begin});
   }
 
-  BufferResolver resolver(program, buffers, n);
-  for (const plan::Step &step : program.steps) {
-    if (step.kind == plan::Step::Kind::Launch) {
-      appendLaunch(program, resolver, step.kernel, n, -1, ChunkArgs{0, 0, program.loopCols},
-                   plan);
-      continue;
-    }
-    LCEJIT_CHECK(program.chunkCols > 0 && program.loopCols > 0,
-                 "program '{}' has a chunk loop but chunkCols = {}, loopCols = {}",
-                 program.name, program.chunkCols, program.loopCols);
-    for (int64_t c = 0; c < program.numChunks(); ++c) {
-      ChunkArgs ca;
-      ca.index = c;
-      ca.begin = c * program.chunkCols;
-      ca.cols = std::min(program.chunkCols, program.loopCols - ca.begin);
-      for (int32_t k : step.loopKernels)
-        appendLaunch(program, resolver, k, n, c, ca, plan);
-    }
-  }
+  BufferResolver resolver(program, buffers, sched);
+  for (const plan::LaunchItem &item : program.expand(sched))
+    appendLaunch(program, resolver, item, n, plan);
   return plan;
 }
 
@@ -252,9 +251,9 @@ void Executor::run(const ProgramBuffers &buffers, int64_t n, CUstream stream) co
     if (r != CUDA_SUCCESS) {
       const plan::Kernel &k = program_.kernels[static_cast<size_t>(rec.kernel)];
       std::string what = fmt::format(
-          "cuLaunchKernelEx of kernel '{}' (chunk {}, grid ({}, {}, {}), block {}, {} bytes "
+          "cuLaunchKernelEx of kernel '{}' (row block {}, chunk {}, grid ({}, {}, {}), block {}, {} bytes "
           "dynamic shared)",
-          k.name, rec.chunk, rec.dims.grid[0], rec.dims.grid[1], rec.dims.grid[2],
+          k.name, rec.rowBlock, rec.chunk, rec.dims.grid[0], rec.dims.grid[1], rec.dims.grid[2],
           rec.dims.block, rec.dims.sharedBytes);
       throwCudaError(r, what.c_str(), __FILE__, __LINE__);
     }

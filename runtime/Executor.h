@@ -3,16 +3,18 @@
 // The executor is the host half of a Program: given device pointers for the program's
 // inputs, outputs and workspace and the runtime N, it enqueues on a stream
 //   1. one memset of every workspace buffer whose init is Zero (adjacent ones merged);
-//   2. the steps in order: a Launch step launches its kernel once; a ChunkLoop step
-//      launches its kernels, in order, for every column chunk c in [0, numChunks()):
-//      chunkBegin = c * chunkCols, cols = min(chunkCols, loopCols - chunkBegin).
+//   2. the launches of Program::expand(runSchedule(N)), in order: steps run once, the
+//      blocked steps once per row block, a ChunkLoop's kernels once per column chunk
+//      (chunkBegin = c * chunkCols, cols = min(chunkCols, loopCols - chunkBegin)); see
+//      [Note: the run schedule] in compiler/plan/Program.h.
 // Launches whose grid has a zero dimension (N = 0) are skipped.
 //
 // [Note: argument packing] plan::kernelParams() is the kernel ABI: the emitter prints the
 // parameter list from it and the executor packs values in the same order. Pointer ->
 // CUdeviceptr of the buffer (inputs and outputs as given, workspace buffers at base +
-// workspaceOffsets(N)[index]); N, ChunkBegin, ChunkCols, ChunkIndex -> int64_t; Splits
-// -> int32_t (Program::splits). A Launch step (outside any chunk loop) gets chunkBegin 0,
+// workspaceOffsets(N)[index]), each offset by rowBegin * rowStrideBytes() inside a row
+// block; N (the launch's rows), TotalRows (the call's N), ChunkBegin, ChunkCols,
+// ChunkIndex, RowBlock -> int64_t; Splits -> int32_t (Program::splits). A Launch step (outside any chunk loop) gets chunkBegin 0,
 // chunkCols = loopCols and chunkIndex 0: it is the single chunk that covers everything.
 //
 // planExecution() computes all of this as plain data with no GPU, so unit tests check the
@@ -64,6 +66,7 @@ struct KernelArg {
 struct LaunchRecord {
   int32_t kernel = -1; ///< index into Program::kernels
   int64_t chunk = -1;  ///< chunk index in a ChunkLoop step, -1 for a Launch step
+  int64_t rowBlock = 0; ///< row block (0 when rows are not blocked)
   plan::LaunchDims dims;
   std::vector<KernelArg> args;
 };
@@ -75,6 +78,7 @@ struct MemsetRecord {
 
 /// Everything one run enqueues, in order: the memsets, then the launches.
 struct ExecutionPlan {
+  plan::RunSchedule schedule; ///< row blocks and chunks chosen for this N
   std::vector<MemsetRecord> memsets;
   std::vector<LaunchRecord> launches;
   int64_t skippedLaunches = 0; ///< launches dropped because a grid dimension was 0

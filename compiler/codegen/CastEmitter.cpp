@@ -39,7 +39,9 @@ void emitCastKernel(CodeWriter &w, const KernelContext &ctx) {
   auto kb = openKernel(w, ctx, 256);
   w.line("lcejit::cast_kernel<{}>({}, {}, {} * {}LL);", tag,
          ctx.bufferName(k.in), ctx.bufferName(k.out),
-         ctx.scalarParamName(Param::Kind::N), k.k);
+         k.rows >= 0 ? fmt::format("{}LL", k.rows)
+                     : ctx.scalarParamName(Param::Kind::N),
+         k.k);
 }
 
 } // namespace lcejit::codegen::detail

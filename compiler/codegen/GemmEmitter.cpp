@@ -73,10 +73,21 @@ const char *mathEnum(MathMode m) {
 }
 
 std::string dzElemName(DzFormat f) {
-  return f == DzFormat::SplitBF16 ? "bf16" : "f32";
+  return f == DzFormat::F32 ? "f32" : "bf16";
 }
 DType dzElem(DzFormat f) {
-  return f == DzFormat::SplitBF16 ? DType::BF16 : DType::F32;
+  return f == DzFormat::F32 ? DType::F32 : DType::BF16;
+}
+const char *dzFormatTag(DzFormat f) {
+  switch (f) {
+  case DzFormat::SplitBF16:
+    return "DZ_SPLIT_BF16";
+  case DzFormat::F32:
+    return "DZ_F32";
+  case DzFormat::BF16:
+    return "DZ_BF16";
+  }
+  return "?";
 }
 
 /// The static shape of one GEMM: everything GemmConfig<> takes.
@@ -237,6 +248,7 @@ public:
     for (const std::string &b : buffers_)
       w_.line("const void *{};", b);
     w_.line("long long {};", n());
+    w_.line("long long {}; // N of the whole call (RowCount)", nTotal());
     for (int32_t a : live_) {
       const Operand &o = arg(a);
       if (o.kind == Operand::Kind::Scalar)
@@ -295,7 +307,7 @@ public:
           LCEJIT_CHECK(false, "{}: bad operand a{}", what_, a);
           return ArgValue{};
         },
-        n());
+        nTotal());
   }
 
   DType resultType(size_t r) const {
@@ -303,6 +315,9 @@ public:
   }
 
   const std::string &n() const { return ctx_.scalarParamName(Param::Kind::N); }
+  const std::string &nTotal() const {
+    return ctx_.scalarParamName(Param::Kind::TotalRows);
+  }
 
 private:
   const Operand &arg(int32_t a) const {
@@ -361,6 +376,7 @@ void emitEpilogueSetup(CodeWriter &w, const EpilogueEmitter &e) {
   for (const std::string &b : e.buffers())
     w.line("epi.{0} = {0};", b);
   w.line("epi.{0} = {0};", e.n());
+  w.line("epi.{0} = {0};", e.nTotal());
   w.line("epi.load_scalars();");
 }
 
@@ -516,7 +532,8 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
   roles.add(ctx.bufferName(g.a), "A [N, k] (K-major)");
   roles.add(ctx.bufferName(g.b), "B [cols, k] (K-major), rows of the chunk");
   roles.add(ctx.bufferName(k.dz),
-            split ? "dZ hi, bf16 [N][chunk_cols]" : "dZ, f32 [N][chunk_cols]");
+            split ? "dZ hi, bf16 [N][chunk_cols]"
+                  : fmt::format("dZ, {} [N][chunk_cols]", dzElemName(k.format)));
   if (split)
     roles.add(ctx.bufferName(k.dzLo),
               "dZ lo = bf16(dz - hi), bf16 [N][chunk_cols]");
@@ -544,7 +561,7 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
   emitEpilogueSetup(w, epi);
   w.line("lcejit::gemm_dz_kernel<{}_config, lcejit::{}>(epi, {}, {}, {}, {}, "
          "{}, {}LL, {}, {});",
-         ctx.name(), split ? "DZ_SPLIT_BF16" : "DZ_F32", ctx.bufferName(g.a),
+         ctx.name(), dzFormatTag(k.format), ctx.bufferName(g.a),
          ctx.bufferName(g.b), ctx.bufferName(k.dz),
          split ? ctx.bufferName(k.dzLo) : "nullptr", epi.n(), g.k,
          ctx.scalarParamName(Param::Kind::ChunkBegin),
@@ -637,18 +654,28 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
           "out[chunk_begin + c][j] = sum_r dz[r][c] * A[r][j], k = {}{}", k.k,
           split ? "; dz = hi + lo, each multiplied" : ""),
       tileText(s), smemText(ctx), "grid (ceil(chunk_cols / bm), ceil(k / bn))",
-      fmt::format("written once as {} (round to nearest even)",
-                  dtypeName(k.outType))};
+      k.accumulateRowBlocks
+          ? fmt::format("written as {} by row block 0, accumulated (f32) by later "
+                        "row blocks",
+                        dtypeName(k.outType))
+          : fmt::format("written once as {} (round to nearest even)",
+                        dtypeName(k.outType))};
   emitKernelHeader(w, ctx, about, roles);
   emitConfig(w, ctx, s);
   auto kb = openKernel(w, ctx, k.tile.threads());
+  LCEJIT_CHECK(!k.accumulateRowBlocks || k.outType == DType::F32,
+               "{}: row blocks accumulate into an f32 output only, not {}", what,
+               dtypeName(k.outType));
   w.line("lcejit::gemm_drhs_kernel<{}_config, {}>({}, {}, {}, {}, {}, {}LL, "
-         "{}, {});",
+         "{}, {}, {});",
          ctx.name(), elemTag(k.outType), ctx.bufferName(k.dz),
          split ? ctx.bufferName(k.dzLo) : "nullptr", ctx.bufferName(k.a),
          ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
          ctx.scalarParamName(Param::Kind::ChunkBegin),
-         ctx.scalarParamName(Param::Kind::ChunkCols));
+         ctx.scalarParamName(Param::Kind::ChunkCols),
+         k.accumulateRowBlocks
+             ? fmt::format("{} > 0", ctx.scalarParamName(Param::Kind::RowBlock))
+             : std::string("false"));
 }
 
 } // namespace

@@ -60,7 +60,7 @@ std::string KernelContext::signature() const {
 
 plan::LaunchDims KernelContext::launchDims() const {
   return program_.launchDims(index_, 1,
-                             std::max<int64_t>(program_.chunkCols, 1));
+                             std::max<int64_t>(program_.loopCols, 1));
 }
 
 static std::string shapeText(const std::vector<int64_t> &shape) {
@@ -152,7 +152,13 @@ void emitKernelHeader(CodeWriter &w, const KernelContext &ctx,
       break;
     }
     case Param::Kind::N:
-      role = "rows N (runtime)";
+      role = "rows of this launch (N, or the rows of this row block)";
+      break;
+    case Param::Kind::TotalRows:
+      role = "N of the whole call";
+      break;
+    case Param::Kind::RowBlock:
+      role = "index of this row block (0 = first)";
       break;
     case Param::Kind::ChunkBegin:
       role = "first column of this chunk";

@@ -210,7 +210,7 @@ void emitRowKernel(CodeWriter &w, const KernelContext &ctx) {
                         : valueTypeOf(o.dtype);
           return ArgValue{fmt::format("a{}", a), t};
         },
-        n);
+        ctx.scalarParamName(Param::Kind::TotalRows));
     auto resultType = [&](int32_t r) {
       LCEJIT_CHECK(r >= 0 && static_cast<size_t>(r) < results.size(),
                    "{}: a sink uses result {} of {}", what, r, results.size());

@@ -746,7 +746,7 @@ private:
     if (!translateBody(op, op.getBody().front(), op.getSides(), dz.gemm, results))
       return false;
     bool bf16 = dz.gemm.abType == DType::BF16;
-    dz.format = bf16 ? DzFormat::SplitBF16 : DzFormat::F32;
+    dz.format = !bf16 ? DzFormat::F32 : opt_.exactGradients ? DzFormat::SplitBF16 : DzFormat::BF16;
     MathMode bwdMath = bf16 ? MathMode::TensorCoreBF16 : MathMode::SimtF32;
     TileConfig bwdTile = bf16 ? tcLargeTile() : simtTile();
     // Which gradients are used, and as which outputs.
@@ -777,48 +777,36 @@ private:
       return true;
 
     int64_t k = dz.gemm.k, cols = dz.gemm.cols;
-    // [Note: one chunk loop geometry] chunkCols/loopCols are Program-wide (the executor,
-    // emitter and interpreter read them there), so every gradient cluster must loop over
-    // the same columns; heads of different widths are refused rather than mis-planned.
+    // [Note: one chunk loop geometry] loopCols is Program-wide (the executor, emitter and
+    // interpreter read it there), so every gradient cluster must loop over the same
+    // columns; heads of different widths are refused rather than mis-planned.
     if (prog_.loopCols != 0 && prog_.loopCols != cols)
       return fail(op, fmt::format("a second fused gradient over {} columns (the first has {}): "
                                   "one chunk loop geometry per Program is supported",
                                   cols, prog_.loopCols));
-    const int64_t dzElem = 4; // bytes per dZ element: hi + lo bf16, or one f32
-    // Workspace at N = bucket: the buffers so far (exact, aligned) plus the dLhs
-    // accumulator, then the dZ chunk buffers (each may lose up to 256 bytes to alignment).
-    int64_t used = 0;
-    prog_.workspaceOffsets(bucket_, &used);
-    int64_t perRowFixed = 0;
-    for (const BufferSpec &b : prog_.workspace)
-      perRowFixed += b.bytesPerRow;
-    bool lhsAcc = lhsOut >= 0 && lhsType != DType::F32;
-    if (lhsAcc) {
-      perRowFixed += k * 4;
-      used += (k * 4 * bucket_ + 255) / 256 * 256;
-    }
-    int64_t budget = opt_.workspaceBudgetBytes;
-    // + 256: the scalar slots buffer is sized at the end of planning.
-    int64_t left = budget - used - (bf16 ? 2 : 1) * 256 - 256;
-    int64_t bn = dz.gemm.tile.bn;
-    int64_t chunk = left > 0 ? left / (bucket_ * dzElem) : 0;
-    chunk = chunk / bn * bn;
-    int64_t colsRounded = (cols + bn - 1) / bn * bn;
-    chunk = std::clamp<int64_t>(chunk, bn, colsRounded);
-    if (prog_.chunkCols != 0)
-      chunk = std::min(chunk, prog_.chunkCols); // shared by every chunk loop
-    prog_.chunkCols = chunk;
     prog_.loopCols = cols;
+    prog_.schedule.chunkAlign = std::max<int64_t>(prog_.schedule.chunkAlign, dz.gemm.tile.bn);
+    bool lhsAcc = lhsOut >= 0 && lhsType != DType::F32;
     prog_.decisions.push_back(fmt::format(
-        "backward: vocab-chunked recompute (lean); dZ as {}; budget {} MiB, {} B/row fixed "
-        "at N = {} (bucket high) -> {} columns per chunk, {} chunks{}",
-        dzFormatName(dz.format), budget >> 20, perRowFixed, bucket_, chunk,
-        (cols + chunk - 1) / chunk,
-        left < bn * bucket_ * dzElem ? " (budget exceeded: minimum chunk)" : ""));
-
-    dz.dz = addWorkspace(fmt::format("dz{}", gradCount_), (bf16 ? 2 : 4) * chunk, 0);
-    if (bf16)
-      dz.dzLo = addWorkspace(fmt::format("dz_lo{}", gradCount_), 2 * chunk, 0);
+        "backward: vocab-chunked recompute; dZ as {} ({}); chunk width and row blocks chosen "
+        "per call from N and the {} MiB budget (see 'run schedule'){}",
+        dzFormatName(dz.format),
+        dz.format == DzFormat::BF16        ? "fast: one bf16 operand, rounded once from f32"
+        : dz.format == DzFormat::SplitBF16 ? "exact: bf16 hi + lo, each backward GEMM twice"
+                                           : "f32 operands, SIMT backward",
+        opt_.workspaceBudgetBytes >> 20,
+        lhsAcc ? fmt::format("; an f32 accumulator for d{} ({} B per row of a block)",
+                             prog_.inputs[static_cast<size_t>(dz.gemm.a.index)].name, k * 4)
+               : std::string()));
+    const int64_t dzElem = dz.format == DzFormat::F32 ? 4 : 2;
+    dz.dz = addWorkspace(fmt::format("dz{}", gradCount_), 0, 0);
+    prog_.workspace.back().bytesPerRowCol = dzElem;
+    prog_.workspace.back().blockLocal = true;
+    if (dz.format == DzFormat::SplitBF16) {
+      dz.dzLo = addWorkspace(fmt::format("dz_lo{}", gradCount_), 0, 0);
+      prog_.workspace.back().bytesPerRowCol = 2;
+      prog_.workspace.back().blockLocal = true;
+    }
     Step loop{Step::Kind::ChunkLoop, -1, {}};
     int32_t gi = gradCount_++;
     auto push = [&](std::string name, KernelBody body) {
@@ -843,6 +831,7 @@ private:
       d.b = bBuf;
       if (lhsAcc) {
         lhsAccBuf = addWorkspace(fmt::format("dlhs_acc{}", gi), k * 4, 0);
+        prog_.workspace.back().blockLocal = true;
         d.out = lhsAccBuf;
       } else {
         d.out = BufferRef{Space::Output, lhsOut};
@@ -861,6 +850,7 @@ private:
       d.a = aBuf;
       d.out = BufferRef{Space::Output, rhsOut};
       d.outType = rhsType;
+      d.accumulateRowBlocks = rhsType == DType::F32;
       push(fmt::format("{}_drhs{}", opt_.name, gi), std::move(d));
     }
     prog_.steps.push_back(std::move(loop));
@@ -882,6 +872,8 @@ private:
     prog_.bucket = bucket_;
     prog_.bucketLow = bucketLow_;
     prog_.target = opt_.target;
+    prog_.schedule.budgetBytes = opt_.workspaceBudgetBytes;
+    prog_.schedule.fixedChunkCols = opt_.fixedChunkCols;
     addWorkspace("scalar_slots", 0, 0, BufferInit::Zero); // size fixed at the end
     addWorkspace("error_word", 0, 16, BufferInit::Zero);
     prog_.decisions.push_back(fmt::format("bucket: N in [{}, {}] (powers of four from 256)",
@@ -911,7 +903,96 @@ private:
       }
     }
     prog_.workspace[kScalarSlotsBuffer].bytesFixed = 8 * std::max<int64_t>(prog_.numScalarSlots, 1);
-    return err_.empty();
+    if (!err_.empty())
+      return false;
+    decideRowBlocks();
+    if (prog_.hasChunkLoop())
+      for (int64_t n : {std::max<int64_t>(bucketLow_, 1), bucket_})
+        prog_.decisions.push_back("run schedule (example): " + prog_.runSchedule(n).why);
+    return true;
+  }
+
+  /// [Note: row blocks] The steps from the first fused GEMM to the last step of the
+  /// gradients may run once per block of rows when nothing in them needs all rows at once:
+  /// no device check or row index (they would see block-relative rows), no scalar that a
+  /// kernel of the range sums up and another reads inside it, and every dRhs gradient
+  /// accumulates in f32 (row blocks after the first add to it). Then a large N needs
+  /// workspace for one block only. Whether a call is blocked, and how, is decided per N
+  /// (SchedulePolicy.h).
+  void decideRowBlocks() {
+    int32_t first = -1, last = -1;
+    for (int32_t i = 0; i < static_cast<int32_t>(prog_.steps.size()); ++i) {
+      const Step &st = prog_.steps[static_cast<size_t>(i)];
+      bool gemm = st.kind == Step::Kind::ChunkLoop ||
+                  prog_.kernels[static_cast<size_t>(st.kernel)].kind() == KernelKind::GemmReduce;
+      bool blockCast = false;
+      if (st.kind == Step::Kind::Launch)
+        if (auto *c = std::get_if<CastKernel>(&prog_.kernels[static_cast<size_t>(st.kernel)].body))
+          blockCast = c->in.space == Space::Workspace &&
+                      prog_.workspace[static_cast<size_t>(c->in.index)].blockLocal;
+      if (gemm && first < 0)
+        first = i;
+      if (st.kind == Step::Kind::ChunkLoop || blockCast)
+        last = i;
+    }
+    if (first < 0 || last < first || !prog_.hasChunkLoop())
+      return;
+    std::vector<int32_t> kernels;
+    for (int32_t i = first; i <= last; ++i) {
+      const Step &st = prog_.steps[static_cast<size_t>(i)];
+      if (st.kind == Step::Kind::Launch)
+        kernels.push_back(st.kernel);
+      else
+        kernels.insert(kernels.end(), st.loopKernels.begin(), st.loopKernels.end());
+    }
+    std::vector<int32_t> summed;
+    std::string why;
+    auto operandsOf = [](const Kernel &k) -> const std::vector<Operand> * {
+      if (auto *r = std::get_if<RowKernel>(&k.body))
+        return &r->args;
+      if (auto *g = std::get_if<GemmReduceKernel>(&k.body))
+        return &g->gemm.args;
+      if (auto *g = std::get_if<GemmDzKernel>(&k.body))
+        return &g->gemm.args;
+      return nullptr;
+    };
+    for (int32_t ki : kernels) {
+      const Kernel &k = prog_.kernels[static_cast<size_t>(ki)];
+      if (auto *r = std::get_if<RowKernel>(&k.body))
+        for (const RowKernel::Sink &sk : r->sinks) {
+          if (sk.kind == RowKernel::Sink::Kind::CheckRow)
+            why = fmt::format("kernel '{}' checks rows", k.name);
+          if (sk.kind == RowKernel::Sink::Kind::SumScalar)
+            summed.push_back(sk.slot);
+        }
+      if (auto *d = std::get_if<GemmDRhsKernel>(&k.body); d && d->outType != DType::F32)
+        why = fmt::format("kernel '{}' writes a {} gradient (row blocks would need an f32 "
+                          "accumulator of its full size)",
+                          k.name, dtypeName(d->outType));
+    }
+    for (int32_t ki : kernels) {
+      const Kernel &k = prog_.kernels[static_cast<size_t>(ki)];
+      if (const auto *ops = operandsOf(k))
+        for (const Operand &o : *ops) {
+          if (o.kind == Operand::Kind::RowIndex)
+            why = fmt::format("kernel '{}' reads the row index", k.name);
+          if (o.kind == Operand::Kind::Scalar && !o.buf.valid() &&
+              std::find(summed.begin(), summed.end(), o.slot) != summed.end())
+            why = fmt::format("kernel '{}' reads scalar slot {}, a sum over rows made in the "
+                              "same steps",
+                              k.name, o.slot);
+        }
+    }
+    if (!why.empty()) {
+      prog_.decisions.push_back(fmt::format("rows: never blocked: {}", why));
+      return;
+    }
+    prog_.schedule.firstBlockedStep = first;
+    prog_.schedule.lastBlockedStep = last;
+    prog_.decisions.push_back(fmt::format(
+        "rows: steps {}..{} may run per block of rows (at least {} rows) when the budget "
+        "needs it",
+        first, last, prog_.schedule.minBlockRows));
   }
 
   struct PartialsRef {

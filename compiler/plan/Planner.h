@@ -35,7 +35,12 @@ struct PlanOptions {
   std::string name = "lce";
   int64_t tokens = 8192; ///< any N of the bucket to plan for
   Target target;
-  int64_t workspaceBudgetBytes = int64_t(1) << 30;
+  int64_t workspaceBudgetBytes = int64_t(512) << 20;
+  /// bf16 GEMMs: false (fast) stores dZ as one bf16 operand, rounded once from f32;
+  /// true (exact) splits it into bf16 hi + lo (each backward GEMM runs twice).
+  bool exactGradients = false;
+  /// > 0: a fixed chunk width instead of the budget's (tests, `lcejit-dump --chunk-cols`).
+  int64_t fixedChunkCols = 0;
   /// Element type each function result is written as; empty = the result's own type
   /// (a float result that is a tx.cast of a gradient keeps the cast's type).
   std::vector<std::optional<DType>> outputTypes;

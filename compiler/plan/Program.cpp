@@ -1,6 +1,7 @@
 //===- Program.cpp - Program hashing, JSON, ABI and launch geometry -------===//
 
 #include "compiler/plan/Program.h"
+#include "compiler/plan/SchedulePolicy.h"
 #include "compiler/support/Check.h"
 
 #include <nlohmann/json.hpp>
@@ -65,7 +66,12 @@ const char *mathModeName(MathMode m) {
 }
 
 const char *dzFormatName(DzFormat f) {
-  return f == DzFormat::SplitBF16 ? "split_bf16" : "f32";
+  switch (f) {
+  case DzFormat::SplitBF16: return "split_bf16";
+  case DzFormat::F32: return "f32";
+  case DzFormat::BF16: return "bf16";
+  }
+  return "?";
 }
 
 const char *kernelKindName(KernelKind k) {
@@ -211,12 +217,15 @@ static json kernelBodyJson(const Kernel &k) {
           j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
                    {"format", dzFormatName(b.format)}, {"a_type", std::string(dtypeName(b.aType))},
                    {"k", b.k}, {"dz", toJ(b.dz)}, {"a", toJ(b.a)}, {"out", toJ(b.out)},
-                   {"out_type", std::string(dtypeName(b.outType))}};
+                   {"out_type", std::string(dtypeName(b.outType))},
+                   {"accumulate_row_blocks", b.accumulateRowBlocks}};
           if (b.dzLo.valid())
             j["dz_lo"] = toJ(b.dzLo);
         } else if constexpr (std::is_same_v<T, CastKernel>) {
           j = json{{"in", toJ(b.in)}, {"out", toJ(b.out)},
                    {"out_type", std::string(dtypeName(b.outType))}, {"k", b.k}};
+          if (b.rows >= 0)
+            j["rows"] = b.rows;
         }
       },
       k.body);
@@ -241,7 +250,8 @@ std::string Program::toJson(int indent) const {
   json ws = json::array();
   for (const BufferSpec &b : workspace)
     ws.push_back(json{{"name", b.name}, {"bytes_per_row", b.bytesPerRow},
-                      {"bytes_fixed", b.bytesFixed},
+                      {"bytes_per_row_col", b.bytesPerRowCol}, {"bytes_fixed", b.bytesFixed},
+                      {"block_local", b.blockLocal},
                       {"init", b.init == BufferInit::Zero ? "zero" : "none"}});
   j["workspace"] = ws;
   j["scalar_slots"] = numScalarSlots;
@@ -262,8 +272,16 @@ std::string Program::toJson(int indent) const {
     }
   }
   j["steps"] = st;
-  j["chunk_cols"] = chunkCols;
   j["loop_cols"] = loopCols;
+  j["schedule"] = json{{"budget_bytes", schedule.budgetBytes},
+                       {"chunk_align", schedule.chunkAlign},
+                       {"fixed_chunk_cols", schedule.fixedChunkCols},
+                       {"row_align", schedule.rowAlign},
+                       {"min_block_rows", schedule.minBlockRows},
+                       {"good_chunk_cols", schedule.goodChunkCols},
+                       {"fallback_chunk_cols", schedule.fallbackChunkCols},
+                       {"blocked_steps", json::array({schedule.firstBlockedStep,
+                                                      schedule.lastBlockedStep})}};
   j["splits"] = splits;
   j["decisions"] = decisions;
   return j.dump(indent);
@@ -320,6 +338,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(scalars);
     pl.addBuffer(errors);
     pl.add(Param::Kind::N, "n");
+    pl.add(Param::Kind::TotalRows, "n_total");
     pl.add(Param::Kind::Splits, "splits");
     break;
   }
@@ -331,6 +350,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(scalars);
     pl.addBuffer(k.partials);
     pl.add(Param::Kind::N, "n");
+    pl.add(Param::Kind::TotalRows, "n_total");
     pl.add(Param::Kind::Splits, "splits");
     break;
   }
@@ -343,6 +363,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.dz);
     pl.addBuffer(k.dzLo);
     pl.add(Param::Kind::N, "n");
+    pl.add(Param::Kind::TotalRows, "n_total");
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
     pl.add(Param::Kind::ChunkCols, "chunk_cols");
     break;
@@ -368,6 +389,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
     pl.add(Param::Kind::ChunkCols, "chunk_cols");
+    pl.add(Param::Kind::RowBlock, "row_block");
     break;
   }
   case KernelKind::Cast: {
@@ -399,11 +421,84 @@ int32_t gemmSharedBytes(const TileConfig &t, int64_t aBytes, int64_t bBytes, int
   return static_cast<int32_t>(t.stages * stage + scratch);
 }
 
-int64_t Program::numChunks() const {
-  return chunkCols > 0 ? ceilDiv(loopCols, chunkCols) : 0;
+bool Program::hasChunkLoop() const {
+  return std::any_of(steps.begin(), steps.end(),
+                     [](const Step &s) { return s.kind == Step::Kind::ChunkLoop; });
 }
 
-static int64_t dzBytes(DzFormat f) { return f == DzFormat::SplitBF16 ? 2 : 4; }
+RunSchedule Program::runSchedule(int64_t n) const { return chooseRunSchedule(*this, n); }
+
+std::vector<LaunchItem> Program::expand(const RunSchedule &s) const {
+  std::vector<LaunchItem> items;
+  LCEJIT_CHECK(!hasChunkLoop() || (s.chunkCols > 0 && loopCols > 0),
+               "program '{}': a chunk loop with chunkCols = {}, loopCols = {}", name,
+               s.chunkCols, loopCols);
+  const int32_t first = schedule.firstBlockedStep, last = schedule.lastBlockedStep;
+  LCEJIT_CHECK(first < 0 || (first <= last && last < static_cast<int32_t>(steps.size())),
+               "program '{}': blocked steps [{}, {}] of {}", name, first, last, steps.size());
+  auto emitStep = [&](int32_t si, int64_t rowBegin, int64_t rows, int64_t block) {
+    const Step &step = steps[static_cast<size_t>(si)];
+    LaunchItem it;
+    it.step = si;
+    it.rowBegin = rowBegin;
+    it.rows = rows;
+    it.rowBlock = block;
+    if (step.kind == Step::Kind::Launch) {
+      it.kernel = step.kernel;
+      it.chunkCols = loopCols;
+      items.push_back(it);
+      return;
+    }
+    for (int64_t c = 0; c < s.chunks; ++c) {
+      it.chunkIndex = c;
+      it.chunkBegin = c * s.chunkCols;
+      it.chunkCols = std::min(s.chunkCols, loopCols - it.chunkBegin);
+      for (int32_t k : step.loopKernels) {
+        it.kernel = k;
+        items.push_back(it);
+      }
+    }
+  };
+  for (int32_t i = 0; i < static_cast<int32_t>(steps.size());) {
+    if (i == first && s.rowBlocks > 1) {
+      for (int64_t b = 0; b < s.rowBlocks; ++b) {
+        int64_t begin = b * s.rowsPerBlock;
+        int64_t rows = std::min(s.rowsPerBlock, s.n - begin);
+        for (int32_t j = first; j <= last; ++j)
+          emitStep(j, begin, rows, b);
+      }
+      i = last + 1;
+      continue;
+    }
+    emitStep(i, 0, s.n, 0);
+    ++i;
+  }
+  return items;
+}
+
+int64_t Program::rowStrideBytes(const BufferRef &b) const {
+  auto tensorRow = [](const TensorSpec &t) -> int64_t {
+    if (t.shape.empty() || t.shape[0] >= 0)
+      return 0;
+    int64_t e = dtypeSize(t.dtype);
+    for (size_t i = 1; i < t.shape.size(); ++i)
+      e *= t.shape[i];
+    return e;
+  };
+  switch (b.space) {
+  case Space::Input:
+    return tensorRow(inputs.at(static_cast<size_t>(b.index)));
+  case Space::Output:
+    return tensorRow(outputs.at(static_cast<size_t>(b.index)));
+  case Space::Workspace: {
+    const BufferSpec &w = workspace.at(static_cast<size_t>(b.index));
+    return w.blockLocal ? 0 : w.bytesPerRow;
+  }
+  }
+  return 0;
+}
+
+static int64_t dzBytes(DzFormat f) { return f == DzFormat::F32 ? 4 : 2; }
 
 LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc) const {
   LCEJIT_CHECK(idx >= 0 && idx < static_cast<int32_t>(kernels.size()), "kernel index {}", idx);
@@ -453,7 +548,8 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc) const {
   case KernelKind::Cast: {
     const auto &k = std::get<CastKernel>(kernel.body);
     d.block = 256;
-    d.grid[0] = std::min<int64_t>(ceilDiv(n * k.k, 256 * 4), int64_t(1) << 16);
+    d.grid[0] = std::min<int64_t>(ceilDiv((k.rows >= 0 ? k.rows : n) * k.k, 256 * 4),
+                                  int64_t(1) << 16);
     break;
   }
   }
@@ -461,12 +557,15 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc) const {
 }
 
 std::vector<int64_t> Program::workspaceOffsets(int64_t n, int64_t *totalBytes) const {
+  return workspaceOffsets(runSchedule(n), totalBytes);
+}
+
+std::vector<int64_t> Program::workspaceOffsets(const RunSchedule &s, int64_t *totalBytes) const {
   std::vector<int64_t> offs;
   int64_t off = 0;
   for (const BufferSpec &b : workspace) {
     offs.push_back(off);
-    int64_t bytes = b.bytesPerRow * n + b.bytesFixed;
-    off += (bytes + 255) / 256 * 256;
+    off += (bufferBytes(b, s.n, s.rowsPerBlock, s.chunkCols) + 255) / 256 * 256;
   }
   if (totalBytes)
     *totalBytes = off;

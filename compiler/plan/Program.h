@@ -91,12 +91,20 @@ struct TensorSpec {
 
 enum class BufferInit : uint8_t { None, Zero };
 
-/// A workspace buffer of bytesPerRow * N + bytesFixed bytes, 256-byte aligned.
+/// A workspace buffer of `bytesPerRow * rows + bytesPerRowCol * rows * chunkCols +
+/// bytesFixed` bytes, 256-byte aligned, where rows is N, or the rows of one row block for a
+/// `blockLocal` buffer, and chunkCols the chunk width of the run (see [Note: the run
+/// schedule]).
 struct BufferSpec {
   std::string name;
   int64_t bytesPerRow = 0;
   int64_t bytesFixed = 0;
   BufferInit init = BufferInit::None;
+  int64_t bytesPerRowCol = 0; ///< per row and chunk column (dZ chunk buffers)
+  /// Sized for one row block and addressed from its start (row r of the block at row r):
+  /// dZ chunks, the f32 dH accumulator. Other buffers with rows are indexed by the global
+  /// row (row blocks see them offset by their first row).
+  bool blockLocal = false;
   bool operator==(const BufferSpec &) const = default;
 };
 
@@ -208,8 +216,9 @@ struct GemmReduceKernel {
 };
 
 enum class DzFormat : uint8_t {
-  SplitBF16, ///< hi = bf16(dz), lo = bf16(dz - hi): two [N, chunk] bf16 arrays
+  SplitBF16, ///< hi = bf16(dz), lo = bf16(dz - hi): two [N, chunk] bf16 arrays (exact mode)
   F32,       ///< one [N, chunk] f32 array
+  BF16,      ///< one [N, chunk] bf16 array, dz rounded once from f32 (fast mode)
 };
 const char *dzFormatName(DzFormat f);
 
@@ -243,14 +252,17 @@ struct GemmDRhsKernel {
   BufferRef a;        ///< [N, k]
   BufferRef out;      ///< [cols, k] of outType; rows of the chunk written
   DType outType = DType::F32;
+  /// Row blocks after the first add to out instead of overwriting it (out is then f32).
+  bool accumulateRowBlocks = false;
   bool operator==(const GemmDRhsKernel &) const = default;
 };
 
 struct CastKernel {
-  BufferRef in;  ///< f32 [N, k] (rowsAreN) or [rows, k]
+  BufferRef in;  ///< f32 [rows, k]
   BufferRef out;
   DType outType = DType::BF16;
   int64_t k = 0;
+  int64_t rows = -1; ///< -1: the rows of the launch (N, or the row block's)
   bool operator==(const CastKernel &) const = default;
 };
 
@@ -280,6 +292,8 @@ struct Param {
     ChunkCols,  ///< int64 columns in this chunk
     ChunkIndex, ///< int64 index of the chunk (0 = first)
     Splits,     ///< int32 column splits of a GemmReduce
+    TotalRows,  ///< int64 N of the whole call (ScalarOp::RowCount); `n` is the launch's rows
+    RowBlock,   ///< int64 index of the row block (0 = first)
   };
   Kind kind = Kind::Pointer;
   BufferRef buf;
@@ -309,6 +323,46 @@ struct LaunchDims {
   int32_t sharedBytes = 0;
 };
 
+/// [Note: the run schedule] A Program is planned once per bucket, but how a call with N
+/// rows is cut into row blocks and vocabulary chunks is decided at launch from that N, by
+/// the pure policy plan::chooseRunSchedule (SchedulePolicy.h), from this data and the
+/// workspace buffers. Steps [firstBlockedStep, lastBlockedStep] run once per row block
+/// (kernels see `n` = the block's rows and row-indexed buffers offset to its first row);
+/// every ChunkLoop runs its kernels once per chunk of columns.
+struct ScheduleSpec {
+  int64_t budgetBytes = 0;     ///< workspace budget the policy keeps to when it can
+  int64_t chunkAlign = 128;    ///< chunk widths are multiples of this (tile widths)
+  int64_t fixedChunkCols = 0;  ///< > 0: always this chunk width (tests, overrides)
+  int64_t rowAlign = 128;      ///< rows per block: a multiple of this
+  int64_t minBlockRows = 1024; ///< never cut blocks smaller than this
+  int64_t goodChunkCols = 8192; ///< below this the chunk loop costs more than row blocks
+  int64_t fallbackChunkCols = 2048; ///< the chunk width when no schedule fits the budget
+  int32_t firstBlockedStep = -1; ///< -1: rows are never blocked
+  int32_t lastBlockedStep = -1;
+  bool operator==(const ScheduleSpec &) const = default;
+};
+
+/// What the policy chose for one N (see [Note: the run schedule]).
+struct RunSchedule {
+  int64_t n = 0;
+  int64_t rowsPerBlock = 0;  ///< == n when rows are not blocked (at least 1)
+  int64_t rowBlocks = 1;
+  int64_t chunkCols = 0;     ///< 0 when the Program has no chunk loop
+  int64_t chunks = 0;
+  int64_t workspaceBytes = 0;
+  bool overBudget = false;   ///< even the smallest schedule needs more than the budget
+  std::string why;           ///< one line: the choice and the reason
+};
+
+/// One kernel launch of a run, in order (Program::expand).
+struct LaunchItem {
+  int32_t kernel = -1;
+  int32_t step = -1;
+  int64_t rowBegin = 0, rows = 0; ///< the row block
+  int64_t rowBlock = 0;
+  int64_t chunkIndex = 0, chunkBegin = 0, chunkCols = 0;
+};
+
 struct Target {
   int32_t smVersion = 90;   ///< 90 = sm_90a, 80 = sm_80, ...
   int32_t numSMs = 132;
@@ -328,9 +382,9 @@ struct Program {
   int32_t numScalarSlots = 0;
   std::vector<Kernel> kernels;
   std::vector<Step> steps;
-  int64_t chunkCols = 0;   ///< columns per chunk of ChunkLoop steps
   int64_t loopCols = 0;    ///< total columns the chunk loop covers (V)
   int32_t splits = 1;      ///< column splits of GemmReduce kernels
+  ScheduleSpec schedule;   ///< see [Note: the run schedule]
   /// Human-readable notes on the planner's decisions (shown in the dump).
   std::vector<std::string> decisions;
 
@@ -340,11 +394,19 @@ struct Program {
   /// Canonical JSON (sorted keys, no whitespace variance).
   std::string toJson(int indent = 2) const;
 
-  int64_t numChunks() const;
-  /// Launch geometry of kernel `k` for N rows and a chunk of `chunkCols` columns.
-  LaunchDims launchDims(int32_t k, int64_t n, int64_t chunkCols) const;
-  /// Byte offsets of workspace buffers for N rows, and the total, 256-byte aligned.
+  bool hasChunkLoop() const;
+  /// Row blocks and chunks for a call with N rows (plan::chooseRunSchedule).
+  RunSchedule runSchedule(int64_t n) const;
+  /// Every launch of a run with this schedule, in order.
+  std::vector<LaunchItem> expand(const RunSchedule &s) const;
+  /// Launch geometry of kernel `k` for `rows` rows and a chunk of `chunkCols` columns.
+  LaunchDims launchDims(int32_t k, int64_t rows, int64_t chunkCols) const;
+  /// Byte offsets of workspace buffers for a schedule, and the total, 256-byte aligned.
+  std::vector<int64_t> workspaceOffsets(const RunSchedule &s, int64_t *totalBytes) const;
+  /// The same for the schedule runSchedule(n) chooses.
   std::vector<int64_t> workspaceOffsets(int64_t n, int64_t *totalBytes) const;
+  /// Bytes one row of a row-indexed buffer spans (0: not indexed by the global row).
+  int64_t rowStrideBytes(const BufferRef &b) const;
 };
 
 /// The shared-memory bytes a GEMM tile config needs for its operand dtype size.

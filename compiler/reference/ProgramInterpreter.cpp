@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/reference/ProgramInterpreter.h"
+#include "compiler/plan/SchedulePolicy.h"
 #include "compiler/reference/RefMath.h"
 #include "compiler/support/Check.h"
 
@@ -330,27 +331,24 @@ struct Site {
 
 class Machine {
 public:
-  Machine(const Program &p, int64_t n, const InterpretOptions &opt) : p_(p), n_(n), opt_(opt) {}
+  Machine(const Program &p, int64_t n, const InterpretOptions &opt)
+      : p_(p), n_(n), opt_(opt), sched_(p.runSchedule(std::max<int64_t>(n, 0))), rows_(n) {}
 
   ProgramRunResult run(const std::vector<RefTensor> &inputs) {
     setupBuffers(inputs);
-    for (size_t s = 0; s < p_.steps.size(); ++s) {
-      const Step &step = p_.steps[s];
-      if (step.kind == Step::Kind::Launch) {
-        launch(checkKernel(step.kernel, s), 0, p_.loopCols, 0);
-      } else {
-        if (p_.chunkCols <= 0 || p_.loopCols <= 0)
-          badProgram(fmt::format("step {}", s),
-                     fmt::format("a chunk loop with chunkCols = {} and loopCols = {}", p_.chunkCols,
-                                 p_.loopCols));
-        for (int64_t c = 0; c < p_.numChunks(); ++c) {
-          int64_t begin = c * p_.chunkCols;
-          int64_t cols = std::min(p_.chunkCols, p_.loopCols - begin);
-          for (int32_t k : step.loopKernels)
-            launch(checkKernel(k, s), begin, cols, c);
-        }
-      }
+    if (p_.hasChunkLoop() && (sched_.chunkCols <= 0 || p_.loopCols <= 0))
+      badProgram("steps", fmt::format("a chunk loop with chunkCols = {} and loopCols = {}",
+                                      sched_.chunkCols, p_.loopCols));
+    // The launches exactly as the executor makes them ([Note: the run schedule]).
+    for (const LaunchItem &it : p_.expand(sched_)) {
+      rows_ = it.rows;
+      rowBegin_ = it.rowBegin;
+      rowBlock_ = it.rowBlock;
+      launch(checkKernel(it.kernel, static_cast<size_t>(it.step)), it.chunkBegin, it.chunkCols,
+             it.chunkIndex);
     }
+    rows_ = n_;
+    rowBegin_ = 0;
     ProgramRunResult res;
     for (size_t i = 0; i < p_.outputs.size(); ++i) {
       const TensorSpec &spec = p_.outputs[i];
@@ -415,7 +413,7 @@ private:
     for (const BufferSpec &spec : p_.workspace) {
       Buffer b;
       b.name = "workspace '" + spec.name + "'";
-      b.bytes = spec.bytesPerRow * n_ + spec.bytesFixed;
+      b.bytes = bufferBytes(spec, n_, sched_.rowsPerBlock, sched_.chunkCols);
       if (b.bytes < 0)
         badProgram(b.name, fmt::format("negative size {}", b.bytes));
       bool zero = spec.init == BufferInit::Zero || !opt_.poison;
@@ -467,6 +465,14 @@ private:
                                             b.name, dtypeName(dtype), dtypeName(*b.dtype)));
     }
     int64_t size = dtypeSize(dtype);
+    if (rowBegin_ > 0 && index >= 0) {
+      // Inside a row block, buffers indexed by the global row start at its first row.
+      int64_t stride = p_.rowStrideBytes(ref);
+      if (stride % size != 0)
+        badProgram(site.kernel, fmt::format("{}: a row of {} ({} bytes) is not a whole number "
+                                            "of {}", site.what, b.name, stride, dtypeName(dtype)));
+      index += rowBegin_ * (stride / size);
+    }
     if (index < 0 || (index + 1) * size > b.bytes)
       badProgram(
           site.kernel,
@@ -615,7 +621,7 @@ private:
 
   void launch(const Kernel &k, int64_t chunkBegin, int64_t chunkCols, int64_t chunkIndex) {
     int32_t idx = static_cast<int32_t>(&k - p_.kernels.data());
-    LaunchDims d = p_.launchDims(idx, n_, chunkCols);
+    LaunchDims d = p_.launchDims(idx, rows_, chunkCols);
     if (d.grid[0] == 0 || d.grid[1] == 0 || d.grid[2] == 0)
       return; // a launch with a zero grid dimension is skipped
     std::visit(
@@ -668,7 +674,7 @@ private:
                 DType t) { return operand(k.args[static_cast<size_t>(a)], t, pt, name, false); },
             n_, v);
     };
-    for (int64_t r = 0; r < n_; ++r) {
+    for (int64_t r = 0; r < rows_; ++r) {
       Point pt;
       pt.row = r;
       eval(pt);
@@ -744,7 +750,7 @@ private:
     Site psite{name, "a partials store"};
     std::vector<double> v;
     std::vector<std::vector<double>> vals(k.reductions.size());
-    for (int64_t r = 0; r < n_; ++r) {
+    for (int64_t r = 0; r < rows_; ++r) {
       for (int64_t s = 0; s < splits; ++s) {
         int64_t c0 = std::min(s * perSplit * g.tile.bn, g.cols);
         int64_t c1 = std::min((s + 1) * perSplit * g.tile.bn, g.cols);
@@ -796,7 +802,7 @@ private:
                  fmt::format("chunk [{}, {}) outside the {} columns", begin, begin + cols, total));
   }
 
-  DType dzType(DzFormat f) const { return f == DzFormat::SplitBF16 ? DType::BF16 : DType::F32; }
+  DType dzType(DzFormat f) const { return f == DzFormat::F32 ? DType::F32 : DType::BF16; }
 
   void gemmDz(const std::string &name, const GemmDzKernel &k, int64_t begin, int64_t cols) {
     const FusedGemm &g = k.gemm;
@@ -813,7 +819,7 @@ private:
     Site dsite{name, "the dZ store"};
     DType dt = dzType(k.format);
     std::vector<double> v;
-    for (int64_t r = 0; r < n_; ++r)
+    for (int64_t r = 0; r < rows_; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         Point pt;
         pt.row = r;
@@ -845,7 +851,7 @@ private:
       badProgram(name, fmt::format("k = {}", k.k));
     if (k.format == DzFormat::SplitBF16 && !k.dzLo.valid())
       badProgram(name, "SplitBF16 needs a lo buffer");
-    for (int64_t r = 0; r < n_; ++r)
+    for (int64_t r = 0; r < rows_; ++r)
       for (int64_t j = 0; j < k.k; ++j) {
         Sum s;
         for (int64_t c = 0; c < cols; ++c)
@@ -865,22 +871,30 @@ private:
     for (int64_t c = 0; c < cols; ++c)
       for (int64_t j = 0; j < k.k; ++j) {
         Sum s;
-        for (int64_t r = 0; r < n_; ++r)
+        for (int64_t r = 0; r < rows_; ++r)
           s.add(dzAt(k.dz, k.dzLo, k.format, r * cols + c, site) *
                 read(k.a, r * k.k + j, k.aType, site));
-        write(k.out, (begin + c) * k.k + j, k.outType, s.value(), site);
+        if (k.accumulateRowBlocks && rowBlock_ > 0) {
+          if (k.outType != DType::F32)
+            badProgram(name, "row blocks accumulate into an f32 dRhs only");
+          element(k.out, (begin + c) * k.k + j, DType::F32, site) += s.value();
+        } else {
+          write(k.out, (begin + c) * k.k + j, k.outType, s.value(), site);
+        }
       }
   }
 
   void castKernel(const std::string &name, const CastKernel &k) {
     Site site{name, "the cast"};
-    for (int64_t i = 0; i < n_ * k.k; ++i)
+    for (int64_t i = 0; i < (k.rows >= 0 ? k.rows : rows_) * k.k; ++i)
       write(k.out, i, k.outType, read(k.in, i, DType::F32, site), site);
   }
 
   const Program &p_;
   int64_t n_;
   InterpretOptions opt_;
+  RunSchedule sched_;
+  int64_t rows_ = 0, rowBegin_ = 0, rowBlock_ = 0; ///< the current launch's row block
   std::vector<Buffer> in_, out_, ws_;
 };
 

@@ -85,7 +85,9 @@ def TxPrintPlan : Pass<"tx-print-plan", "::mlir::ModuleOp"> {
   let options = [
     Option<"tokens", "tokens", "int64_t", "8192", "N used to choose the bucket">,
     Option<"arch", "arch", "int", "90", "SM version (90 = sm_90a, 80 = sm_80)">,
-    Option<"budgetMb", "budget-mb", "int64_t", "1024", "workspace budget in MiB">,
+    Option<"budgetMb", "budget-mb", "int64_t", "512", "workspace budget in MiB">,
+    Option<"exact", "exact", "bool", "false",
+           "bf16 gradients: split dZ into hi + lo (exact) instead of one bf16 operand">,
     ListOption<"outputTypes", "output-types", "std::string",
                "dtype each function result is written as (f32, bf16, f16, ...; '-' keeps it)">,
   ];

@@ -32,6 +32,7 @@ struct PrintPlanPass : lcejit::tx::impl::TxPrintPlanBase<PrintPlanPass> {
         o.target.maxSharedPerBlock = 166912;
       }
       o.workspaceBudgetBytes = budgetMb * (int64_t(1) << 20);
+      o.exactGradients = exact;
       o.outputTypes.resize(func.getNumResults());
       for (size_t i = 0; i < outputTypes.size() && i < o.outputTypes.size(); ++i) {
         if (outputTypes[i] == "-")

@@ -33,13 +33,15 @@ LinearCrossEntropyOptions validateOptions(const LinearCrossEntropyOptions &o) {
   if (o.softcap)
     LCEJIT_CHECK_ARG(*o.softcap > 0.0 && std::isfinite(*o.softcap),
                      "options.softcap must be a finite value > 0, got {}", *o.softcap);
+  LCEJIT_CHECK_ARG(o.precision == Precision::Fast || o.precision == Precision::Exact,
+                   "options.precision must be Fast or Exact, got {}", static_cast<int>(o.precision));
   LCEJIT_CHECK_ARG(o.workspaceBudgetBytes >= 0, "options.workspaceBudgetBytes must be >= 0, got {}",
                    o.workspaceBudgetBytes);
   if (v.workspaceBudgetBytes == 0) {
     if (auto mb = knobs::workspaceMB())
       v.workspaceBudgetBytes = *mb << 20;
     else
-      v.workspaceBudgetBytes = int64_t(1) << 30;
+      v.workspaceBudgetBytes = int64_t(512) << 20;
   }
   return v;
 }
@@ -68,6 +70,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.tokens = n;
   p.target = target;
   p.workspaceBudgetBytes = options_.workspaceBudgetBytes;
+  p.exactGradients = options_.precision == Precision::Exact;
   p.outputTypes = {DType::F32, options_.dtype, options_.gradWeightDType};
   plan::InputCheck check;
   check.input = 2; // y
@@ -80,9 +83,10 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
 
 std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
   const auto &o = options_;
-  return fmt::format("{}|D={}|V={}|{}/{}/{}|budget={}|{}|bucket={}", fused_->fingerprint(),
+  return fmt::format("{}|D={}|V={}|{}/{}/{}|budget={}|{}|{}|bucket={}", fused_->fingerprint(),
                      o.hidden, o.vocab, dtypeName(o.dtype), dtypeName(o.targetDType),
-                     dtypeName(o.gradWeightDType), o.workspaceBudgetBytes, target.archName(),
+                     dtypeName(o.gradWeightDType), o.workspaceBudgetBytes,
+                     o.precision == Precision::Exact ? "exact" : "fast", target.archName(),
                      plan::bucketOf(n));
 }
 

@@ -46,6 +46,11 @@ void checkTensor(const char *name, const Ref &t, DType dtype, const std::vector<
                    "{}.data = {} is not {}-byte aligned", name, pointerStr(t.data), alignment);
 }
 
+/// The target to plan for: the current GPU, or the default H200 without one.
+plan::Target callTarget() {
+  return runtime::cudaAvailable() ? ops::LceJit::deviceTarget() : ops::LceJit::defaultTarget();
+}
+
 /// A Program loaded into the current context.
 struct LoadedProgram {
   runtime::Module module;
@@ -60,8 +65,10 @@ struct LinearCrossEntropy::Impl {
   bool deviceReady = false;
   plan::Target target;
   std::map<const ops::CompiledProgram *, std::unique_ptr<LoadedProgram>> loaded;
-  CUdeviceptr workspace = 0;
+  CUdeviceptr workspace = 0; ///< the op's own allocation
   int64_t workspaceBytes = 0;
+  CUdeviceptr userWorkspace = 0; ///< setWorkspace(): caller-owned, used instead
+  int64_t userWorkspaceBytes = 0;
   CUdeviceptr lossScratch = 0;
   int64_t *hostError = nullptr; ///< pinned int64[2]
   float *hostLoss = nullptr;    ///< pinned f32
@@ -141,8 +148,33 @@ int64_t LinearCrossEntropy::compileCount() { return runtime::KernelCache::global
 
 bool LinearCrossEntropy::prepare(int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
-  plan::Target t = runtime::cudaAvailable() ? ops::LceJit::deviceTarget() : ops::LceJit::defaultTarget();
-  return impl_->jit->lookup(n, t).binaryOrigin == runtime::CacheOrigin::Compiled;
+  return impl_->jit->lookup(n, callTarget()).binaryOrigin == runtime::CacheOrigin::Compiled;
+}
+
+int64_t LinearCrossEntropy::workspaceBytes(int64_t n) {
+  LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
+  ops::ProgramLookup l = impl_->jit->lookup(n, callTarget(), /*compile=*/false);
+  return runtime::workspaceBytes(l.compiled->program, n);
+}
+
+std::string LinearCrossEntropy::scheduleSummary(int64_t n) {
+  LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
+  ops::ProgramLookup l = impl_->jit->lookup(n, callTarget(), /*compile=*/false);
+  return l.compiled->program.runSchedule(n).why;
+}
+
+void LinearCrossEntropy::setWorkspace(void *data, int64_t bytes) {
+  auto p = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(data));
+  if (!data) {
+    LCEJIT_CHECK_ARG(bytes == 0, "setWorkspace: data is null but bytes = {} (use 0 to return "
+                                 "to the op's own workspace)",
+                     bytes);
+  } else {
+    LCEJIT_CHECK_ARG(bytes > 0, "setWorkspace: bytes = {} must be positive", bytes);
+    LCEJIT_CHECK_ARG(p % 256 == 0, "setWorkspace: data = {} is not 256-byte aligned", data);
+  }
+  impl_->userWorkspace = p;
+  impl_->userWorkspaceBytes = bytes;
 }
 
 void LinearCrossEntropy::enqueue(const TensorRef &hidden, const TensorRef &weight,
@@ -174,12 +206,22 @@ void LinearCrossEntropy::enqueue(const TensorRef &hidden, const TensorRef &weigh
   ops::ProgramLookup l = im.jit->lookup(n, im.target);
   LoadedProgram &lp = im.load(*l.compiled);
   CUstream s = static_cast<CUstream>(stream);
-  im.ensureWorkspace(runtime::workspaceBytes(l.compiled->program, n), s);
   runtime::ProgramBuffers buffers;
+  const int64_t need = runtime::workspaceBytes(l.compiled->program, n);
+  if (im.userWorkspace) {
+    LCEJIT_CHECK_ARG(im.userWorkspaceBytes >= need,
+                     "the workspace given to setWorkspace() has {} bytes; a call with N = {} "
+                     "needs {} (workspaceBytes({}))",
+                     im.userWorkspaceBytes, n, need, n);
+    buffers.workspace = im.userWorkspace;
+    buffers.workspaceBytes = im.userWorkspaceBytes;
+  } else {
+    im.ensureWorkspace(need, s);
+    buffers.workspace = im.workspace;
+    buffers.workspaceBytes = im.workspaceBytes;
+  }
   buffers.inputs = {cu(hidden.data), cu(weight.data), cu(targets.data)};
   buffers.outputs = {cu(loss.data), cu(gradHidden.data), cu(gradWeight.data)};
-  buffers.workspace = im.workspace;
-  buffers.workspaceBytes = im.workspaceBytes;
   lp.executor->run(buffers, n, s);
   im.hostError[0] = im.hostError[1] = 0;
   lp.executor->enqueueErrorReadback(buffers, n, s, im.hostError);

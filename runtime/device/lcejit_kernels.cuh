@@ -38,6 +38,7 @@ enum {
   DZ_SPLIT_BF16 =
       0,      ///< hi = bf16_rn(dz), lo = bf16_rn(dz - hi): two bf16 arrays
   DZ_F32 = 1, ///< one f32 array
+  DZ_BF16 = 2, ///< one bf16 array, bf16_rn(dz) (fast mode)
 };
 
 //===----------------------------------------------------------------------===//
@@ -196,7 +197,8 @@ gemm_dz_kernel(const Epi &epi, const void *a, const void *b, void *dz,
   static_assert(Cfg::NUM_A == 1 && Cfg::MAJOR_A == K_MAJOR &&
                     Cfg::MAJOR_B == K_MAJOR,
                 "gemm_dz: A [n, k] and B [cols, k], both K-major");
-  static_assert(FORMAT == DZ_SPLIT_BF16 || FORMAT == DZ_F32, "dz format");
+  static_assert(FORMAT == DZ_SPLIT_BF16 || FORMAT == DZ_F32 || FORMAT == DZ_BF16,
+                "dz format");
   require_launch(Cfg::SMEM_BYTES, Cfg::THREADS);
   unsigned char *smem = lcejit_dynamic_smem;
 
@@ -241,6 +243,8 @@ gemm_dz_kernel(const Epi &epi, const void *a, const void *b, void *dz,
         const __nv_bfloat16 lo = __float2bfloat16_rn(v - __bfloat162float(hi));
         static_cast<__nv_bfloat16 *>(dz)[idx] = hi;
         static_cast<__nv_bfloat16 *>(dz_lo)[idx] = lo;
+      } else if (FORMAT == DZ_BF16) {
+        static_cast<__nv_bfloat16 *>(dz)[idx] = __float2bfloat16_rn(v);
       } else {
         static_cast<float *>(dz)[idx] = v;
       }
@@ -304,14 +308,15 @@ gemm_dlhs_kernel(const void *dz, const void *dz_lo, const void *b, void *out,
 //
 // out[chunk_begin + c][j] = sum_{r < n} dz[r][c] * A[r][j]: A operand = dZ^T
 // (element (c, r) at dz[r * chunk_cols + c]: M-major, one or two operands), B
-// operand = the forward A [n][k] (N-major), K = n. Written once as OutElem; n
-// == 0 writes zeros.
+// operand = the forward A [n][k] (N-major), K = n. Written as OutElem, or, when
+// `accumulate` (row blocks after the first), added to the f32 out; n == 0 writes
+// zeros (or adds nothing).
 //===----------------------------------------------------------------------===//
 
 template <class Cfg, class OutElem>
 __device__ __forceinline__ void
 gemm_drhs_kernel(const void *dz, const void *dz_lo, const void *a, void *out,
-                 i64 n, i64 k, i64 chunk_begin, i64 chunk_cols) {
+                 i64 n, i64 k, i64 chunk_begin, i64 chunk_cols, bool accumulate) {
   typedef GemmMainloop<Cfg> Mainloop;
   typedef typename Cfg::ElemA ElemA;
   static_assert(
@@ -340,7 +345,11 @@ gemm_drhs_kernel(const void *dz, const void *dz_lo, const void *a, void *out,
       const i64 col = n0 + ml.col_of(j);
       if (col >= k)
         continue;
-      store_f32<OutElem>(out, (chunk_begin + c) * k + col, ml.acc[i][j]);
+      const i64 idx = (chunk_begin + c) * k + col;
+      if (accumulate)
+        static_cast<float *>(out)[idx] += ml.acc[i][j]; // OutElem is f32 (emitter)
+      else
+        store_f32<OutElem>(out, idx, ml.acc[i][j]);
     }
   }
 }

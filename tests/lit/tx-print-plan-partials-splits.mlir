@@ -15,9 +15,11 @@
 // CHECK-LABEL: // plan @two_heads
 // CHECK: "splits": 32,
 // CHECK: "bytes_per_row": 256,
+// CHECK-NEXT: "bytes_per_row_col": 0,
 // CHECK-NEXT: "init": "none",
 // CHECK-NEXT: "name": "partials0"
 // CHECK: "bytes_per_row": 256,
+// CHECK-NEXT: "bytes_per_row_col": 0,
 // CHECK-NEXT: "init": "none",
 // CHECK-NEXT: "name": "partials1"
 func.func @two_heads(%h: tensor<?x64xbf16>, %w: tensor<1000x64xbf16>, %v: tensor<4000x64xbf16>) -> (tensor<?x1xf32>, tensor<?x1xf32>) {

@@ -17,6 +17,8 @@
 // RUN:   --tx-print-plan="arch=80" -o /dev/null | FileCheck %s --check-prefix=SM80
 // RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
 // RUN:   --tx-print-plan="output-types=-,bf16,bf16" -o /dev/null | FileCheck %s --check-prefix=BF16OUT
+// RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
+// RUN:   --tx-print-plan="exact=true" -o /dev/null | FileCheck %s --check-prefix=EXACT
 //
 // The pass does not change the IR (it must not fire on the IR):
 // RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse > %t.fused.mlir
@@ -27,20 +29,23 @@
 // below capture them (tx-print-plan-bug-kernel-names.mlir checks the names that
 // docs/architecture.md promises).
 
-// The default options: N = 8192 (bucket (4096, 16384]), sm_90a, 1 GiB, f32 outputs.
+// The default options: N = 8192 (bucket (4096, 16384]), sm_90a, 512 MiB, fast precision
+// (dZ as one bf16 operand), f32 outputs.
 // The schedule of the LCE: row kernel 0 (valid count, clamped target), the forward
 // GEMM, row kernel 1 (lse, row losses, gradient scales), the chunk loop dZ -> dH, dW,
 // and the last row kernel (the loss).
 // CHECK-LABEL: // plan @lce{{$}}
 // CHECK-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
 // CHECK-NEXT: // decision: forward GEMM: tile 128x128x32 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
-// CHECK-NEXT: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1024 MiB, 117 B/row fixed at N = 16384 (bucket high) -> 1024 columns per chunk, 1 chunks
+// CHECK-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'){{$}}
+// CHECK-NEXT: // decision: rows: steps 1..3 may run per block of rows (at least 1024 rows) when the budget needs it
+// CHECK-NEXT: // decision: run schedule (example): N = 4097: 1 row block of 4097 rows, 1 chunk of 1024 columns; workspace 8.5 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
+// CHECK-NEXT: // decision: run schedule (example): N = 16384: 1 row block of 16384 rows, 1 chunk of 1024 columns; workspace 33.8 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // CHECK-NEXT: {
 // CHECK-NEXT: "bucket": {
 // CHECK-NEXT: "high": 16384,
 // CHECK-NEXT: "low": 4097
 // CHECK-NEXT: },
-// CHECK-NEXT: "chunk_cols": 1024,
 // CHECK: "kind": "row",
 // CHECK-NEXT: "name": "lce_row0"
 // CHECK: "reductions": [
@@ -51,7 +56,7 @@
 // CHECK-NEXT: "name": "lce_fwd0"
 // CHECK: "kind": "row",
 // CHECK-NEXT: "name": "lce_row1"
-// CHECK: "format": "split_bf16",
+// CHECK: "format": "bf16",
 // CHECK: "kind": "gemm_dz",
 // CHECK-NEXT: "name": "[[DZ:lce_dz[0-9]+]]"
 // CHECK: "kind": "gemm_dlhs",
@@ -63,6 +68,12 @@
 // CHECK-NEXT: "name": "lce_row2"
 // CHECK-NOT: "kind": "cast"
 // CHECK: "loop_cols": 1000,
+// CHECK: "schedule": {
+// CHECK-NEXT: "blocked_steps": [
+// CHECK-NEXT: 1,
+// CHECK-NEXT: 3
+// CHECK-NEXT: ],
+// CHECK-NEXT: "budget_bytes": 536870912,
 // CHECK: "splits": 8,
 // CHECK-NEXT: "steps": [
 // CHECK-NEXT: {
@@ -89,12 +100,18 @@
 // CHECK-NEXT: "arch": "sm_90a",
 // CHECK: "name": "partials0"
 // CHECK-NOT: dlhs_acc
-// CHECK: "name": "dz_lo{{[0-9]+}}"
+// CHECK: "block_local": true,
+// CHECK-NEXT: "bytes_fixed": 0,
+// CHECK-NEXT: "bytes_per_row": 0,
+// CHECK-NEXT: "bytes_per_row_col": 2,
+// CHECK-NEXT: "init": "none",
+// CHECK-NEXT: "name": "dz{{[0-9]+}}"
+// CHECK-NOT: dz_lo
 // CHECK: // plan @simt
 // The f32 variant runs on SIMT cores with a 64x64 tile, and its dZ chunk is plain f32.
 // CHECK-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
 // CHECK-NEXT: // decision: forward GEMM: tile 64x64x16 (8 warps, 2 stages, simt.f32), 16 column tiles; 65 row blocks at N = 4097 (bucket low) -> 5 column splits to fill 132 SMs twice
-// CHECK-NEXT: // decision: backward: vocab-chunked recompute (lean); dZ as f32; budget 1024 MiB, 81 B/row fixed at N = 16384 (bucket high) -> 1024 columns per chunk, 1 chunks
+// CHECK-NEXT: // decision: backward: vocab-chunked recompute; dZ as f32 (f32 operands, SIMT backward); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'){{$}}
 // CHECK: "format": "f32",
 // CHECK: "math": "simt.f32",
 // CHECK: "kind": "gemm_dz",
@@ -106,7 +123,8 @@
 // N = 1 (every column tile its own split).
 // T100: // decision: bucket: N in [0, 256] (powers of four from 256)
 // T100-NEXT: // decision: forward GEMM: tile 64x128x32 (4 warps, 3 stages, mma.sync.bf16), 8 column tiles; 1 row blocks at N = 1 (bucket low) -> 8 column splits to fill 132 SMs twice
-// T100-NEXT: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1024 MiB, 117 B/row fixed at N = 256 (bucket high) -> 1024 columns per chunk, 1 chunks
+// T100-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16
+// T100: // decision: run schedule (example): N = 1: 1 row block of 1 rows, 1 chunk of 1024 columns; workspace 0.0 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // T100: "high": 256,
 // T100-NEXT: "low": 0
 // T100: "splits": 8,
@@ -114,34 +132,42 @@
 // tokens=5000 is in the same bucket as the default (the Program would be reused).
 // T5000: // decision: bucket: N in [4097, 16384] (powers of four from 256)
 // T5000-NEXT: // decision: forward GEMM: tile 128x128x32 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
-// T5000-NEXT: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1024 MiB, 117 B/row fixed at N = 16384 (bucket high) -> 1024 columns per chunk, 1 chunks
+// T5000-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16
 
-// tokens=100000: enough row blocks that one split fills the GPU (smaller partials), and
-// the 1 GiB budget at N = 262144 no longer holds all 1000 columns of dZ at once.
+// tokens=100000: enough row blocks that one split fills the GPU (smaller partials); at
+// N = 262144 the 512 MiB budget no longer holds all rows with all 1000 columns of dZ, so
+// such a call runs in two row blocks.
 // T100K: // decision: bucket: N in [65537, 262144] (powers of four from 256)
 // T100K-NEXT: // decision: forward GEMM: tile 128x128x32 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 513 row blocks at N = 65537 (bucket low) -> 1 column splits to fill 132 SMs twice
-// T100K-NEXT: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1024 MiB, 33 B/row fixed at N = 262144 (bucket high) -> 896 columns per chunk, 2 chunks
-// T100K: "chunk_cols": 896,
+// T100K: // decision: run schedule (example): N = 65537: 1 row block of 65537 rows, 1 chunk of 1024 columns; workspace 130.1 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
+// T100K-NEXT: // decision: run schedule (example): N = 262144: 2 row blocks of 131072 rows, 1 chunk of 1024 columns; workspace 264.3 MiB of the 512.0 MiB budget; rows blocked to leave room for wide chunks
 // T100K: "splits": 1,
 // T100K: "bytes_per_row": 12,
+// T100K-NEXT: "bytes_per_row_col": 0,
 // T100K-NEXT: "init": "none",
 // T100K-NEXT: "name": "partials0"
 
-// budget-mb=1 at N = 16384: the fixed per-row workspace alone exceeds the budget, so
-// the planner takes the minimum chunk (one tile of 128 columns) and says so.
-// TIGHT: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1 MiB, 117 B/row fixed at N = 16384 (bucket high) -> 128 columns per chunk, 8 chunks (budget exceeded: minimum chunk)
-// TIGHT: "chunk_cols": 128,
-// TIGHT: "bytes_per_row": 256,
-// TIGHT-NEXT: "init": "none",
-// TIGHT-NEXT: "name": "dz{{[0-9]+}}"
-// TIGHT: "bytes_per_row": 256,
-// TIGHT-NEXT: "init": "none",
-// TIGHT-NEXT: "name": "dz_lo{{[0-9]+}}"
+// budget-mb=1 in the bucket [4097, 16384]: at N = 4097 rows are cut into 5 blocks of 896
+// (fewer rows would not hold a useful chunk); at N = 16384 the per-row buffers alone
+// (partials, lse, ...) exceed 1 MiB, so the policy says OVER BUDGET.
+// TIGHT: // decision: run schedule (example): N = 4097: 5 row blocks of 896 rows, 4 chunks of 256 columns; workspace 0.9 MiB of the 1.0 MiB budget; rows blocked to leave room for wide chunks
+// TIGHT-NEXT: // decision: run schedule (example): N = 16384: 16 row blocks of 1024 rows, 1 chunk of 1024 columns; workspace 3.8 MiB of the 1.0 MiB budget (OVER BUDGET); the budget is too small for any schedule
 
-// budget-mb=1 at N = 256: the chunk shrinks to what fits (896 columns), within budget.
-// SMALL: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1 MiB, 117 B/row fixed at N = 256 (bucket high) -> 896 columns per chunk, 2 chunks{{$}}
-// SMALL-NOT: budget exceeded
-// SMALL: "chunk_cols": 896,
+// exact=true: dZ is split into bf16 hi + lo (two arrays of 2 bytes per element), and
+// the backward GEMMs take both.
+// EXACT: // decision: backward: vocab-chunked recompute; dZ as split_bf16 (exact: bf16 hi + lo, each backward GEMM twice)
+// EXACT: "format": "split_bf16",
+// EXACT: "kind": "gemm_dz",
+// EXACT: "bytes_per_row_col": 2,
+// EXACT-NEXT: "init": "none",
+// EXACT-NEXT: "name": "dz{{[0-9]+}}"
+// EXACT: "bytes_per_row_col": 2,
+// EXACT-NEXT: "init": "none",
+// EXACT-NEXT: "name": "dz_lo{{[0-9]+}}"
+
+// budget-mb=1 in the bucket [0, 256]: everything fits.
+// SMALL: // decision: run schedule (example): N = 256: 1 row block of 256 rows, 1 chunk of 1024 columns; workspace 0.5 MiB of the 1.0 MiB budget; one block, one chunk: everything fits
+// SMALL-NOT: OVER BUDGET
 
 // arch=80: the target is sm_80; the decisions do not depend on it yet (mma.sync runs
 // on both).
@@ -149,8 +175,10 @@
 // SM80: "arch": "sm_80",
 
 // output-types=-,bf16,bf16: dH is accumulated in an f32 workspace over the chunks and
-// cast once at the end (lce_cast); dW is written as bf16 by the dW kernel directly.
-// BF16OUT: // decision: backward: vocab-chunked recompute (lean); dZ as split_bf16; budget 1024 MiB, 373 B/row fixed at N = 16384 (bucket high) -> 1024 columns per chunk, 1 chunks
+// cast once at the end (lce_cast); dW is written as bf16 by the dW kernel directly, so
+// rows are never blocked (a bf16 dW cannot accumulate over row blocks).
+// BF16OUT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'); an f32 accumulator for d{{H|arg0}} (256 B per row of a block)
+// BF16OUT-NEXT: // decision: rows: never blocked: kernel 'lce_drhs{{[0-9]+}}' writes a bf16 gradient
 // BF16OUT: "out": {
 // BF16OUT-NEXT: "index": [[ACC:[0-9]+]],
 // BF16OUT-NEXT: "space": "workspace"
@@ -188,7 +216,11 @@
 // BF16OUT-NEXT: },
 // BF16OUT-NEXT: {
 // BF16OUT-NEXT: "launch": "lce_row2"
-// BF16OUT: "bytes_per_row": 256,
+// BF16OUT: "name": "dz{{[0-9]+}}"
+// BF16OUT: "block_local": true,
+// BF16OUT-NEXT: "bytes_fixed": 0,
+// BF16OUT-NEXT: "bytes_per_row": 256,
+// BF16OUT-NEXT: "bytes_per_row_col": 0,
 // BF16OUT-NEXT: "init": "none",
 // BF16OUT-NEXT: "name": "dlhs_acc{{[0-9]+}}"
 

@@ -54,7 +54,8 @@ options:
   --ignore-index I      targets equal to I are left out                 [-100]
   --no-ignore-index     every target counts
   --reduction R         mean | sum                                      [mean]
-  --budget-mb M         workspace budget in MiB                         [1024]
+  --budget-mb M         workspace budget in MiB                         [512]
+  --precision P         fast | exact (bf16 gradients)                   [fast]
   --arch A              sm_90a | sm_80 | ... (default: the GPU, else sm_90a)
   --emit=S[,S...]       graph,mlir,passes,plan,cuda,ptx,sass or all     [all]
   --out-dir DIR         write one file per stage instead of printing
@@ -120,7 +121,7 @@ struct Args {
 
 Args parseArgs(int argc, char **argv) {
   Args a;
-  a.options.workspaceBudgetBytes = int64_t(1024) << 20;
+  a.options.workspaceBudgetBytes = int64_t(512) << 20;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     std::cout << kUsage;
@@ -152,6 +153,11 @@ Args parseArgs(int argc, char **argv) {
       else if (value == "sum") a.options.reduction = Reduction::Sum;
       else usageError(fmt::format("--reduction must be mean or sum, got '{}'", value));
     } else if (flag == "--budget-mb") a.options.workspaceBudgetBytes = parseInt(flag, value) << 20;
+    else if (flag == "--precision") {
+      if (value == "fast") a.options.precision = Precision::Fast;
+      else if (value == "exact") a.options.precision = Precision::Exact;
+      else usageError(fmt::format("--precision must be fast or exact, got '{}'", value));
+    }
     else if (flag == "--arch") a.arch = value;
     else if (flag == "--emit") {
       for (const std::string &s : split(value, ',')) {
@@ -308,9 +314,11 @@ int runDump(const Args &a) {
   planText += fmt::format("// bucket: N = {} -> [{}, {}]\n", a.tokens, p.bucketLow, p.bucket);
   planText += fmt::format("// target: {} ({} SMs)\n", p.target.archName(), p.target.numSMs);
   int64_t wsBytes = 0;
-  p.workspaceOffsets(a.tokens, &wsBytes);
+  plan::RunSchedule sched = p.runSchedule(a.tokens);
+  p.workspaceOffsets(sched, &wsBytes);
   planText += fmt::format("// workspace at N = {}: {} bytes ({:.1f} MiB)\n", a.tokens, wsBytes,
                           double(wsBytes) / (1 << 20));
+  planText += fmt::format("// run schedule: {}\n", sched.why);
   for (const std::string &d : p.decisions)
     planText += fmt::format("// decision: {}\n", d);
   planText += p.toJson(2) + "\n";

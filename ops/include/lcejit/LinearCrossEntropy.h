@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace lcejit {
@@ -45,6 +46,16 @@ struct MutableTensorRef {
 
 enum class Reduction { Mean, Sum };
 
+/// How bf16 gradients are computed (docs/numerics.md has the measured errors and costs).
+enum class Precision {
+  /// dZ = softmax − onehot is formed in f32 and rounded once to bf16, the operand of both
+  /// backward GEMMs (f32 accumulation): dH and dW at the bf16 rounding floor.
+  Fast,
+  /// dZ is split into bf16 hi + lo and each backward GEMM runs on both: f32 outputs within
+  /// 1e-4 of the exact gradient, at 1.3-1.5x the time of Fast.
+  Exact,
+};
+
 struct LinearCrossEntropyOptions {
   int64_t hidden = 0;                       ///< D
   int64_t vocab = 0;                        ///< V
@@ -54,9 +65,13 @@ struct LinearCrossEntropyOptions {
   std::optional<double> softcap;            ///< c > 0: logits become c·tanh(z/c)
   std::optional<int64_t> ignoreIndex = -100; ///< rows with this target are left out
   Reduction reduction = Reduction::Mean;
-  /// Workspace budget in bytes; 0 = LCEJIT_WORKSPACE_MB or 1 GiB. The planner keeps the
-  /// workspace under it for every N of a bucket when it can (see the plan's decisions).
+  /// Workspace budget in bytes; 0 = LCEJIT_WORKSPACE_MB or 512 MiB. Each call cuts its N
+  /// rows into blocks and the vocabulary into chunks so that the workspace stays under it
+  /// (workspaceBytes(N) says what a call uses; see docs/user-guide.md "Workspace").
   int64_t workspaceBudgetBytes = 0;
+  /// bf16 inputs: Fast (default) or Exact gradients. f16 and f32 inputs always form dZ in
+  /// f32 (Exact and Fast are the same there).
+  Precision precision = Precision::Fast;
 };
 
 /// What a CPU reference run returns (fp64).
@@ -98,6 +113,22 @@ public:
   /// Plans and compiles (without running) what a call with N tokens needs. Returns true
   /// when NVRTC actually compiled (false on a memory or disk cache hit).
   bool prepare(int64_t n);
+
+  /// Bytes of device workspace a call with N tokens uses (plans without compiling; on the
+  /// current GPU's target, or the default H200 target without a GPU). It stays within the
+  /// budget unless the budget is too small for any schedule (scheduleSummary says so).
+  int64_t workspaceBytes(int64_t n);
+  /// One line: how a call with N tokens is cut (row blocks, vocabulary chunks), the
+  /// workspace it uses and why.
+  std::string scheduleSummary(int64_t n);
+
+  /// Makes calls use `bytes` of caller-owned device memory at `data` (256-byte aligned) as
+  /// their workspace instead of memory the op allocates, e.g. from a framework's caching
+  /// allocator. The memory must stay valid, and unused by anything else, until the work
+  /// enqueued with it has finished. A call whose N needs more than `bytes` throws
+  /// Error(InvalidArgument) naming the bytes needed. setWorkspace(nullptr, 0) returns to
+  /// the op's own allocation.
+  void setWorkspace(void *data, int64_t bytes);
 
   /// The same plan, run by the fp64 Program interpreter on host data (no GPU needed).
   /// hidden/weight hold N·D and V·D values (already representable in `dtype`), targets N.

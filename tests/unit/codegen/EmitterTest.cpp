@@ -125,7 +125,7 @@ TEST_P(EmitterPrograms, GemmSharedMemoryMatchesTheLaunch) {
       continue;
     std::string k = emitKernelSource(p, static_cast<int32_t>(i));
     int32_t bytes =
-        p.launchDims(static_cast<int32_t>(i), 1, p.chunkCols).sharedBytes;
+        p.launchDims(static_cast<int32_t>(i), 1, p.loopCols).sharedBytes;
     EXPECT_NE(k.find(fmt::format("{}_config::SMEM_BYTES == {},",
                                  p.kernels[i].name, bytes)),
               std::string::npos)
@@ -158,7 +158,7 @@ TEST(Emitter, LceKernelShapes) {
   EXPECT_NE(
       m.source.find(
           "lcejit::gemm_drhs_kernel<lce_drhs0_config, lcejit::elem_bf16>(ws5, "
-          "ws6, in0, out2, n, 4096LL, chunk_begin, chunk_cols);"),
+          "ws6, in0, out2, n, 4096LL, chunk_begin, chunk_cols, false);"),
       std::string::npos);
   EXPECT_NE(
       m.source.find(

@@ -125,8 +125,7 @@ Program makeLceProgram(const LceOptions &o) {
   p.bucket = o.bucket;
   p.bucketLow = bucketLowerBound(o.bucket);
   p.target = Target{};
-  const DType dzType =
-      o.dzFormat == DzFormat::SplitBF16 ? DType::BF16 : DType::F32;
+  const DType dzType = o.dzFormat == DzFormat::F32 ? DType::F32 : DType::BF16;
 
   p.inputs = {TensorSpec{"hidden", o.abType, {-1, o.d}},
               TensorSpec{"weight", o.abType, {o.v, o.d}},
@@ -146,10 +145,9 @@ Program makeLceProgram(const LceOptions &o) {
       BufferSpec{"partials0", 4 * o.splits * 3, 0, BufferInit::None},
       BufferSpec{"lse", 4, 0, BufferInit::None},
       BufferSpec{"valid", 1, 0, BufferInit::None},
-      BufferSpec{"dz0", dtypeSize(dzType) * o.chunkCols, 0, BufferInit::None},
-      BufferSpec{"dz_lo0",
-                 o.dzFormat == DzFormat::SplitBF16 ? 2 * o.chunkCols : 0, 0,
-                 BufferInit::None},
+      BufferSpec{"dz0", 0, 0, BufferInit::None, dtypeSize(dzType), true},
+      BufferSpec{"dz_lo0", 0, 0, BufferInit::None,
+                 o.dzFormat == DzFormat::SplitBF16 ? 2 : 0, true},
       BufferSpec{"dlhs_acc0", 4 * o.d, 0, BufferInit::None}};
   const BufferRef partialsBuf{Space::Workspace, 2}, lseBuf{Space::Workspace, 3},
       validBuf{Space::Workspace, 4}, dzBuf{Space::Workspace, 5},
@@ -346,7 +344,7 @@ Program makeLceProgram(const LceOptions &o) {
              Step{Step::Kind::Launch, 3, {}},
              loop,
              Step{Step::Kind::Launch, 7, {}}};
-  p.chunkCols = o.chunkCols;
+  p.schedule.fixedChunkCols = o.chunkCols;
   p.loopCols = o.v;
   p.decisions = {"hand-built test program"};
   return p;

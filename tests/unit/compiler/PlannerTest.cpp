@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <set>
 
 using namespace lcejit;
@@ -149,51 +150,134 @@ TEST(Planner, ChunkSizeFollowsBudget) {
   auto fg = lceFused(24, 1000);
   plan::Program full = fg->plan(options(100));
   EXPECT_EQ(full.loopCols, 1000);
-  EXPECT_EQ(full.chunkCols, 1024); // all columns, rounded up to the tile
-  EXPECT_EQ(full.numChunks(), 1);
+  plan::RunSchedule fs = full.runSchedule(100);
+  EXPECT_EQ(fs.chunkCols, 1024); // all columns, rounded up to the tile
+  EXPECT_EQ(fs.chunks, 1);
+  EXPECT_EQ(fs.rowBlocks, 1);
   int64_t prevChunk = 0;
-  for (int64_t budget = 0; budget <= (int64_t(2) << 20); budget += 64 << 10) {
+  int fitting = 0;
+  for (int64_t budget = 0; budget <= (int64_t(2) << 20); budget += 16 << 10) {
     plan::Program p = fg->plan(options(100, budget));
-    EXPECT_EQ(p.chunkCols % 128, 0) << budget;
-    EXPECT_GE(p.chunkCols, 128) << budget;
-    EXPECT_LE(p.chunkCols, 1024) << budget;
-    EXPECT_GE(p.chunkCols, prevChunk) << "chunk shrinks as the budget grows, at " << budget;
-    EXPECT_EQ(p.numChunks(), (1000 + p.chunkCols - 1) / p.chunkCols);
-    prevChunk = p.chunkCols;
+    plan::RunSchedule s = p.runSchedule(100);
+    EXPECT_EQ(s.chunkCols % 128, 0) << budget;
+    EXPECT_GE(s.chunkCols, 128) << budget;
+    EXPECT_LE(s.chunkCols, 1024) << budget;
+    EXPECT_EQ(s.chunks, (1000 + s.chunkCols - 1) / s.chunkCols);
+    if (s.overBudget) {
+      EXPECT_EQ(s.chunkCols, 1024) << "over budget: the fallback chunk (2048, capped at V)";
+      continue;
+    }
+    ++fitting;
+    EXPECT_LE(s.workspaceBytes, budget);
+    EXPECT_GE(s.chunkCols, prevChunk) << "chunk shrinks as the budget grows, at " << budget;
+    prevChunk = s.chunkCols;
   }
-  EXPECT_EQ(fg->plan(options(100, 0)).chunkCols, 128); // over budget: the minimum chunk
+  EXPECT_GE(fitting, 100);
+  EXPECT_TRUE(fg->plan(options(100, 0)).runSchedule(100).overBudget);
 }
 
-/// The workspace at N = bucket fits the budget whenever the budget allows the minimum
-/// chunk (the planner promises a bounded workspace); when it does not, the planner says
-/// so in its decisions.
-TEST(Planner, WorkspaceFitsBudget) {
+/// Whenever the policy says a schedule fits, the workspace (as the executor lays it out)
+/// is within the budget, for every N of the bucket, not only the one planned for.
+TEST(Planner, WorkspaceFitsBudgetForEveryN) {
   auto fg = lceFused(24, 1000);
-  plan::Program ref = fg->plan(options(100));
-  int64_t perRow = 0;
-  for (const plan::BufferSpec &b : ref.workspace)
-    if (b.name.rfind("dz", 0) != 0)
-      perRow += b.bytesPerRow;
   int checked = 0;
-  for (int64_t chunk : {128, 256, 384, 512, 896, 1024})
-    for (int64_t slack : {0, 100, 1000, 4096}) {
-      int64_t budget = perRow * 256 + chunk * 256 * 4 + slack;
-      plan::Program p = fg->plan(options(100, budget));
+  for (int64_t budget : {int64_t(64) << 10, int64_t(200) << 10, int64_t(1) << 20,
+                         int64_t(3) << 20, int64_t(16) << 20})
+    for (int64_t n : {1, 7, 300, 1000, 1024, 3000, 4096, 4097, 20000, 65536}) {
+      plan::Program p = fg->plan(options(n, budget));
+      plan::RunSchedule s = p.runSchedule(n);
       int64_t total = 0;
-      p.workspaceOffsets(p.bucket, &total);
-      bool exceeded = false;
-      for (const std::string &d : p.decisions)
-        exceeded |= d.find("budget exceeded") != std::string::npos;
-      if (exceeded) {
-        // The note is conservative (it reserves alignment slack), so the workspace may
-        // still fit; only the minimum chunk may be over budget.
-        EXPECT_EQ(p.chunkCols, 128) << "only the minimum chunk may exceed the budget";
-      } else {
-        EXPECT_LE(total, budget) << "chunk " << p.chunkCols << ", slack " << slack;
+      p.workspaceOffsets(s, &total);
+      EXPECT_EQ(total, s.workspaceBytes) << s.why;
+      EXPECT_EQ(s.overBudget, total > budget) << s.why;
+      if (!s.overBudget)
         ++checked;
-      }
+      EXPECT_GE(s.rowsPerBlock * s.rowBlocks, n) << s.why;
+      EXPECT_LT(s.rowsPerBlock * (s.rowBlocks - 1), std::max<int64_t>(n, 1)) << s.why;
     }
-  EXPECT_GE(checked, 20);
+  EXPECT_GE(checked, 30);
+}
+
+/// [Note: choosing blocks and chunks] as a table: (N, D, V, budget, dtype, dW) ->
+/// (row blocks, chunks, over budget). The rows pin the policy; the property test below
+/// says why these numbers are right.
+TEST(Planner, RunScheduleTable) {
+  struct Row {
+    int64_t n, d, v, budgetMb;
+    DType dtype, dw;
+    bool exact;
+    int64_t rowBlocks, chunks;
+    bool over;
+  };
+  const DType bf = DType::BF16, f32 = DType::F32;
+  const Row rows[] = {
+      // Llama-3 head, f32 dW (the benchmark cases S, Q, A, C, L and the largest bucket).
+      {2048, 4096, 128256, 512, bf, f32, false, 1, 2, false},
+      {4096, 4096, 128256, 512, bf, f32, false, 1, 3, false},
+      {8192, 4096, 128256, 512, bf, f32, false, 1, 6, false},
+      {32768, 4096, 128256, 512, bf, f32, false, 3, 9, false},
+      {65536, 4096, 128256, 512, bf, f32, false, 5, 11, false},
+      {131072, 4096, 128256, 512, bf, f32, false, 9, 13, false},
+      // Exact mode: two bf16 dZ arrays, so narrower chunks.
+      {8192, 4096, 128256, 512, bf, f32, true, 1, 11, false},
+      // Gemma-2 head (case B).
+      {8192, 2304, 256000, 512, bf, f32, false, 1, 10, false},
+      // A lean budget (64 MiB): the largest blocks (1664 rows) that leave room for chunks
+      // of at least 8192 columns.
+      {8192, 4096, 128256, 64, bf, f32, false, 5, 12, false},
+      // 16 MiB: the f32 dH accumulator of a minimum block (1024 rows) alone needs 16 MiB.
+      {8192, 4096, 128256, 16, bf, f32, false, 8, 63, true},
+      // bf16 dW: rows cannot be blocked; at N = 65536 the f32 dH accumulator alone is
+      // 1 GiB, so the schedule goes over budget with 2048-column chunks.
+      {8192, 4096, 128256, 512, bf, bf, false, 1, 6, false},
+      {65536, 4096, 128256, 512, bf, bf, false, 1, 63, true},
+      // f32 inputs: f32 dZ and f32 dH (no accumulator).
+      {8192, 4096, 32000, 512, f32, f32, false, 1, 2, false},
+  };
+  for (const Row &r : rows) {
+    fe::LceSpec spec;
+    spec.hidden = r.d;
+    spec.vocab = r.v;
+    spec.dtype = r.dtype;
+    spec.ignoreIndex = -100;
+    auto fg = pipeline::compileGraph(*fe::buildLceGraph(spec));
+    plan::PlanOptions o = options(r.n, r.budgetMb << 20);
+    o.exactGradients = r.exact;
+    o.outputTypes = {DType::F32, r.dtype, r.dw};
+    plan::Program p = fg->plan(o);
+    plan::RunSchedule s = p.runSchedule(r.n);
+    SCOPED_TRACE(s.why);
+    EXPECT_EQ(s.rowBlocks, r.rowBlocks);
+    EXPECT_EQ(s.chunks, r.chunks);
+    EXPECT_EQ(s.overBudget, r.over);
+    EXPECT_EQ(s.overBudget, s.workspaceBytes > (r.budgetMb << 20));
+  }
+}
+
+/// No cliff: at the Llama-3 head with the default budget, every N from 1 to 131072 gets
+/// chunks of at least goodChunkCols columns (or one chunk of everything) within the
+/// budget, so the chunk loop's extra traffic stays a few percent of the GEMMs at any N.
+TEST(Planner, NoScheduleCliffAcrossN) {
+  fe::LceSpec spec;
+  spec.hidden = 4096;
+  spec.vocab = 128256;
+  spec.dtype = DType::BF16;
+  spec.ignoreIndex = -100;
+  auto fg = pipeline::compileGraph(*fe::buildLceGraph(spec));
+  std::map<int64_t, plan::Program> byBucket;
+  for (int64_t n = 1; n <= 131072; n = n * 5 / 4 + 1) {
+    int64_t b = plan::bucketOf(n);
+    if (!byBucket.count(b))
+      byBucket.emplace(b, fg->plan(options(n, int64_t(512) << 20)));
+    const plan::Program &p = byBucket.at(b);
+    plan::RunSchedule s = p.runSchedule(n);
+    SCOPED_TRACE(s.why);
+    EXPECT_FALSE(s.overBudget);
+    // Chunks evened out may be a little narrower than goodChunkCols, never more of them.
+    EXPECT_LE(s.chunks, (128256 + p.schedule.goodChunkCols - 1) / p.schedule.goodChunkCols);
+    EXPECT_TRUE(s.rowBlocks == 1 || s.rowsPerBlock >= p.schedule.minBlockRows);
+  }
+  EXPECT_GE(byBucket.size(), 6u);
 }
 
 TEST(Planner, JsonParsesAndNamesKernels) {
@@ -216,7 +300,7 @@ TEST(Planner, JsonParsesAndNamesKernels) {
   EXPECT_FALSE(j["decisions"].empty());
   // The hash sees every field.
   plan::Program q = p;
-  q.chunkCols += 128;
+  q.schedule.budgetBytes += 128;
   EXPECT_NE(q.hash(), p.hash());
   // A float constant of an epilogue, changed in its last digits.
   q = p;
@@ -261,11 +345,13 @@ TEST(Planner, KernelParamsOrder) {
     using PK = Param::Kind;
     std::vector<PK> want;
     switch (k.kind()) {
-    case KernelKind::Row: want = {PK::N, PK::Splits}; break;
-    case KernelKind::GemmReduce: want = {PK::N, PK::Splits}; break;
-    case KernelKind::GemmDz: want = {PK::N, PK::ChunkBegin, PK::ChunkCols}; break;
+    case KernelKind::Row: want = {PK::N, PK::TotalRows, PK::Splits}; break;
+    case KernelKind::GemmReduce: want = {PK::N, PK::TotalRows, PK::Splits}; break;
+    case KernelKind::GemmDz: want = {PK::N, PK::TotalRows, PK::ChunkBegin, PK::ChunkCols}; break;
     case KernelKind::GemmDLhs: want = {PK::N, PK::ChunkBegin, PK::ChunkCols, PK::ChunkIndex}; break;
-    case KernelKind::GemmDRhs: want = {PK::N, PK::ChunkBegin, PK::ChunkCols}; break;
+    case KernelKind::GemmDRhs:
+      want = {PK::N, PK::ChunkBegin, PK::ChunkCols, PK::RowBlock};
+      break;
     case KernelKind::Cast: want = {PK::N}; break;
     }
     EXPECT_EQ(ints, want) << k.name;
@@ -280,7 +366,10 @@ TEST(Planner, KernelParamsOrder) {
       EXPECT_EQ(ps[1].buf, g->gemm.b);
     }
     if (auto *d = std::get_if<plan::GemmDLhsKernel>(&k.body)) {
-      EXPECT_TRUE(hasBuf(d->dz) && hasBuf(d->dzLo) && hasBuf(d->b) && hasBuf(d->out)) << k.name;
+      EXPECT_TRUE(hasBuf(d->dz) && hasBuf(d->b) && hasBuf(d->out)) << k.name;
+      EXPECT_EQ(d->dzLo.valid(), d->format == plan::DzFormat::SplitBF16) << k.name;
+      if (d->dzLo.valid())
+        EXPECT_TRUE(hasBuf(d->dzLo)) << k.name;
     }
     if (auto *r = std::get_if<plan::RowKernel>(&k.body)) {
       for (const plan::Operand &a : r->args) {
@@ -308,8 +397,8 @@ TEST(Planner, LaunchDims) {
   plan::Program p = fg->plan(o);
   for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k) {
     KernelKind kind = p.kernels[static_cast<size_t>(k)].kind();
-    plan::LaunchDims z = p.launchDims(k, 0, p.chunkCols);
-    plan::LaunchDims d = p.launchDims(k, 100, p.chunkCols);
+    plan::LaunchDims z = p.launchDims(k, 0, p.loopCols);
+    plan::LaunchDims d = p.launchDims(k, 100, p.loopCols);
     plan::LaunchDims big = p.launchDims(k, 1000, 129);
     std::string name = p.kernels[static_cast<size_t>(k)].name;
     EXPECT_GT(d.block, 0) << name;

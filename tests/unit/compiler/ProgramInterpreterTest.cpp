@@ -8,6 +8,7 @@
 
 #include "TestSupport.h"
 
+#include "compiler/plan/SchedulePolicy.h"
 #include "lcejit/Error.h"
 
 using namespace lcejit;
@@ -25,19 +26,22 @@ plan::PlanOptions options(int64_t tokens, int64_t budget = int64_t(1) << 30, int
   return o;
 }
 
-/// Bytes per row the planner counts before the dZ chunk (every workspace buffer but dZ).
-int64_t perRowFixed(const plan::Program &p) {
-  int64_t b = 0;
-  for (const plan::BufferSpec &s : p.workspace)
-    if (s.name.rfind("dz", 0) != 0)
-      b += s.bytesPerRow;
-  return b;
+/// Options whose plans use chunks of exactly `chunk` columns.
+plan::PlanOptions chunked(int64_t tokens, int64_t chunk) {
+  plan::PlanOptions o = options(tokens);
+  o.fixedChunkCols = chunk;
+  return o;
 }
 
-/// A budget for which the planner should pick `chunk` columns per chunk.
-int64_t budgetForChunk(const pipeline::FusedGraph &fg, int64_t tokens, int64_t chunk) {
-  plan::Program p = fg.plan(options(tokens));
-  return perRowFixed(p) * p.bucket + chunk * p.bucket * 4;
+/// `p` with a policy that cuts N >= 2 rows into blocks of a few rows (the LCE Program's
+/// rows are blockable): exercises row blocks at the small sizes the interpreter can run.
+plan::Program rowBlocked(plan::Program p, int64_t n) {
+  p.schedule.fixedChunkCols = 0;
+  p.schedule.minBlockRows = 2;
+  p.schedule.rowAlign = 2;
+  p.schedule.goodChunkCols = 128;
+  p.schedule.budgetBytes = plan::workspaceBytesFor(p, n, 2, 128);
+  return p;
 }
 
 ::testing::AssertionResult matches(const ref::ProgramRunResult &got,
@@ -58,7 +62,7 @@ class LceProgram : public ::testing::TestWithParam<SpecCase> {};
 
 TEST_P(LceProgram, MatchesUnfusedGraph) {
   const SpecCase &c = GetParam();
-  int multiChunk = 0, narrowLast = 0, multiSplit = 0;
+  int multiChunk = 0, narrowLast = 0, multiSplit = 0, multiBlock = 0;
   for (int64_t d : {8, 24})
     for (int64_t v : {13, 100, 257}) {
       fe::LceSpec s;
@@ -78,21 +82,25 @@ TEST_P(LceProgram, MatchesUnfusedGraph) {
         // (other splits); budgets giving the smallest chunk, two tiles, and everything.
         std::vector<plan::PlanOptions> plans = {options(n), options(20000), options(100000),
                                                 options(n, int64_t(1) << 30, 1), options(n, 0)};
-        plans.push_back(options(n, budgetForChunk(*fg, n, 128)));
-        plans.push_back(options(n, budgetForChunk(*fg, n, 256)));
-        for (const plan::PlanOptions &o : plans) {
-          plan::Program p = fg->plan(o);
-          std::string what = specName(s) + "_N" + std::to_string(n) + "_tokens" +
-                             std::to_string(o.tokens) + "_sms" + std::to_string(o.target.numSMs) +
-                             "_budget" + std::to_string(o.workspaceBudgetBytes) + " (chunk " +
-                             std::to_string(p.chunkCols) + ", splits " + std::to_string(p.splits) +
-                             ")";
+        plans.push_back(chunked(n, 128));
+        plans.push_back(chunked(n, 256));
+        std::vector<plan::Program> programs;
+        for (const plan::PlanOptions &o : plans)
+          programs.push_back(fg->plan(o));
+        programs.push_back(rowBlocked(programs.back(), n));
+        for (const plan::Program &p : programs) {
+          plan::RunSchedule rs = p.runSchedule(n);
+          std::string what = specName(s) + "_N" + std::to_string(n) + "_bucket" +
+                             std::to_string(p.bucket) + "_sms" +
+                             std::to_string(p.target.numSMs) + " (" + rs.why + ", splits " +
+                             std::to_string(p.splits) + ")";
           auto got = ref::interpretProgram(p, in, n);
           EXPECT_TRUE(matches(got, want, kTolProgram, what));
           EXPECT_EQ(got.badRow, 0) << what;
-          multiChunk += p.numChunks() > 1;
-          narrowLast += p.numChunks() > 1 && p.loopCols % p.chunkCols != 0;
+          multiChunk += rs.chunks > 1;
+          narrowLast += rs.chunks > 1 && p.loopCols % rs.chunkCols != 0;
           multiSplit += p.splits > 1;
+          multiBlock += rs.rowBlocks > 1;
         }
       }
     }
@@ -100,6 +108,7 @@ TEST_P(LceProgram, MatchesUnfusedGraph) {
   EXPECT_GT(multiChunk, 0);
   EXPECT_GT(narrowLast, 0);
   EXPECT_GT(multiSplit, 0);
+  EXPECT_GT(multiBlock, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -169,7 +178,7 @@ TEST(ProgramInterpreter, AllRowsIgnored) {
       y = -100;
     auto want = ref::interpretTx(ref.func(), in);
     EXPECT_EQ(want[0].data[0], 0.0);
-    auto got = ref::interpretProgram(fg->plan(options(7, budgetForChunk(*fg, 7, 128))), in, 7);
+    auto got = ref::interpretProgram(fg->plan(chunked(7, 128)), in, 7);
     EXPECT_TRUE(matches(got, want, kTolProgram, specName(s)));
     EXPECT_EQ(got.outputs[0].data[0], 0.0);
     EXPECT_EQ(got.outputs[1].data, std::vector<double>(56, 0.0));
@@ -217,7 +226,7 @@ TEST(ProgramInterpreter, OutputRoundingAndCastKernel) {
   auto g = fe::buildLceGraph(s);
   Module ref = unfused(*g);
   auto fg = pipeline::compileGraph(*g);
-  plan::PlanOptions o = options(33, budgetForChunk(*fg, 33, 128));
+  plan::PlanOptions o = chunked(33, 128);
   o.outputTypes = {std::nullopt, DType::BF16, DType::BF16};
   plan::Program p = fg->plan(o);
   bool hasCast = false;
@@ -256,7 +265,7 @@ struct Fixture {
   fe::LceSpec s = spec(8, 257);
   std::unique_ptr<fe::Graph> g = fe::buildLceGraph(s);
   std::unique_ptr<pipeline::FusedGraph> fg = pipeline::compileGraph(*g);
-  plan::Program p = fg->plan(options(7, budgetForChunk(*fg, 7, 128)));
+  plan::Program p = fg->plan(chunked(7, 128));
   std::vector<RefTensor> in = lceInputs(s, 7, 9);
 };
 
@@ -271,7 +280,7 @@ std::string errorOf(const std::function<void()> &f) {
 
 TEST(ProgramInterpreter, MissingKernelShowsAsNaN) {
   Fixture f;
-  ASSERT_GT(f.p.numChunks(), 1);
+  ASSERT_GT(f.p.runSchedule(7).chunks, 1);
   // Drop the dRhs GEMM from the chunk loop: dW is never written.
   for (plan::Step &st : f.p.steps)
     if (st.kind == plan::Step::Kind::ChunkLoop)
@@ -288,7 +297,7 @@ TEST(ProgramInterpreter, RejectsBrokenPrograms) {
     Fixture f; // dZ buffer too small for a chunk
     for (plan::BufferSpec &b : f.p.workspace)
       if (b.name.rfind("dz", 0) == 0)
-        b.bytesPerRow /= 2;
+        b.bytesPerRowCol /= 2; // bf16 dZ -> one byte per element
     std::string e = errorOf([&] { ref::interpretProgram(f.p, f.in, 7); });
     EXPECT_NE(e.find("bytes at N = 7"), std::string::npos) << e;
     EXPECT_NE(e.find("lce_dz"), std::string::npos) << e;

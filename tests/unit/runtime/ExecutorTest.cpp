@@ -11,6 +11,7 @@
 #include "TestSupport.h"
 
 #include "runtime/Executor.h"
+#include "compiler/plan/SchedulePolicy.h"
 #include "runtime/KernelCache.h"
 
 #include <fmt/format.h>
@@ -61,7 +62,7 @@ Program makeProgram() {
   p.workspace = {{"scalars", 0, 64, BufferInit::Zero},
                  {"error", 0, 16, BufferInit::Zero},
                  {"partials", 8, 0, BufferInit::None},
-                 {"dz", 4 * 384, 0, BufferInit::None},
+                 {"dz", 0, 0, BufferInit::None, /*bytesPerRowCol=*/4, /*blockLocal=*/true},
                  {"dh_acc", 256, 0, BufferInit::Zero}};
   p.numScalarSlots = 8;
 
@@ -113,7 +114,7 @@ Program makeProgram() {
              {Step::Kind::ChunkLoop, -1, {2, 3, 4}},
              {Step::Kind::Launch, 5, {}},
              {Step::Kind::Launch, 6, {}}};
-  p.chunkCols = 384;
+  p.schedule.fixedChunkCols = 384;
   p.loopCols = 1000;
   p.splits = 3;
   return p;
@@ -182,8 +183,10 @@ TEST(ExecutorPlanTest, ArgumentsFollowKernelParamsExactly) {
     const Kernel &k = p.kernels[static_cast<size_t>(r.kernel)];
     std::vector<Param> params = kernelParams(k);
     ASSERT_EQ(r.args.size(), params.size()) << k.name;
-    int64_t begin = r.chunk < 0 ? 0 : r.chunk * p.chunkCols;
-    int64_t cols = r.chunk < 0 ? p.loopCols : std::min(p.chunkCols, p.loopCols - begin);
+    const int64_t cc = plan.schedule.chunkCols;
+    ASSERT_EQ(cc, 384);
+    int64_t begin = r.chunk < 0 ? 0 : r.chunk * cc;
+    int64_t cols = r.chunk < 0 ? p.loopCols : std::min(cc, p.loopCols - begin);
     LaunchDims d = p.launchDims(r.kernel, n, cols);
     EXPECT_EQ(std::vector<int64_t>(r.dims.grid, r.dims.grid + 3),
               std::vector<int64_t>(d.grid, d.grid + 3))
@@ -205,8 +208,13 @@ TEST(ExecutorPlanTest, ArgumentsFollowKernelParamsExactly) {
         break;
       }
       case Param::Kind::N:
+      case Param::Kind::TotalRows:
         ASSERT_EQ(a.type, KernelArg::Type::I64);
         EXPECT_EQ(a.value.i64, n);
+        break;
+      case Param::Kind::RowBlock:
+        ASSERT_EQ(a.type, KernelArg::Type::I64);
+        EXPECT_EQ(a.value.i64, 0);
         break;
       case Param::Kind::ChunkBegin:
         ASSERT_EQ(a.type, KernelArg::Type::I64);
@@ -236,27 +244,28 @@ TEST(ExecutorPlanTest, ConcreteArgumentLists) {
   std::vector<int64_t> off = p.workspaceOffsets(n, nullptr);
   auto wsAt = [&](int i) { return kWs + static_cast<CUdeviceptr>(off[i]); };
   ExecutionPlan plan = planExecution(p, makeBuffers(p, n), n);
-  // row_in: y, partials (its sink), scalars, error, n, splits.
+  // row_in: y, partials (its sink), scalars, error, n, n_total, splits.
   const LaunchRecord &row = plan.launches[0];
-  ASSERT_EQ(row.args.size(), 6u);
+  ASSERT_EQ(row.args.size(), 7u);
   EXPECT_EQ(row.args[0].value.pointer, 0x3000u);
   EXPECT_EQ(row.args[1].value.pointer, wsAt(2));
   EXPECT_EQ(row.args[2].value.pointer, wsAt(0));
   EXPECT_EQ(row.args[3].value.pointer, wsAt(1));
   EXPECT_EQ(row.args[4].value.i64, 1000);
-  EXPECT_EQ(row.args[5].type, KernelArg::Type::I32);
-  EXPECT_EQ(row.args[5].value.i32, 3);
-  // dz of the last chunk: h, w, partials, scalars, dz, n, chunk_begin, chunk_cols.
+  EXPECT_EQ(row.args[5].value.i64, 1000);
+  EXPECT_EQ(row.args[6].type, KernelArg::Type::I32);
+  EXPECT_EQ(row.args[6].value.i32, 3);
+  // dz of the last chunk: h, w, partials, scalars, dz, n, n_total, chunk_begin, chunk_cols.
   const LaunchRecord &dz = plan.launches[8];
   ASSERT_EQ(dz.kernel, 2);
-  ASSERT_EQ(dz.args.size(), 8u);
+  ASSERT_EQ(dz.args.size(), 9u);
   EXPECT_EQ(dz.args[0].value.pointer, 0x1000u);
   EXPECT_EQ(dz.args[1].value.pointer, 0x2000u);
   EXPECT_EQ(dz.args[2].value.pointer, wsAt(2));
   EXPECT_EQ(dz.args[3].value.pointer, wsAt(0));
   EXPECT_EQ(dz.args[4].value.pointer, wsAt(3));
-  EXPECT_EQ(dz.args[6].value.i64, 768);
-  EXPECT_EQ(dz.args[7].value.i64, 232);
+  EXPECT_EQ(dz.args[7].value.i64, 768);
+  EXPECT_EQ(dz.args[8].value.i64, 232);
   EXPECT_EQ(dz.dims.grid[1], 2) << "ceil(232 / 128) column tiles";
   // dlhs of chunk 1: dz, w, dh_acc, n, chunk_begin, chunk_cols, chunk_index.
   const LaunchRecord &dlhs = plan.launches[6];
@@ -273,8 +282,8 @@ TEST(ExecutorPlanTest, LaunchStepOfAChunkKernelCoversAllColumns) {
   p.steps = {{Step::Kind::Launch, 2, {}}};
   ExecutionPlan plan = planExecution(p, makeBuffers(p, 1000), 1000);
   ASSERT_EQ(plan.launches.size(), 1u);
-  EXPECT_EQ(plan.launches[0].args[6].value.i64, 0);
-  EXPECT_EQ(plan.launches[0].args[7].value.i64, 1000);
+  EXPECT_EQ(plan.launches[0].args[7].value.i64, 0);
+  EXPECT_EQ(plan.launches[0].args[8].value.i64, 1000);
 }
 
 TEST(ExecutorPlanTest, ZeroRowsSkipsEmptyGrids) {
@@ -367,8 +376,82 @@ TEST(ExecutorPlanTest, RowsOutsideTheBucket) {
 
 TEST(ExecutorPlanTest, MalformedChunkLoopIsAnInternalError) {
   Program p = makeProgram();
-  p.chunkCols = 0;
+  p.loopCols = 0;
   expectError(ErrorKind::Internal, [&] { planExecution(p, makeBuffers(p, 300), 300); });
+}
+
+/// Row blocks: the blocked steps run once per block with n = the block's rows, pointers of
+/// row-indexed buffers offset to the block's first row, block-local buffers not offset,
+/// n_total = N and row_block = the block index; the workspace stays in the budget.
+TEST(ExecutorPlanTest, RowBlocksOffsetRowBuffersAndPassBlockRows) {
+  Program p = makeProgram();
+  p.bucket = 4096;
+  p.bucketLow = 1025;
+  p.schedule.fixedChunkCols = 0;
+  p.schedule.firstBlockedStep = 1; // reduce .. cast
+  p.schedule.lastBlockedStep = 3;
+  p.schedule.minBlockRows = 256;
+  p.schedule.rowAlign = 128;
+  p.schedule.goodChunkCols = 384;
+  p.schedule.chunkAlign = 128;
+  const int64_t n = 3000;
+  // Room for blocks of ~1000 rows with 384-column chunks, not for all rows at once.
+  p.schedule.budgetBytes = workspaceBytesFor(p, n, 1024, 384);
+  RunSchedule s = p.runSchedule(n);
+  ASSERT_GT(s.rowBlocks, 1) << s.why;
+  ASSERT_FALSE(s.overBudget) << s.why;
+  EXPECT_LE(s.workspaceBytes, p.schedule.budgetBytes);
+  EXPECT_GE(s.chunkCols, 384) << s.why;
+  EXPECT_EQ((s.rowBlocks - 1) * s.rowsPerBlock < n && s.rowBlocks * s.rowsPerBlock >= n, true);
+  ProgramBuffers bufs = makeBuffers(p, n);
+  std::vector<int64_t> off = p.workspaceOffsets(s, nullptr);
+  ExecutionPlan plan = planExecution(p, bufs, n);
+  EXPECT_EQ(plan.schedule.rowBlocks, s.rowBlocks);
+  std::vector<int64_t> blocksSeen;
+  for (const LaunchRecord &r : plan.launches) {
+    const Kernel &k = p.kernels[static_cast<size_t>(r.kernel)];
+    bool blocked = r.kernel >= 1 && r.kernel <= 5;
+    int64_t begin = blocked ? r.rowBlock * s.rowsPerBlock : 0;
+    int64_t rows = blocked ? std::min(s.rowsPerBlock, n - begin) : n;
+    if (!blocked)
+      EXPECT_EQ(r.rowBlock, 0) << k.name;
+    if (r.kernel == 1)
+      blocksSeen.push_back(r.rowBlock);
+    std::vector<Param> params = kernelParams(k);
+    ASSERT_EQ(r.args.size(), params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Param &pm = params[i];
+      const KernelArg &a = r.args[i];
+      SCOPED_TRACE(fmt::format("{} block {} param {}", k.name, r.rowBlock, pm.name));
+      switch (pm.kind) {
+      case Param::Kind::Pointer: {
+        CUdeviceptr base = pm.buf.space == Space::Input ? bufs.inputs[pm.buf.index]
+                           : pm.buf.space == Space::Output
+                               ? bufs.outputs[pm.buf.index]
+                               : kWs + static_cast<CUdeviceptr>(off[pm.buf.index]);
+        EXPECT_EQ(a.value.pointer,
+                  base + static_cast<CUdeviceptr>(begin * p.rowStrideBytes(pm.buf)));
+        break;
+      }
+      case Param::Kind::N: EXPECT_EQ(a.value.i64, rows); break;
+      case Param::Kind::TotalRows: EXPECT_EQ(a.value.i64, n); break;
+      case Param::Kind::RowBlock: EXPECT_EQ(a.value.i64, r.rowBlock); break;
+      default: break;
+      }
+    }
+  }
+  std::vector<int64_t> want;
+  for (int64_t b = 0; b < s.rowBlocks; ++b)
+    want.push_back(b);
+  EXPECT_EQ(blocksSeen, want);
+  // Strides: H [N, 64] bf16 and y [N] i64 are row-indexed, W and dW are not; the dZ chunk
+  // and the dH accumulator are block-local.
+  EXPECT_EQ(p.rowStrideBytes(in(0)), 64 * 2);
+  EXPECT_EQ(p.rowStrideBytes(in(1)), 0);
+  EXPECT_EQ(p.rowStrideBytes(in(2)), 8);
+  EXPECT_EQ(p.rowStrideBytes(out(2)), 0);
+  EXPECT_EQ(p.rowStrideBytes(ws(2)), 8);
+  EXPECT_EQ(p.rowStrideBytes(ws(3)), 0);
 }
 
 TEST(ExecutorPlanTest, KernelArgStorage) {
@@ -438,7 +521,7 @@ TEST(ExecutorGpuTest, RunsAProgramEndToEnd) {
   dlhs.out = out(2);
   p.kernels = {{"row", row}, {"dz", dz}, {"dlhs", dlhs}};
   p.steps = {{Step::Kind::Launch, 0, {}}, {Step::Kind::ChunkLoop, -1, {1, 2}}};
-  p.chunkCols = 300;
+  p.schedule.fixedChunkCols = 300;
   p.loopCols = 1000;
   const int32_t dzShared = p.launchDims(1, 1000, 300).sharedBytes;
   const int32_t dlhsShared = p.launchDims(2, 1000, 300).sharedBytes;

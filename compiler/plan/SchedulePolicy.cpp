@@ -1,0 +1,142 @@
+//===- SchedulePolicy.cpp - Row blocks and chunks for one N ----------------===//
+//
+// See [Note: choosing blocks and chunks] in SchedulePolicy.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/plan/SchedulePolicy.h"
+#include "compiler/support/Check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace lcejit::plan {
+namespace {
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t roundUp(int64_t a, int64_t b) { return ceilDiv(a, b) * b; }
+int64_t align256(int64_t a) { return roundUp(a, 256); }
+
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20)); }
+
+/// Bytes per chunk column for blocks of R rows (the slope of workspaceBytesFor in C).
+int64_t perChunkCol(const Program &p, int64_t r) {
+  int64_t s = 0;
+  for (const BufferSpec &b : p.workspace)
+    s += b.bytesPerRowCol * r;
+  return s;
+}
+
+/// The widest chunk (a multiple of `align`, at most `maxCols`) that keeps the workspace of
+/// R-row blocks within the budget; 0 when not even `align` columns fit.
+int64_t widestChunk(const Program &p, int64_t n, int64_t r, int64_t align, int64_t maxCols) {
+  const int64_t budget = p.schedule.budgetBytes;
+  const int64_t base = workspaceBytesFor(p, n, r, 0);
+  const int64_t slope = perChunkCol(p, r);
+  if (slope == 0)
+    return base <= budget ? maxCols : 0;
+  int64_t left = budget - base;
+  if (left <= 0)
+    return 0;
+  // An upper bound (alignment only adds bytes), then down to what really fits.
+  int64_t c = std::min(maxCols, left / slope / align * align);
+  while (c > 0 && workspaceBytesFor(p, n, r, c) > budget)
+    c -= align;
+  return std::max<int64_t>(c, 0);
+}
+
+} // namespace
+
+int64_t bufferBytes(const BufferSpec &b, int64_t n, int64_t r, int64_t c) {
+  return b.bytesPerRow * (b.blockLocal ? r : n) + b.bytesPerRowCol * r * c + b.bytesFixed;
+}
+
+int64_t workspaceBytesFor(const Program &p, int64_t n, int64_t r, int64_t c) {
+  int64_t total = 0;
+  for (const BufferSpec &b : p.workspace)
+    total += align256(bufferBytes(b, n, r, c));
+  return total;
+}
+
+RunSchedule chooseRunSchedule(const Program &p, int64_t n) {
+  LCEJIT_CHECK(n >= 0, "chooseRunSchedule: N = {}", n);
+  const ScheduleSpec &spec = p.schedule;
+  RunSchedule s;
+  s.n = n;
+  s.rowsPerBlock = n;
+  s.rowBlocks = 1;
+  const bool blockable = spec.firstBlockedStep >= 0;
+  if (!p.hasChunkLoop()) {
+    s.workspaceBytes = workspaceBytesFor(p, n, n, 0);
+    s.overBudget = spec.budgetBytes > 0 && s.workspaceBytes > spec.budgetBytes;
+    s.why = fmt::format("N = {}: no chunk loop; workspace {}", n, mib(s.workspaceBytes));
+    return s;
+  }
+  const int64_t align = std::max<int64_t>(spec.chunkAlign, 1);
+  const int64_t maxCols = roundUp(p.loopCols, align);
+  auto finish = [&](const char *reason) {
+    s.chunks = ceilDiv(p.loopCols, s.chunkCols);
+    // Even the chunks out: the same count, the narrowest aligned width.
+    if (spec.fixedChunkCols <= 0)
+      s.chunkCols = std::min(maxCols, roundUp(ceilDiv(p.loopCols, s.chunks), align));
+    s.chunks = ceilDiv(p.loopCols, s.chunkCols);
+    s.workspaceBytes = workspaceBytesFor(p, n, s.rowsPerBlock, s.chunkCols);
+    s.overBudget = s.workspaceBytes > spec.budgetBytes;
+    s.why = fmt::format("N = {}: {} row block{} of {} rows, {} chunk{} of {} columns; "
+                        "workspace {} of the {} budget{}; {}",
+                        n, s.rowBlocks, s.rowBlocks == 1 ? "" : "s", s.rowsPerBlock, s.chunks,
+                        s.chunks == 1 ? "" : "s", s.chunkCols, mib(s.workspaceBytes),
+                        mib(spec.budgetBytes), s.overBudget ? " (OVER BUDGET)" : "", reason);
+    return s;
+  };
+  if (spec.fixedChunkCols > 0) {
+    s.chunkCols = spec.fixedChunkCols;
+    return finish("fixed chunk width");
+  }
+  const int64_t good = std::min(maxCols, roundUp(spec.goodChunkCols, align));
+  // When nothing fits, chunks narrower than this would make the chunk loop, not the GEMMs,
+  // the cost (each chunk re-reads and re-writes the f32 dH accumulator).
+  const int64_t fallback = std::min(maxCols, roundUp(spec.fallbackChunkCols, align));
+  // 1. All rows in one block.
+  int64_t c = widestChunk(p, n, n, align, maxCols);
+  if (c >= good || !blockable || n <= spec.minBlockRows) {
+    if (c >= align) {
+      s.chunkCols = c;
+      return finish(c == maxCols ? "one block, one chunk: everything fits"
+                                 : "one block: dW is written once");
+    }
+    s.chunkCols = fallback;
+    return finish(blockable ? "the budget is too small for any schedule"
+                            : "rows cannot be blocked in this Program and the budget is too "
+                              "small: over budget by the least that keeps chunks efficient");
+  }
+  // 2. Row blocks: the largest R (a multiple of rowAlign, at least minBlockRows) that
+  //    leaves room for `good` columns, then the fewest equal blocks of at most R rows.
+  const int64_t ra = std::max<int64_t>(spec.rowAlign, 1);
+  int64_t lo = std::max<int64_t>(ra, roundUp(spec.minBlockRows, ra));
+  int64_t r = lo;
+  if (workspaceBytesFor(p, n, lo, good) <= spec.budgetBytes) {
+    int64_t hi = roundUp(n, ra); // known not to fit (step 1)
+    while (hi - lo > ra) {       // invariant: lo fits, hi does not
+      int64_t mid = (lo + hi) / 2 / ra * ra;
+      if (mid <= lo)
+        mid = lo + ra;
+      if (workspaceBytesFor(p, n, mid, good) <= spec.budgetBytes)
+        lo = mid;
+      else
+        hi = mid;
+    }
+    r = lo;
+  }
+  s.rowBlocks = ceilDiv(n, r);
+  // Even the blocks out, never above r (which is what fits).
+  s.rowsPerBlock = std::min({n, r, roundUp(ceilDiv(n, s.rowBlocks), ra)});
+  s.rowBlocks = ceilDiv(n, s.rowsPerBlock);
+  c = widestChunk(p, n, s.rowsPerBlock, align, maxCols);
+  s.chunkCols = c >= align ? c : fallback;
+  return finish(c >= align ? "rows blocked to leave room for wide chunks"
+                           : "the budget is too small for any schedule");
+}
+
+} // namespace lcejit::plan

@@ -1,0 +1,45 @@
+//===- SchedulePolicy.h - How a call with N rows is cut into blocks and chunks ===//
+//
+// The run-schedule policy: a pure function of a planned Program (its workspace buffers,
+// ScheduleSpec and chunk loop) and the N of the call. It runs on the host at every launch
+// (so it is cheap and allocation-light), in the executor, the fp64 Program interpreter,
+// the op's workspace query and `lcejit-dump --emit=plan`. See [Note: the run schedule] in
+// Program.h and docs/architecture.md "The schedule".
+//
+// [Note: choosing blocks and chunks] Work is the same for every choice (the GEMMs see every
+// (row, column) once); what changes is the extra memory traffic and the workspace:
+//   - a vocabulary chunk of C columns costs one read-modify-write of the f32 dH
+//     accumulator per chunk: 8·R·D bytes, (V / C) times per row block;
+//   - a row block of R rows costs one read-modify-write of the f32 dW (8·V·D bytes) per
+//     block after the first;
+//   - the workspace is about R·(bytes of f32 dH per row + C·bytes of dZ per element).
+// With the budget B, traffic 8·N·V·D·(1/C + 1/R) is smallest near R = C; both stay far
+// below the GEMMs' time once C and R are several thousand. So: rows are not blocked while
+// a chunk of at least goodChunkCols columns fits with all N rows (one block: dW written
+// once); otherwise rows are cut into the fewest equal blocks (each at least minBlockRows)
+// that leave room for such chunks; then chunks are made as wide as the budget allows and
+// evened out. When nothing fits (the rows' own buffers alone exceed the budget, e.g. the
+// f32 dH accumulator of all rows when rows cannot be blocked), chunks of fallbackChunkCols
+// are used: narrower ones would make the chunk loop, not the GEMMs, the cost.
+// RunSchedule::overBudget says so, and the workspace query reports the real size.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "compiler/plan/Program.h"
+
+namespace lcejit::plan {
+
+/// The schedule for a call with `n` rows (n >= 0). Pure and deterministic.
+RunSchedule chooseRunSchedule(const Program &program, int64_t n);
+
+/// Bytes of one workspace buffer for `n` rows, blocks of `rowsPerBlock` rows and chunks of
+/// `chunkCols` columns, before alignment.
+int64_t bufferBytes(const BufferSpec &b, int64_t n, int64_t rowsPerBlock, int64_t chunkCols);
+
+/// Workspace bytes of `program` for `n` rows cut into blocks of `rowsPerBlock` rows and
+/// chunks of `chunkCols` columns (every buffer 256-byte aligned).
+int64_t workspaceBytesFor(const Program &program, int64_t n, int64_t rowsPerBlock,
+                          int64_t chunkCols);
+
+} // namespace lcejit::plan
