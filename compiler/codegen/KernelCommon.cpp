@@ -106,10 +106,13 @@ std::string describeOperand(const Program &program, const Operand &o) {
                : fmt::format("scalar slot {} (double)", o.slot);
   case Operand::Kind::Partials:
     return fmt::format(
-        "partials of kernel {} at slot {} ({})", o.partialsOf, o.slot,
+        "partials of kernel {} at slot {} ({}{})", o.partialsOf, o.slot,
         o.reduce >= 0
             ? plan::reduceKindName(static_cast<plan::ReduceKind>(o.reduce))
-            : "?");
+            : "?",
+        o.component == Operand::Component::Max       ? ", its max m"
+        : o.component == Operand::Component::RestSum ? ", its t = sum exp(x - m) - 1"
+                                                     : "");
   case Operand::Kind::Acc:
     return "the f32 accumulator";
   case Operand::Kind::ColIndex:

@@ -65,15 +65,22 @@ static const char *sinkKindName(RowKernel::Sink::Kind k) {
 }
 
 /// The partials-combining helper of lcejit_reduce.cuh for a ReduceKind.
-static const char *partialsHelper(int32_t reduce) {
-  switch (static_cast<plan::ReduceKind>(reduce)) {
+static const char *partialsHelper(const Operand &o) {
+  const bool value = o.component == Operand::Component::Value;
+  LCEJIT_CHECK(value || o.reduce == static_cast<int32_t>(plan::ReduceKind::LogSumExp),
+               "a partials component other than the value of a {} partial",
+               plan::reduceKindName(static_cast<plan::ReduceKind>(o.reduce)));
+  switch (static_cast<plan::ReduceKind>(o.reduce)) {
   case plan::ReduceKind::Sum:
     return "lcejit::partials_sum";
   case plan::ReduceKind::Max:
     return "lcejit::partials_max";
   case plan::ReduceKind::LogSumExp:
-    return "lcejit::partials_logsumexp";
+    return value ? "lcejit::partials_logsumexp"
+           : o.component == Operand::Component::Max ? "lcejit::partials_logsumexp_max"
+                                                    : "lcejit::partials_logsumexp_rest";
   }
+  int32_t reduce = o.reduce;
   LCEJIT_CHECK(false, "bad ReduceKind {}", reduce);
   return "";
 }
@@ -183,7 +190,7 @@ void emitRowKernel(CodeWriter &w, const KernelContext &ctx) {
                      "{}: partials operand a{} slot {} out of {}", what, a,
                      o.slot, gr.slotsPerRow());
         w.line("const float a{} = valid ? {}({}, row, {}, {}, {}) : 0.0f;", a,
-               partialsHelper(o.reduce), ctx.bufferName(o.buf), splits,
+               partialsHelper(o), ctx.bufferName(o.buf), splits,
                gr.slotsPerRow(), o.slot);
         break;
       }

@@ -412,7 +412,11 @@ private:
           return fb.constI(s, DType::I64);
         })
         .Case<tx::AddOp>([&](auto) { return fb.op(ScalarOp::Add, ct, opnd(0), opnd(1)); })
-        .Case<tx::SubOp>([&](auto) { return fb.op(ScalarOp::Sub, ct, opnd(0), opnd(1)); })
+        .Case<tx::SubOp>([&](tx::SubOp sub) {
+          if (int32_t r = lseMinus(rb, sub); r >= 0)
+            return r;
+          return fb.op(ScalarOp::Sub, ct, opnd(0), opnd(1));
+        })
         .Case<tx::MulOp>([&](auto) { return fb.op(ScalarOp::Mul, ct, opnd(0), opnd(1)); })
         .Case<tx::DivOp>([&](auto) { return fb.op(ScalarOp::Div, ct, opnd(0), opnd(1)); })
         .Case<tx::MaxOp>([&](auto) { return fb.op(ScalarOp::Max, ct, opnd(0), opnd(1)); })
@@ -432,6 +436,40 @@ private:
         .Case<tx::BroadcastOp, tx::ReduceSumOp, tx::MeanOp, tx::ReduceMaxOp, tx::LogSumExpOp>(
             [&](auto) { return opnd(0); })
         .Default([&](Operation *) { return -1; });
+  }
+
+  /// [Note: lse minus a logit] `logsumexp(x) − y` for a fused logsumexp is evaluated as
+  /// `(m − y) + log1p(t)` from its partial pair (m = max, t = sum of exp(x − m) over the
+  /// rest): when y is (close to) the maximum, as the target logit of a confident row is,
+  /// m − y is exact and the result keeps full relative precision, where forming lse first
+  /// and subtracting would cancel (the row loss of a peaked softmax). Returns -1 when the
+  /// pattern does not apply.
+  int32_t lseMinus(RowBuild &rb, tx::SubOp sub) {
+    Value lhs = sub.getLhs();
+    if (!isa_and_nonnull<tx::GemmReduceOp>(lhs.getDefiningOp()) || !partials_.count(lhs))
+      return -1;
+    const PartialsRef &p = partials_[lhs];
+    if (p.kind != ReduceKind::LogSumExp || computeType(ttype(sub.getResult()).getElementType()) != DType::F32)
+      return -1;
+    FuncBuilder &fb = rb.fb;
+    auto part = [&](Operand::Component c) {
+      Operand o;
+      o.kind = Operand::Kind::Partials;
+      o.buf = p.buf;
+      o.slot = p.slot;
+      o.reduce = static_cast<int32_t>(p.kind);
+      o.partialsOf = p.kernel;
+      o.dtype = DType::F32;
+      o.component = c;
+      return fb.arg(o, DType::F32);
+    };
+    int32_t y = rowValue(rb, sub.getRhs());
+    if (y < 0 || fb.typeOf(y) != DType::F32)
+      return -1;
+    int32_t m = part(Operand::Component::Max);
+    int32_t t = part(Operand::Component::RestSum);
+    return fb.op(ScalarOp::Add, DType::F32, fb.op(ScalarOp::Sub, DType::F32, m, y),
+                 fb.op(ScalarOp::Log1p, DType::F32, t));
   }
 
   /// Emits the row kernel of `level` if it has any sink.

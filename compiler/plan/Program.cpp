@@ -157,6 +157,8 @@ static json toJ(const Operand &o) {
     j["reduce"] = reduceKindName(static_cast<ReduceKind>(o.reduce));
   if (o.partialsOf >= 0)
     j["partials_of"] = o.partialsOf;
+  if (o.component != Operand::Component::Value)
+    j["component"] = o.component == Operand::Component::Max ? "max" : "rest_sum";
   return j;
 }
 

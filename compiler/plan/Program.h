@@ -138,6 +138,10 @@ struct Operand {
   int32_t slot = -1;
   int32_t reduce = -1;     ///< ReduceKind for Partials
   int32_t partialsOf = -1; ///< for Partials: the GemmReduce kernel index that wrote buf
+  /// For LogSumExp Partials: what of the combined pair (m, t) is read (see [Note: lse] in
+  /// docs/program.md): the value m + log1p(t), the maximum m, or t = sum exp(x − m) − 1.
+  enum class Component : uint8_t { Value, Max, RestSum };
+  Component component = Component::Value;
   bool operator==(const Operand &) const = default;
 };
 

@@ -573,6 +573,8 @@ private:
     if (!(g.partials == o.buf))
       badProgram(kernel, "a partials operand reads another buffer than its kernel writes");
     auto kind = static_cast<ReduceKind>(o.reduce);
+    if (o.component != Operand::Component::Value && kind != ReduceKind::LogSumExp)
+      badProgram(kernel, "a partials component other than the value of a logsumexp partial");
     bool found = false;
     for (size_t j = 0; j < g.reductions.size(); ++j)
       found |= g.slotOf(static_cast<int32_t>(j)) == o.slot && g.reductions[j] == kind;
@@ -602,6 +604,11 @@ private:
       LsePartial p;
       for (int64_t s = 0; s < p_.splits; ++s)
         p = LsePartial::combine(p, LsePartial{at(s, 0), at(s, 1)});
+      switch (o.component) {
+      case Operand::Component::Value: return p.value();
+      case Operand::Component::Max: return p.m;
+      case Operand::Component::RestSum: return p.t;
+      }
       return p.value();
     }
     }

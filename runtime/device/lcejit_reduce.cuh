@@ -133,14 +133,41 @@ __device__ __forceinline__ float partials_max(const void *buf, i64 row,
   return s;
 }
 
-__device__ __forceinline__ float
-partials_logsumexp(const void *buf, i64 row, int splits, int slots, int slot) {
+/// The combined (m, t) pair of a LogSumExp partial.
+__device__ __forceinline__ void partials_lse_pair(const void *buf, i64 row,
+                                                  int splits, int slots,
+                                                  int slot, float &m,
+                                                  float &t) {
   const float *p = partials_row(buf, row, splits, slots, slot);
-  float m, t;
   lse_init(m, t);
   for (int i = 0; i < splits; ++i)
     lse_combine(m, t, p[(i64)i * slots], p[(i64)i * slots + 1]);
+}
+
+__device__ __forceinline__ float
+partials_logsumexp(const void *buf, i64 row, int splits, int slots, int slot) {
+  float m, t;
+  partials_lse_pair(buf, row, splits, slots, slot, m, t);
   return lse_value(m, t);
+}
+
+/// m of the pair: the largest element (so lse - x = (m - x) + log1p(t) keeps full
+/// precision when x is close to m, e.g. the target logit of a peaked row).
+__device__ __forceinline__ float partials_logsumexp_max(const void *buf, i64 row,
+                                                        int splits, int slots,
+                                                        int slot) {
+  float m, t;
+  partials_lse_pair(buf, row, splits, slots, slot, m, t);
+  return m;
+}
+
+/// t of the pair: sum of exp(x - m) over the elements but one maximal one.
+__device__ __forceinline__ float partials_logsumexp_rest(const void *buf,
+                                                         i64 row, int splits,
+                                                         int slots, int slot) {
+  float m, t;
+  partials_lse_pair(buf, row, splits, slots, slot, m, t);
+  return t;
 }
 
 } // namespace lcejit

@@ -110,6 +110,17 @@ void RefKernels::fillTargets(const DeviceBuffer &out, DType dtype, int64_t n, ui
   launch("fill_targets", gridFor(n), 1, 256, {&p, &is64, &nn, &s, &v, &ii, &ignoreEvery, &br, &bv});
 }
 
+void RefKernels::peakRows(const DeviceBuffer &h, const DeviceBuffer &w, DType dtype,
+                          const DeviceBuffer &y, DType targetType, int64_t n, int64_t d,
+                          int64_t vocab, double boost) {
+  CUdeviceptr ph = h.ptr(), pw = w.ptr(), py = y.ptr();
+  int code = dtypeCode(dtype), is64 = targetType == DType::I64;
+  long long nn = n, dd = d, vv = vocab;
+  if (n > 0)
+    launch("peak_rows", static_cast<unsigned>(n), 1, 256,
+           {&ph, &pw, &code, &py, &is64, &nn, &dd, &vv, &boost});
+}
+
 void RefKernels::toF64(const DeviceBuffer &in, DType dtype, const DeviceBuffer &out, int64_t n) {
   CUdeviceptr a = in.ptr(), b = out.ptr();
   int code = dtypeCode(dtype);
@@ -150,9 +161,9 @@ void RefKernels::lceDz(const DeviceBuffer &z, const DeviceBuffer &y, bool is64, 
 }
 
 Comparison RefKernels::compare(const DeviceBuffer &x, DType dtype, const DeviceBuffer &ref, int64_t n) {
-  DeviceBuffer acc(4 * sizeof(double));
+  DeviceBuffer acc(7 * sizeof(double));
   const auto &d = runtime::cudaDriver();
-  LCEJIT_CU(d.memsetD8Async(acc.ptr(), 0, 4 * sizeof(double), nullptr));
+  LCEJIT_CU(d.memsetD8Async(acc.ptr(), 0, 7 * sizeof(double), nullptr));
   CUdeviceptr px = x.ptr(), pr = ref.ptr(), pa = acc.ptr();
   int code = dtypeCode(dtype);
   long long nn = n;
@@ -164,6 +175,9 @@ Comparison RefKernels::compare(const DeviceBuffer &x, DType dtype, const DeviceB
   c.relError = h[1] > 0 ? std::sqrt(h[0] / h[1]) : std::sqrt(h[0]);
   c.floor = h[1] > 0 ? std::sqrt(h[2] / h[1]) : 0.0;
   c.nonFinite = static_cast<int64_t>(h[3]);
+  c.bf16Floor = h[1] > 0 ? std::sqrt(h[4] / h[1]) : 0.0;
+  c.maxAbsError = h[5];
+  c.maxAbsRef = h[6];
   return c;
 }
 

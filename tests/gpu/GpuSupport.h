@@ -46,6 +46,9 @@ struct Comparison {
   double floor = 0;     ///< ||round_to_dtype(ref) − ref|| / ||ref||: the rounding floor
   int64_t nonFinite = 0;
   double refNorm = 0;
+  double bf16Floor = 0;   ///< the floor of rounding ref to bf16 (whatever x's dtype)
+  double maxAbsError = 0; ///< max_i |x_i − ref_i| (finite elements)
+  double maxAbsRef = 0;   ///< max_i |ref_i|
 };
 
 /// The helper kernels of RefKernels.cuh, compiled once per process with NVRTC.
@@ -56,6 +59,9 @@ public:
   void fillRandom(const DeviceBuffer &out, DType dtype, int64_t n, uint64_t seed, double scale);
   void fillTargets(const DeviceBuffer &out, DType dtype, int64_t n, uint64_t seed, int64_t vocab,
                    int64_t ignoreIndex, int ignoreEvery, int64_t badRow = -1, int64_t badValue = 0);
+  /// Raises each row's target logit by about `boost` (h[i] += boost·w[y_i]/|w[y_i]|²).
+  void peakRows(const DeviceBuffer &h, const DeviceBuffer &w, DType dtype, const DeviceBuffer &y,
+                DType targetType, int64_t n, int64_t d, int64_t vocab, double boost);
   void toF64(const DeviceBuffer &in, DType dtype, const DeviceBuffer &out, int64_t n);
   /// layout 0: C = A·Bᵀ (A [M,K], B [N,K]); 1: C = A·B (B [K,N]); 2: C = Aᵀ·B (A [K,M]).
   void gemm(const DeviceBuffer &a, const DeviceBuffer &b, const DeviceBuffer &c, int64_t m,

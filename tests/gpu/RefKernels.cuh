@@ -225,10 +225,12 @@ extern "C" __global__ void lce_dz_f64(double *Z, const void *y, int is64, long l
 }
 
 /// Accumulates over i < n: out[0] += (x_i − ref_i)², out[1] += ref_i², out[2] +=
-/// (round_to(ref_i, dtype) − ref_i)², out[3] += !isfinite(x_i).
+/// (round_to(ref_i, dtype) − ref_i)², out[3] += !isfinite(x_i), out[4] += (bf16(ref_i) −
+/// ref_i)²; out[5] = max |x_i − ref_i|, out[6] = max |ref_i| (as the bits of non-negative
+/// doubles, which order like the values).
 extern "C" __global__ void compare_f64(const void *x, int dtype, const double *ref, long long n,
                                        double *out) {
-  double d2 = 0, r2 = 0, f2 = 0, bad = 0;
+  double d2 = 0, r2 = 0, f2 = 0, bad = 0, b2 = 0, emax = 0, rmax = 0;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x) {
     double v = load_as_f64(x, dtype, i), r = ref[i];
@@ -238,17 +240,68 @@ extern "C" __global__ void compare_f64(const void *x, int dtype, const double *r
     r2 += r * r;
     double q = round_to(r, dtype) - r;
     f2 += q * q;
+    double qb = round_to(r, 0) - r;
+    b2 += qb * qb;
+    emax = fmax(emax, fabs(v - r));
+    rmax = fmax(rmax, fabs(r));
   }
   for (int o = 16; o > 0; o /= 2) {
     d2 += __shfl_down_sync(0xffffffffu, d2, o);
     r2 += __shfl_down_sync(0xffffffffu, r2, o);
     f2 += __shfl_down_sync(0xffffffffu, f2, o);
     bad += __shfl_down_sync(0xffffffffu, bad, o);
+    b2 += __shfl_down_sync(0xffffffffu, b2, o);
+    emax = fmax(emax, __shfl_down_sync(0xffffffffu, emax, o));
+    rmax = fmax(rmax, __shfl_down_sync(0xffffffffu, rmax, o));
   }
   if ((threadIdx.x & 31) == 0) {
     atomicAdd(out + 0, d2);
     atomicAdd(out + 1, r2);
     atomicAdd(out + 2, f2);
     atomicAdd(out + 3, bad);
+    atomicAdd(out + 4, b2);
+    // NaN errors (unwritten poison) are counted in out[3]; keep the max finite.
+    if (emax == emax)
+      atomicMax((unsigned long long *)(out + 5), (unsigned long long)__double_as_longlong(emax));
+    atomicMax((unsigned long long *)(out + 6), (unsigned long long)__double_as_longlong(rmax));
   }
+}
+
+/// Peaked logits: for each row i, h[i] += boost * w[y_i] / |w[y_i]|² (rounded to dtype), so
+/// the target logit rises by about `boost` over the rest. One block of 256 per row; rows
+/// with a target outside [0, vocab) are left alone.
+extern "C" __global__ void __launch_bounds__(256) peak_rows(void *h, const void *w, int dtype,
+                                                           const void *y, int is64, long long n,
+                                                           long long d, long long vocab,
+                                                           double boost) {
+  __shared__ double part[256];
+  long long i = blockIdx.x;
+  if (i >= n)
+    return;
+  long long t = is64 ? ((const long long *)y)[i] : ((const int *)y)[i];
+  if (t < 0 || t >= vocab)
+    return;
+  double s = 0;
+  for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+    double v = load_as_f64(w, dtype, t * d + j);
+    s += v * v;
+  }
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = 128; o > 0; o /= 2) {
+    if ((int)threadIdx.x < o)
+      part[threadIdx.x] += part[threadIdx.x + o];
+    __syncthreads();
+  }
+  double a = part[0] > 0 ? boost / part[0] : 0.0;
+  for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+    float v = float(load_as_f64(h, dtype, i * d + j) + a * load_as_f64(w, dtype, t * d + j));
+    if (dtype == 0)
+      ((u16 *)h)[i * d + j] = f32_to_bf16_rn(v);
+    else if (dtype == 1)
+      ((u16 *)h)[i * d + j] = f32_to_f16_rn(v);
+    else
+      ((float *)h)[i * d + j] = v;
+  }
+}
 }

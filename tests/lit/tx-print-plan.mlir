@@ -54,6 +54,11 @@
 // CHECK-NEXT: ]
 // CHECK: "kind": "gemm_reduce",
 // CHECK-NEXT: "name": "lce_fwd0"
+// The row loss lse − z_y reads the logsumexp pair: (m − z_y) + log1p(t) ([Note: lse
+// minus a logit] in Planner.cpp).
+// CHECK: "component": "max",
+// CHECK: "component": "rest_sum",
+// CHECK: "op": "log1p"
 // CHECK: "kind": "row",
 // CHECK-NEXT: "name": "lce_row1"
 // CHECK: "format": "bf16",

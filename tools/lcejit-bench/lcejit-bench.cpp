@@ -1,6 +1,12 @@
 //===- lcejit-bench.cpp - The op against three cuBLAS GEMMs, same process ---===//
 //
 //   lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]
+//                [--case A,B,C,Q,S,L | all] [--precision fast|exact] [--budget-mb M]
+//                [--json FILE]
+//
+// Cases (issue 5): A N=8192 D=4096 V=128256; B N=8192 D=2304 V=256000 softcap 30;
+// C N=32768 D=4096 V=128256; Q N=4096 D=4096 V=128256; S N=2048 D=4096 V=128256;
+// L N=65536 D=4096 V=128256. Without --case, one case from --tokens/--hidden/--vocab.
 //
 // Times forward+backward of lcejit::LinearCrossEntropy (bf16 inputs, f32 dW) and the
 // three bf16 cuBLAS GEMMs of the same shapes (Z = H·Wᵀ, dH = dZ·W, dW = dZᵀ·H, bf16 in
@@ -20,6 +26,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -56,11 +64,38 @@ struct Args {
   int64_t n = 8192, d = 4096, v = 128256;
   std::optional<double> softcap;
   int iters = 10;
+  std::vector<std::string> cases; ///< named cases; empty: the one given by the sizes
+  Precision precision = Precision::Fast;
+  int64_t budgetMb = 0; ///< 0: the op's default
+  std::string json;     ///< write the results as JSON here
+};
+
+struct CaseShape {
+  std::string name;
+  int64_t n, d, v;
+  std::optional<double> softcap;
+};
+
+const CaseShape kCases[] = {
+    {"A", 8192, 4096, 128256, {}},  {"B", 8192, 2304, 256000, 30.0},
+    {"C", 32768, 4096, 128256, {}}, {"Q", 4096, 4096, 128256, {}},
+    {"S", 2048, 4096, 128256, {}},  {"L", 65536, 4096, 128256, {}},
+};
+
+struct Result {
+  std::string name;
+  int64_t n, d, v;
+  std::optional<double> softcap;
+  double opMs = 0, blasMs = 0;
+  int64_t workspace = 0;
+  std::string schedule;
 };
 
 [[noreturn]] void usage(const std::string &msg) {
   std::cerr << "lcejit-bench: " << msg
-            << "\nusage: lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]\n";
+            << "\nusage: lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]\n"
+               "                    [--case A,B,C,Q,S,L|all] [--precision fast|exact] [--budget-mb M]\n"
+               "                    [--json FILE]\n";
   std::exit(2);
 }
 
@@ -77,13 +112,37 @@ Args parse(int argc, char **argv) {
       else if (f == "--vocab") a.v = std::stoll(v);
       else if (f == "--softcap") a.softcap = std::stod(v);
       else if (f == "--iters") a.iters = std::stoi(v);
-      else usage("unknown option " + f);
+      else if (f == "--budget-mb") a.budgetMb = std::stoll(v);
+      else if (f == "--json") a.json = v;
+      else if (f == "--precision") {
+        if (v == "fast") a.precision = Precision::Fast;
+        else if (v == "exact") a.precision = Precision::Exact;
+        else usage("--precision must be fast or exact, got '" + v + "'");
+      } else if (f == "--case") {
+        std::string rest = v;
+        if (rest == "all")
+          rest = "A,B,C,Q,S,L";
+        size_t pos = 0;
+        while (pos <= rest.size()) {
+          size_t comma = rest.find(',', pos);
+          std::string c = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+          bool known = false;
+          for (const CaseShape &k : kCases)
+            known |= k.name == c;
+          if (!known)
+            usage("--case: unknown case '" + c + "' (A, B, C, Q, S, L or all)");
+          a.cases.push_back(c);
+          if (comma == std::string::npos)
+            break;
+          pos = comma + 1;
+        }
+      } else usage("unknown option " + f);
     } catch (const std::logic_error &) {
       usage(f + ": bad value '" + v + "'");
     }
   }
-  if (a.n <= 0 || a.d <= 0 || a.v <= 0 || a.iters <= 0)
-    usage("sizes and --iters must be positive");
+  if (a.n <= 0 || a.d <= 0 || a.v <= 0 || a.iters <= 0 || a.budgetMb < 0)
+    usage("sizes and --iters must be positive, --budget-mb >= 0");
   return a;
 }
 
@@ -178,80 +237,129 @@ template <typename F> double medianMs(int iters, CUstream s, F f) {
 
 } // namespace
 
+Result runCase(const Args &a, const CaseShape &cs, const runtime::Module &fill, Cublas *blas) {
+  const auto &d = runtime::cudaDriver();
+  auto fillBf16 = [&](const Mem &m, long long n, unsigned long long seed, float scale) {
+    CUdeviceptr p = m.p;
+    void *args[] = {&p, &n, &seed, &scale};
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = 4096;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 256;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cu(d.launchKernelEx(&cfg, fill.function("fill_bf16"), args, nullptr), "fill");
+  };
+  const long long N = cs.n, D = cs.d, V = cs.v;
+  Result r;
+  r.name = cs.name;
+  r.n = N;
+  r.d = D;
+  r.v = V;
+  r.softcap = cs.softcap;
+  Mem h(size_t(N * D) * 2), w(size_t(V * D) * 2), y(size_t(N) * 8), dh(size_t(N * D) * 2),
+      dw(size_t(V * D) * 4), loss(256);
+  float scale = 2.0f / std::pow(float(D), 0.25f);
+  fillBf16(h, N * D, 1, scale);
+  fillBf16(w, V * D, 2, scale);
+  {
+    CUdeviceptr p = y.p;
+    long long n = N, vocab = V;
+    void *args[] = {&p, &n, &vocab};
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = 1024;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 256;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cu(d.launchKernelEx(&cfg, fill.function("fill_targets"), args, nullptr), "fill");
+  }
+  cu(d.ctxSynchronize(), "sync");
+
+  LinearCrossEntropyOptions o;
+  o.hidden = D;
+  o.vocab = V;
+  o.dtype = DType::BF16;
+  o.softcap = cs.softcap;
+  o.precision = a.precision;
+  o.workspaceBudgetBytes = a.budgetMb << 20;
+  LinearCrossEntropy op(o);
+  r.workspace = op.workspaceBytes(N);
+  r.schedule = op.scheduleSummary(N);
+  CUstream s = nullptr;
+  r.opMs = medianMs(a.iters, s, [&] {
+    op.enqueue({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
+               {y.data(), DType::I64, {N}, {}}, {loss.data(), DType::F32, {}, {}},
+               {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), DType::F32, {V, D}, {}}, s);
+  });
+  op.checkDeviceErrors();
+  if (blas) {
+    Mem z(size_t(N * V) * 2), dwb(size_t(V * D) * 2);
+    fillBf16(z, N * V, 3, 1e-3f);
+    r.blasMs = medianMs(a.iters, s, [&] {
+      blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
+      blas->gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
+      blas->gemm(true, false, int(V), int(D), int(N), z.data(), int(V), h.data(), int(D), dwb.data());
+    });
+  }
+  return r;
+}
+
 int main(int argc, char **argv) {
   Args a = parse(argc, argv);
   try {
     runtime::ensureContext();
-    const auto &d = runtime::cudaDriver();
     runtime::DeviceInfo info = runtime::currentDeviceInfo();
     runtime::NvrtcRequest req;
     req.source = kFillSource;
     req.arch = runtime::targetFor(info).archName();
     req.label = "bench-fill";
     runtime::Module fill(runtime::compileCuda(req).cubin);
-    auto fillBf16 = [&](const Mem &m, long long n, unsigned long long seed, float scale) {
-      CUdeviceptr p = m.p;
-      void *args[] = {&p, &n, &seed, &scale};
-      CUlaunchConfig cfg{};
-      cfg.gridDimX = 4096;
-      cfg.gridDimY = cfg.gridDimZ = 1;
-      cfg.blockDimX = 256;
-      cfg.blockDimY = cfg.blockDimZ = 1;
-      cu(d.launchKernelEx(&cfg, fill.function("fill_bf16"), args, nullptr), "fill");
-    };
-    const long long N = a.n, D = a.d, V = a.v;
-    Mem h(size_t(N * D) * 2), w(size_t(V * D) * 2), y(size_t(N) * 8), dh(size_t(N * D) * 2),
-        dw(size_t(V * D) * 4), loss(256), z(size_t(N * V) * 2), dwb(size_t(V * D) * 2);
-    float scale = 2.0f / std::pow(float(D), 0.25f);
-    fillBf16(h, N * D, 1, scale);
-    fillBf16(w, V * D, 2, scale);
-    fillBf16(z, N * V, 3, 1e-3f);
-    {
-      CUdeviceptr p = y.p;
-      long long n = N, vocab = V;
-      void *args[] = {&p, &n, &vocab};
-      CUlaunchConfig cfg{};
-      cfg.gridDimX = 1024;
-      cfg.gridDimY = cfg.gridDimZ = 1;
-      cfg.blockDimX = 256;
-      cfg.blockDimY = cfg.blockDimZ = 1;
-      cu(d.launchKernelEx(&cfg, fill.function("fill_targets"), args, nullptr), "fill");
-    }
-    cu(d.ctxSynchronize(), "sync");
-
-    LinearCrossEntropyOptions o;
-    o.hidden = a.d;
-    o.vocab = a.v;
-    o.dtype = DType::BF16;
-    o.softcap = a.softcap;
-    LinearCrossEntropy op(o);
-    CUstream s = nullptr;
-    double opMs = medianMs(a.iters, s, [&] {
-      op.enqueue({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
-                 {y.data(), DType::I64, {N}, {}}, {loss.data(), DType::F32, {}, {}},
-                 {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), DType::F32, {V, D}, {}}, s);
-    });
-    op.checkDeviceErrors();
-    double flops = 6.0 * double(N) * double(D) * double(V);
-    fmt::print("device: {} (sm_{}, {} SMs)\n", info.name, info.smVersion(), info.numSMs);
-    fmt::print("shape: N={} D={} V={}{}\n", N, D, V,
-               a.softcap ? fmt::format(" softcap={}", *a.softcap) : std::string());
-    fmt::print("lcejit forward+backward: {:.3f} ms ({:.0f} TFLOP/s of 6·N·D·V)\n", opMs,
-               flops / (opMs * 1e-3) / 1e12);
     Cublas blas;
     std::string why;
-    if (!blas.load(&why)) {
-      fmt::print("cuBLAS: not measured ({})\n", why);
-      return 0;
+    bool haveBlas = blas.load(&why);
+    std::vector<CaseShape> shapes;
+    for (const std::string &c : a.cases)
+      for (const CaseShape &k : kCases)
+        if (k.name == c)
+          shapes.push_back(k);
+    if (shapes.empty())
+      shapes.push_back(CaseShape{"custom", a.n, a.d, a.v, a.softcap});
+    fmt::print("device: {} (sm_{}, {} SMs); precision {}; budget {}; cuBLAS {}\n", info.name,
+               info.smVersion(), info.numSMs, a.precision == Precision::Exact ? "exact" : "fast",
+               a.budgetMb ? fmt::format("{} MiB", a.budgetMb) : std::string("default"),
+               haveBlas ? blas.where : "not measured: " + why);
+    std::vector<Result> results;
+    for (const CaseShape &cs : shapes) {
+      Result r = runCase(a, cs, fill, haveBlas ? &blas : nullptr);
+      fmt::print("{}: {}\n", r.name, r.schedule);
+      std::fflush(stdout);
+      results.push_back(r);
     }
-    double blasMs = medianMs(a.iters, s, [&] {
-      blas.gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
-      blas.gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
-      blas.gemm(true, false, int(V), int(D), int(N), z.data(), int(V), h.data(), int(D), dwb.data());
-    });
-    fmt::print("cuBLAS 3 bf16 GEMMs ({}): {:.3f} ms ({:.0f} TFLOP/s)\n", blas.where, blasMs,
-               flops / (blasMs * 1e-3) / 1e12);
-    fmt::print("ratio lcejit / cuBLAS = {:.2f}\n", opMs / blasMs);
+    fmt::print("\n| case | N | D | V | softcap | lcejit ms | TFLOP/s | cuBLAS ms | TFLOP/s | ratio | "
+               "workspace MiB |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::string json = "[";
+    for (const Result &r : results) {
+      double flops = 6.0 * double(r.n) * double(r.d) * double(r.v);
+      double ratio = r.blasMs > 0 ? r.opMs / r.blasMs : 0.0;
+      fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {:.0f} | {:.1f} | {:.0f} | {:.2f} | {:.0f} |\n",
+                 r.name, r.n, r.d, r.v, r.softcap ? fmt::format("{}", *r.softcap) : "-", r.opMs,
+                 flops / (r.opMs * 1e-3) / 1e12, r.blasMs,
+                 r.blasMs > 0 ? flops / (r.blasMs * 1e-3) / 1e12 : 0.0, ratio,
+                 double(r.workspace) / (1 << 20));
+      json += fmt::format("{}{{\"case\": \"{}\", \"n\": {}, \"d\": {}, \"v\": {}, \"softcap\": {}, "
+                          "\"lcejit_ms\": {:.4f}, \"cublas_ms\": {:.4f}, \"ratio\": {:.4f}, "
+                          "\"workspace_bytes\": {}, \"schedule\": \"{}\"}}",
+                          json.size() > 1 ? ", " : "", r.name, r.n, r.d, r.v,
+                          r.softcap ? fmt::format("{}", *r.softcap) : "null", r.opMs, r.blasMs,
+                          ratio, r.workspace, r.schedule);
+    }
+    json += "]\n";
+    if (!a.json.empty()) {
+      FILE *f = std::fopen(a.json.c_str(), "w");
+      if (!f)
+        throw Error(ErrorKind::InvalidArgument, "--json: cannot write " + a.json);
+      std::fputs(json.c_str(), f);
+      std::fclose(f);
+    }
     return 0;
   } catch (const Error &e) {
     std::cerr << e.what() << "\n";

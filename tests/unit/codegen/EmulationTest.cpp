@@ -12,6 +12,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "HostEmulation.h"
+#include "compiler/frontend/LceGraph.h"
+#include "compiler/pipeline/Pipeline.h"
+#include "compiler/plan/Planner.h"
+#include "compiler/plan/SchedulePolicy.h"
 #include "TestPrograms.h"
 
 #include <cuda_bf16.h>
@@ -381,5 +385,68 @@ TEST(Emulation, DeviceCheckAndEmptyBatch) {
     EXPECT_EQ(r.errorWord(p)[0], 0);
     std::vector<double> zeros(static_cast<size_t>(o.v * o.d), 0.0);
     expectClose("grad_weight", o.dwType, r.dw.p, zeros);
+  }
+}
+
+/// A Program the planner produced (not a hand-built one) from the LCE graph, in the
+/// default fast precision (dZ one bf16 operand) and in exact mode, with a run schedule
+/// that cuts the rows into blocks (dW accumulated over them) and the vocabulary into
+/// chunks: the generated CUDA, run under the host emulation, against fp64.
+TEST(Emulation, PlannedProgramRowBlocksAndChunks) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  for (bool exact : {false, true}) {
+    LceOptions o = smallLce();
+    o.dwType = DType::F32; // row blocks accumulate dW in f32
+    o.dhType = DType::BF16;
+    fe::LceSpec spec;
+    spec.hidden = o.d;
+    spec.vocab = o.v;
+    spec.dtype = DType::BF16;
+    spec.ignoreIndex = -100;
+    auto fg = pipeline::compileGraph(*fe::buildLceGraph(spec));
+    plan::PlanOptions po;
+    po.name = exact ? "planned_exact" : "planned_fast";
+    po.tokens = 100;
+    po.exactGradients = exact;
+    po.outputTypes = {DType::F32, o.dhType, o.dwType};
+    Program p = fg->plan(po);
+    ASSERT_GE(p.schedule.firstBlockedStep, 0) << "the LCE Program's rows are blockable";
+    // Blocks of 32 rows and chunks of at most 128 columns.
+    p.schedule.minBlockRows = 32;
+    p.schedule.rowAlign = 32;
+    p.schedule.goodChunkCols = 128;
+    const int64_t n = 77;
+    p.schedule.budgetBytes = plan::workspaceBytesFor(p, n, 32, 128);
+    plan::RunSchedule s = p.runSchedule(n);
+    ASSERT_GT(s.rowBlocks, 1) << s.why;
+    ASSERT_GT(s.chunks, 1) << s.why;
+    HostModule module(p);
+    SCOPED_TRACE(fmt::format("{}: {}", po.name, s.why));
+    LceRun r(p, o, n);
+    r.run(module);
+    Reference ref = reference(o, n, r.h, r.w, r.y);
+    EXPECT_NEAR(r.loss.as<float>()[0], ref.loss, 1e-5 * std::max(1.0, std::fabs(ref.loss)));
+    EXPECT_EQ(r.errorWord(p)[0], 0);
+    if (exact) {
+      expectClose("grad_hidden", o.dhType, r.dh.p, ref.dh);
+      expectClose("grad_weight", o.dwType, r.dw.p, ref.dw);
+    } else {
+      // A bf16 dZ: every element within 2^-8 of the largest (about one bf16 ulp of it;
+      // small elements carry the rounding of the large dZ entries they sum).
+      auto check = [&](const char *what, DType t, const void *got,
+                       const std::vector<double> &want) {
+        double maxRef = 0, maxErr = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          maxRef = std::max(maxRef, std::fabs(want[i]));
+          maxErr = std::max(maxErr, std::fabs(loadAs(t, got, i) - want[i]));
+        }
+        std::cout << fmt::format("    {:<12} max |ref| {:.3e}, max |error| {:.3e}\n", what,
+                                 maxRef, maxErr);
+        EXPECT_LE(maxErr, 0x1p-8 * maxRef) << what;
+        EXPECT_GT(maxErr, 0.0) << what << ": a bf16 dZ must round something";
+      };
+      check("grad_hidden", o.dhType, r.dh.p, ref.dh);
+      check("grad_weight", o.dwType, r.dw.p, ref.dw);
+    }
   }
 }
