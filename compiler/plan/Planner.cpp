@@ -720,12 +720,18 @@ private:
   }
 
   TileConfig tcTile() const {
+    if (opt_.tensorCoreTile)
+      return *opt_.tensorCoreTile;
     if (bucket_ <= 1024)
       return TileConfig{64, 128, 32, 1, 4, 3};
     return TileConfig{128, 128, 32, 2, 4, 3};
   }
   static TileConfig simtTile() { return TileConfig{64, 64, 16, 2, 4, 2}; }
-  static TileConfig tcLargeTile() { return TileConfig{128, 128, 32, 2, 4, 3}; }
+  TileConfig tcLargeTile() const {
+    if (opt_.tensorCoreTile)
+      return *opt_.tensorCoreTile;
+    return TileConfig{128, 128, 32, 2, 4, 3};
+  }
 
   bool buildGemmReduce(tx::GemmReduceOp op) {
     GemmReduceKernel k;
@@ -916,6 +922,11 @@ private:
     addWorkspace("error_word", 0, 16, BufferInit::Zero);
     prog_.decisions.push_back(fmt::format("bucket: N in [{}, {}] (powers of four from 256)",
                                           bucketLow_, bucket_));
+    if (const auto &t = opt_.tensorCoreTile)
+      prog_.decisions.push_back(fmt::format(
+          "tensor-core tile {}x{}x{} ({}x{} warps, {} stages) given by the caller "
+          "(LCEJIT_GEMM_TILE), not chosen",
+          t->bm, t->bn, t->bk, t->warpsM, t->warpsN, t->stages));
     Block &body = func_.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     if (!decideSplits(body))

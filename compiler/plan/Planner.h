@@ -39,8 +39,10 @@ struct PlanOptions {
   /// bf16 GEMMs: false (fast) stores dZ as one bf16 operand, rounded once from f32;
   /// true (exact) splits it into bf16 hi + lo (each backward GEMM runs twice).
   bool exactGradients = false;
-  /// > 0: a fixed chunk width instead of the budget's (tests, `lcejit-dump --chunk-cols`).
+  /// > 0: a fixed chunk width instead of the budget's (tests).
   int64_t fixedChunkCols = 0;
+  /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).
+  std::optional<TileConfig> tensorCoreTile;
   /// Element type each function result is written as; empty = the result's own type
   /// (a float result that is a tx.cast of a gradient keeps the cast's type).
   std::vector<std::optional<DType>> outputTypes;

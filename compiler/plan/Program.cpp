@@ -412,9 +412,10 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
 static int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static int64_t tileElems(int64_t x, int64_t bk) {
-  // Either layout of an x-by-bk tile with 8 elements of padding per row (16 bytes for
-  // 2-byte types): [x][bk + 8] (K contiguous) or [bk][x + 8] (MN contiguous).
-  return std::max(x * (bk + 8), bk * (x + 8));
+  // An x-by-bk operand tile, unpadded in either layout: [x][bk] (K contiguous) or [bk][x]
+  // (MN contiguous); lcejit_gemm.cuh swizzles 16-byte chunks within rows instead of
+  // padding them ([Note: swizzle]).
+  return x * bk;
 }
 
 int32_t gemmSharedBytes(const TileConfig &t, int64_t aBytes, int64_t bBytes, int32_t numA) {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,7 @@ constexpr std::string_view kAssertNoCompile = "LCEJIT_ASSERT_NO_COMPILE";
 constexpr std::string_view kLog = "LCEJIT_LOG";
 constexpr std::string_view kCudaInclude = "LCEJIT_CUDA_INCLUDE";
 constexpr std::string_view kWorkspaceMB = "LCEJIT_WORKSPACE_MB";
+constexpr std::string_view kGemmTile = "LCEJIT_GEMM_TILE";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -48,6 +50,7 @@ struct Values {
   std::array<bool, kNumLogTopics> log{};
   std::vector<std::string> cudaIncludeDirs;
   std::optional<int64_t> workspaceMB;
+  std::optional<std::array<int32_t, 6>> gemmTile;
 };
 
 /// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
@@ -125,6 +128,27 @@ std::array<bool, K> parseNameList(std::string_view name, const std::optional<std
   return on;
 }
 
+/// "BMxBNxBK:WMxWN:S": six positive integers (sizes up to 1024).
+std::optional<std::array<int32_t, 6>> parseTile(std::string_view name,
+                                                const std::optional<std::string> &value) {
+  if (!value)
+    return std::nullopt;
+  std::array<int32_t, 6> t{};
+  std::string v(trim(*value));
+  int used = 0;
+  int n = std::sscanf(v.c_str(), "%dx%dx%d:%dx%d:%d%n", &t[0], &t[1], &t[2], &t[3], &t[4],
+                      &t[5], &used);
+  bool ok = n == 6 && used == static_cast<int>(v.size());
+  for (int32_t x : t)
+    ok = ok && x > 0 && x <= 1024;
+  if (!ok)
+    LCEJIT_THROW(InvalidArgument,
+                 "environment variable {}='{}' is not a tile BMxBNxBK:WMxWN:STAGES of positive "
+                 "integers (e.g. 128x256x32:2x4:3)",
+                 name, *value);
+  return t;
+}
+
 std::optional<int64_t> parsePositiveInt(std::string_view name,
                                         const std::optional<std::string> &value) {
   if (!value)
@@ -162,6 +186,7 @@ std::unique_ptr<Values> readAll() {
   v->cudaIncludeDirs =
       split(readEnv(kCudaInclude).value_or(LCEJIT_DEFAULT_CUDA_INCLUDE), ':');
   v->workspaceMB = parsePositiveInt(kWorkspaceMB, readEnv(kWorkspaceMB));
+  v->gemmTile = parseTile(kGemmTile, readEnv(kGemmTile));
   return v;
 }
 
@@ -203,8 +228,10 @@ const std::vector<KnobInfo> &allKnobs() {
        "compile: one line per NVRTC compile on stderr (label, key, bucket, time, why)."},
       {kCudaInclude, "path list (colon-separated)", LCEJIT_DEFAULT_CUDA_INCLUDE,
        "Include directories for NVRTC (it has no built-in headers)."},
-      {kWorkspaceMB, "positive int (MiB)", "(planner's choice)",
-       "Workspace budget override for the planner."},
+      {kWorkspaceMB, "positive int (MiB)", "512",
+       "Workspace budget of ops whose options leave it 0."},
+      {kGemmTile, "BMxBNxBK:WMxWN:STAGES", "(planner's choice)",
+       "Tensor-core GEMM tile for every GEMM of a plan (tuning; part of the cache key)."},
   };
   return knobs;
 }
@@ -241,6 +268,7 @@ bool assertNoCompile() { return current().assertNoCompile; }
 bool logEnabled(LogTopic topic) { return current().log[static_cast<size_t>(topic)]; }
 const std::vector<std::string> &cudaIncludeDirs() { return current().cudaIncludeDirs; }
 std::optional<int64_t> workspaceMB() { return current().workspaceMB; }
+std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 
 void reloadForTesting() {
   std::lock_guard<std::mutex> lock(snapshotMutex());

@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -76,6 +77,10 @@ bool logEnabled(LogTopic topic);
 const std::vector<std::string> &cudaIncludeDirs();
 /// LCEJIT_WORKSPACE_MB: workspace budget override in MiB (a positive integer), if set.
 std::optional<int64_t> workspaceMB();
+/// LCEJIT_GEMM_TILE: a tensor-core GEMM tile for every GEMM of a plan, for tuning:
+/// "BMxBNxBK:WMxWN:STAGES" (e.g. "128x256x32:2x4:3") as {bm, bn, bk, warpsM, warpsN,
+/// stages}. Unset: the planner's choice.
+std::optional<std::array<int32_t, 6>> gemmTile();
 
 /// Makes the next accessor call read the environment again. For tests only.
 void reloadForTesting();

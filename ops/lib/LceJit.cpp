@@ -8,6 +8,7 @@
 #include "runtime/CudaDriver.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <filesystem>
@@ -71,6 +72,8 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.target = target;
   p.workspaceBudgetBytes = options_.workspaceBudgetBytes;
   p.exactGradients = options_.precision == Precision::Exact;
+  if (auto t = knobs::gemmTile())
+    p.tensorCoreTile = plan::TileConfig{(*t)[0], (*t)[1], (*t)[2], (*t)[3], (*t)[4], (*t)[5]};
   p.outputTypes = {DType::F32, options_.dtype, options_.gradWeightDType};
   plan::InputCheck check;
   check.input = 2; // y
@@ -83,10 +86,13 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
 
 std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
   const auto &o = options_;
-  return fmt::format("{}|D={}|V={}|{}/{}/{}|budget={}|{}|{}|bucket={}", fused_->fingerprint(),
+  std::string tile;
+  if (auto t = knobs::gemmTile())
+    tile = fmt::format("|tile={}", fmt::join(*t, ","));
+  return fmt::format("{}|D={}|V={}|{}/{}/{}|budget={}|{}|{}{}|bucket={}", fused_->fingerprint(),
                      o.hidden, o.vocab, dtypeName(o.dtype), dtypeName(o.targetDType),
                      dtypeName(o.gradWeightDType), o.workspaceBudgetBytes,
-                     o.precision == Precision::Exact ? "exact" : "fast", target.archName(),
+                     o.precision == Precision::Exact ? "exact" : "fast", target.archName(), tile,
                      plan::bucketOf(n));
 }
 

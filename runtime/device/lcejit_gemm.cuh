@@ -13,25 +13,51 @@
 //
 // [Note: shared memory layout] Dynamic shared memory holds STAGES stages, each
 //   [A tile] x NUM_A, then [B tile]
-// where an operand tile is stored as in global memory: K-major [BM][BK + 8],
-// MN-major [BK][BM + 8] (8 elements of padding per row). Every tile is given
-// the larger of the two sizes, and after the stages comes a scratch area of BM
-// * WARPS_N * 16 bytes: exactly plan::gemmSharedBytes() of
+// where an operand tile is stored as in global memory, unpadded: K-major
+// [BM][BK], MN-major [BK][BM] (for B: BN instead of BM), its 16-byte chunks
+// permuted within each row by the swizzle of [Note: swizzle]. Both layouts have
+// the same size, BM * BK (BN * BK) elements. After the stages comes a scratch
+// area of BM * WARPS_N * 16 bytes: in all exactly plan::gemmSharedBytes() of
 // compiler/plan/Program.cpp, which the executor launches with. Kernels check
 // %dynamic_smem_size against GemmConfig::SMEM_BYTES and trap if it is smaller.
 // After the mainloop all of it is free; the GemmReduce epilogue reuses it for
 // its cross-warp exchange.
 //
+// [Note: swizzle] A tile row of CHUNKS 16-byte chunks (CHUNKS = inner elements
+// * element bytes / 16) keeps its logical chunk c at physical chunk
+//   swizzle_chunk<CHUNKS>(r, c) = c ^ swizzle_key<CHUNKS>(r)    of the same row,
+//   key(r) = r & 7                                  CHUNKS a multiple of 8,
+//            (r / (8 / CHUNKS)) & (CHUNKS - 1)      CHUNKS in {1, 2, 4}.
+// Shared memory has 32 banks of 4 bytes; a 16-byte access covers the 4 banks of
+// "bank group" (address / 16) % 8, and a warp's 16-byte accesses are served 8
+// lanes at a time (8 lanes of a vector store; the 8 row addresses of one 8x8
+// matrix of ldmatrix), without conflicts iff those 8 hit distinct groups.
+//   - ldmatrix reads 8 consecutive rows r0 .. r0 + 7 (r0 % 8 == 0) at one
+//     logical chunk. CHUNKS >= 8: every row starts a 128-byte line and the 8
+//     keys r & 7 are distinct. CHUNKS < 8: P = 8 / CHUNKS rows share a line,
+//     row r in slot r % P, and the group is (r % P) * CHUNKS + (c ^ ((r / P) %
+//     CHUNKS)): distinct over the 8 rows. Both layouts are read this way (rows
+//     = m or n with k contiguous, or rows = k with .trans).
+//   - load_tile's 8 consecutive threads store 8 consecutive vectors in row-major
+//     order, starting at a multiple of 8: CHUNKS >= 8: 8 aligned chunks of one
+//     row, XORed with one key; CHUNKS < 8: P whole rows: distinct groups.
+//   - key(r) depends on r & 7 only, so the ldmatrix offsets of a lane are
+//     computed once per lane and shifted by multiples of 8 rows (GemmMainloop).
+// The vector (cp.async and zero-fill) and the element writes of load_tile and
+// the SIMT reads all go through swizzled_index(); the tensor-core reads through
+// the per-lane offsets of [Note: fragment addresses].
+//
 // [Note: tile loads] A tile is OUTER rows of INNER contiguous elements, element
 // (o, i) at global ptr[(o0 + o) * ld + i0 + i], valid when o0 + o < outer_limit
 // and i0 + i < inner_limit; everything else is zero-filled (both operands, so a
-// tail in k multiplies 0 by 0, never by stale shared memory). When the source
-// allows it (ld, inner_limit and the base pointer all multiples of 16 bytes) a
-// thread moves 16-byte vectors with cp.async (a vector is then either entirely
-// in bounds or entirely out, because every tile origin i0 is a multiple of 8
-// elements); otherwise it falls back to element loads and shared stores. Both
-// kinds of writes happen after the barrier that frees the stage and before the
-// barrier that publishes it, so they mix safely.
+// tail in k multiplies 0 by 0, never by stale shared memory). Thread t loads
+// chunk t % CHUNKS of rows t / CHUNKS + p * (THREADS / CHUNKS), p = 0, 1, ...
+// When the source allows it (ld, inner_limit and the base pointer all multiples
+// of 16 bytes) a thread moves 16-byte vectors with cp.async (a vector is then
+// either entirely in bounds or entirely out, because every tile origin i0 is a
+// multiple of 8 elements); otherwise it falls back to element loads and shared
+// stores. Both kinds of writes happen after the barrier that frees the stage
+// and before the barrier that publishes it, so they mix safely.
 //
 // [Note: pipeline] Multi-stage cp.async ring (STAGES >= 2). The prologue issues
 // tiles 0 .. STAGES-2, one commit group each (a group may be empty; committing
@@ -41,6 +67,26 @@
 // kt-1, whose stage is (kt + STAGES - 1) % STAGES), then issues tile kt +
 // STAGES - 1 into that stage, then computes tile kt. The loop ends with
 // wait_group 0 and a barrier, so shared memory is free when run() returns.
+//
+// [Note: fragment addresses] Tensor cores: per 16-wide k step, one ldmatrix
+// .x4 per 16x16 A fragment (mma row tile mt) and one per pair p of 8-column B
+// mma tiles (2p, 2p + 1), plus an .x2 for a last odd tile; .trans for MN-major
+// tiles. Matrix orders ([Note: ldmatrix] in lcejit_mma.cuh): A (m 0-7, k 0-7),
+// (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15) = a[0..3]; B (n 0-7, k
+// 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) = b[2p][0..1],
+// b[2p+1][0..1], so that every fragment is a run of consecutive registers.
+// The row a lane supplies, with r16 = lane & 15, hi = lane >> 4, r8x2 = (lane
+// & 7) + 8 hi, half = (lane >> 3) & 1 (org: the warp's first m or n):
+//   A K-major  (rows m):  row org + 16 mt + r16,   chunk 2 ks + hi
+//   A M-major  (rows k):  row 16 ks + r8x2,        chunk (org + 16 mt) / 8 + half
+//   B K-major  (rows n):  row org + 16 p + r8x2,   chunk 2 ks + half
+//   B N-major  (rows k):  row 16 ks + r16,         chunk (org + 16 p) / 8 + hi
+//   .x2 of tile nt (lanes 0-15): K-major row org + 8 nt + (lane & 7), chunk
+//   2 ks + half; N-major row 16 ks + r16, chunk (org + 8 nt) / 8.
+// The parts that vary in the mainloop (16 mt, 16 p, 8 nt, 16 ks rows) are
+// multiples of 8 rows, which leave the swizzle key unchanged: each lane
+// computes one byte offset per k step (K-major) or per mt / p (MN-major) once
+// and adds compile-time multiples of the row size.
 //
 // [Note: accumulator layout] Each thread holds acc[TR][TC]: rows row_of(i),
 // columns col_of(j) (local to the CTA tile), the full product of the two sets.
@@ -76,10 +122,41 @@ enum {
   MN_MAJOR = 1, ///< m (for A) or n (for B) contiguous
 };
 
-/// Padding, in elements, at the end of every shared-memory tile row.
-constexpr int SMEM_PAD = 8;
-
 __host__ __device__ constexpr int cmax(int a, int b) { return a > b ? a : b; }
+
+//===----------------------------------------------------------------------===//
+// The swizzle of shared-memory tiles. See [Note: swizzle].
+//===----------------------------------------------------------------------===//
+
+/// Row widths (in 16-byte chunks) the swizzle supports.
+__host__ __device__ constexpr bool swizzle_supports(int chunks) {
+  return chunks == 1 || chunks == 2 || chunks == 4 ||
+         (chunks > 0 && chunks % 8 == 0);
+}
+
+/// The XOR key of row `row` of a tile with CHUNKS chunks per row.
+template <int CHUNKS>
+__host__ __device__ constexpr int swizzle_key(int row) {
+  static_assert(swizzle_supports(CHUNKS),
+                "swizzled tile rows: 1, 2, 4 or a multiple of 8 chunks");
+  return CHUNKS >= 8 ? (row & 7) : (row / (8 / CHUNKS)) & (CHUNKS - 1);
+}
+
+/// Physical chunk of logical chunk `chunk` of row `row`.
+template <int CHUNKS>
+__host__ __device__ constexpr int swizzle_chunk(int row, int chunk) {
+  return chunk ^ swizzle_key<CHUNKS>(row);
+}
+
+/// Index (in elements) of element (o, i) of a swizzled tile of rows of INNER
+/// elements of BYTES bytes.
+template <int INNER, int BYTES>
+__host__ __device__ constexpr int swizzled_index(int o, int i) {
+  static_assert((INNER * BYTES) % 16 == 0, "tile rows are whole 16-byte chunks");
+  constexpr int VEC = 16 / BYTES;
+  constexpr int CHUNKS = INNER / VEC;
+  return o * INNER + swizzle_chunk<CHUNKS>(o, i / VEC) * VEC + i % VEC;
+}
 
 /// Everything static about one GEMM kernel. See the [Note]s above.
 template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_,
@@ -97,18 +174,16 @@ struct GemmConfig {
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N; ///< warp tile
   static constexpr bool TENSOR_CORES = MATH != MATH_SIMT_F32;
 
-  // Shared-memory tiles: OUTER rows of INNER contiguous elements, row stride
-  // LD.
+  // Shared-memory tiles: OUTER rows of INNER contiguous elements, unpadded and
+  // swizzled (CHUNKS 16-byte chunks per row).
   static constexpr int A_OUTER = MAJOR_A == K_MAJOR ? BM : BK;
   static constexpr int A_INNER = MAJOR_A == K_MAJOR ? BK : BM;
-  static constexpr int A_LD = A_INNER + SMEM_PAD;
+  static constexpr int A_CHUNKS = A_INNER * ElemA::BYTES / 16;
   static constexpr int B_OUTER = MAJOR_B == K_MAJOR ? BN : BK;
   static constexpr int B_INNER = MAJOR_B == K_MAJOR ? BK : BN;
-  static constexpr int B_LD = B_INNER + SMEM_PAD;
-  static constexpr int A_TILE_BYTES =
-      cmax(BM * (BK + SMEM_PAD), BK *(BM + SMEM_PAD)) * ElemA::BYTES;
-  static constexpr int B_TILE_BYTES =
-      cmax(BN * (BK + SMEM_PAD), BK *(BN + SMEM_PAD)) * ElemB::BYTES;
+  static constexpr int B_CHUNKS = B_INNER * ElemB::BYTES / 16;
+  static constexpr int A_TILE_BYTES = BM * BK * ElemA::BYTES;
+  static constexpr int B_TILE_BYTES = BN * BK * ElemB::BYTES;
   static constexpr int STAGE_BYTES = NUM_A * A_TILE_BYTES + B_TILE_BYTES;
   static constexpr int SCRATCH_BYTES = BM * WARPS_N * 16;
   /// == plan::gemmSharedBytes(tile, sizeof A, sizeof B, NUM_A).
@@ -120,11 +195,13 @@ struct GemmConfig {
                 "tile sizes: multiples of 8");
   static_assert(STAGES >= 2, "the pipeline needs at least 2 stages");
   static_assert(NUM_A == 1 || NUM_A == 2, "one A operand, or split hi + lo");
-  static_assert(A_TILE_BYTES % 16 == 0 && B_TILE_BYTES % 16 == 0,
-                "16-byte aligned tiles");
-  static_assert((A_LD * ElemA::BYTES) % 16 == 0 &&
-                    (B_LD * ElemB::BYTES) % 16 == 0,
-                "16-byte aligned tile rows (cp.async destinations)");
+  static_assert((A_INNER * ElemA::BYTES) % 16 == 0 &&
+                    (B_INNER * ElemB::BYTES) % 16 == 0,
+                "tile rows are whole 16-byte chunks (cp.async vectors)");
+  static_assert(swizzle_supports(A_CHUNKS) && swizzle_supports(B_CHUNKS),
+                "swizzled tile rows: 16, 32, 64 bytes or a multiple of 128");
+  static_assert(THREADS % A_CHUNKS == 0 && THREADS % B_CHUNKS == 0,
+                "load_tile: a tile row is at most one row of the CTA's threads");
   static_assert(
       !TENSOR_CORES || (WM % 16 == 0 && WN % 8 == 0 && BK % 16 == 0),
       "mma.sync m16n8k16: warp tile multiple of 16x8, BK multiple of 16");
@@ -138,15 +215,18 @@ struct GemmConfig {
 // cp.async
 //===----------------------------------------------------------------------===//
 
-/// Copies 16 bytes global -> shared asynchronously (L2 only, .cg).
-__device__ __forceinline__ void cp_async_16(void *smem_dst,
-                                            const void *gmem_src) {
+/// Copies 16 bytes global -> shared asynchronously (L2 only, .cg): the first
+/// `src_bytes` (0 or 16) from `gmem_src`, zeros for the rest (PTX src-size;
+/// nothing is read when it is 0). The zeros land with the copy, at
+/// cp.async.wait_group.
+__device__ __forceinline__ void cp_async_16(void *smem_dst, const void *gmem_src,
+                                            u32 src_bytes) {
 #ifdef LCEJIT_HOST_EMULATION
-  lcejit_emu::cp_async_16(smem_dst, gmem_src);
+  lcejit_emu::cp_async_16(smem_dst, gmem_src, src_bytes);
 #else
   const u32 dst = static_cast<u32>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
-               "l"(gmem_src)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(gmem_src), "r"(src_bytes)
                : "memory");
 #endif
 }
@@ -197,36 +277,52 @@ __device__ __forceinline__ TileSource make_tile_source(const void *ptr, i64 ld,
   return s;
 }
 
-/// Loads the OUTER x INNER tile at (o0, i0) of `src` into `dst` ([OUTER][INNER
-/// + PAD]), zero-filling everything out of bounds. All THREADS threads of the
-/// CTA call it.
+/// Loads the OUTER x INNER tile at (o0, i0) of `src` into `dst` (swizzled,
+/// [Note: swizzle]), zero-filling everything out of bounds. All THREADS
+/// threads of the CTA call it.
 template <class Elem, int OUTER, int INNER, int THREADS>
 __device__ __forceinline__ void
 load_tile(typename Elem::raw_t *dst, const TileSource &src, i64 o0, i64 i0) {
   typedef typename Elem::raw_t raw_t;
   constexpr int VEC = 16 / Elem::BYTES;
-  constexpr int LD = INNER + SMEM_PAD;
-  constexpr int VECS_PER_ROW = INNER / VEC;
-  constexpr int TOTAL = OUTER * VECS_PER_ROW;
-  constexpr int ITERS = (TOTAL + THREADS - 1) / THREADS;
+  constexpr int CHUNKS = INNER / VEC; // 16-byte vectors per row
   static_assert(INNER % VEC == 0, "tile rows are whole 16-byte vectors");
+  static_assert(THREADS % CHUNKS == 0, "a row is loaded in one pass");
+  constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
+  constexpr int PASSES = (OUTER + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int c = tid % CHUNKS;  // this thread's chunk in every row it loads
+  const int r0 = tid / CHUNKS; // and its first row; then every ROWS_PER_PASS
   const raw_t *g = static_cast<const raw_t *>(src.ptr);
+  const i64 gi = i0 + c * VEC;
+  // Pass p is in bounds in the outer dimension iff p * ROWS_PER_PASS <
+  // rows_left (clamped to int: at most OUTER matters).
+  const i64 rows_left_64 = src.outer_limit - (o0 + r0);
+  const int rows_left =
+      rows_left_64 < OUTER ? static_cast<int>(rows_left_64) : OUTER;
+  if (src.vec) {
+    const bool inner_ok = gi < src.inner_limit; // the whole vector, or none
+    const raw_t *q = g + (o0 + r0) * src.ld + gi;
+    const i64 step = static_cast<i64>(ROWS_PER_PASS) * src.ld;
 #pragma unroll
-  for (int it = 0; it < ITERS; ++it) {
-    const int v = it * THREADS + static_cast<int>(threadIdx.x);
-    if (TOTAL % THREADS != 0 && v >= TOTAL)
-      break;
-    const int o = v / VECS_PER_ROW;
-    const int i = (v % VECS_PER_ROW) * VEC;
-    const i64 go = o0 + o, gi = i0 + i;
-    raw_t *d = dst + o * LD + i;
-    if (src.vec) {
-      if (go < src.outer_limit && gi < src.inner_limit)
-        cp_async_16(d, g + go * src.ld + gi);
-      else
-        *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
-    } else {
-      const bool row_ok = go < src.outer_limit;
+    for (int p = 0; p < PASSES; ++p, q += step) {
+      const int o = r0 + p * ROWS_PER_PASS;
+      if (OUTER % ROWS_PER_PASS != 0 && o >= OUTER)
+        break;
+      const bool ok = inner_ok && p * ROWS_PER_PASS < rows_left;
+      // Out of bounds: src-size 0 (zero fill) from the operand's base.
+      cp_async_16(dst + swizzled_index<INNER, Elem::BYTES>(o, c * VEC),
+                  ok ? q : g, ok ? 16u : 0u);
+    }
+  } else {
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) {
+      const int o = r0 + p * ROWS_PER_PASS;
+      if (OUTER % ROWS_PER_PASS != 0 && o >= OUTER)
+        break;
+      const bool row_ok = p * ROWS_PER_PASS < rows_left;
+      const i64 go = o0 + o;
+      raw_t *d = dst + swizzled_index<INNER, Elem::BYTES>(o, c * VEC);
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         d[e] = (row_ok && gi + e < src.inner_limit) ? g[go * src.ld + gi + e]
@@ -250,11 +346,18 @@ template <class Cfg> struct GemmMainloop {
   static constexpr int WM = Cfg::WM, WN = Cfg::WN;
   static constexpr bool TC = Cfg::TENSOR_CORES;
   static constexpr int MT = WM / 16, NT = WN / 8; // mma tiles per warp (TC)
+  static constexpr int KS = BK / 16;              // k steps per stage (TC)
+  static constexpr int NP = NT / 2;         // B .x4 loads per k step (TC)
+  static constexpr bool NT_ODD = NT % 2 != 0; // plus one .x2
   static constexpr int SIMT_TM = WM / 8, SIMT_TN = WN / 4; // thread tile (SIMT)
   static constexpr int TR = TC ? 2 * MT : SIMT_TM;         // rows per thread
   static constexpr int TC_COLS = TC ? 2 * NT : SIMT_TN;    // columns per thread
   /// Lane masks that reach the other lanes holding the same rows.
   static constexpr int ROW_LANES = 4;
+  static constexpr int A_ROW_BYTES = Cfg::A_INNER * ElemA::BYTES;
+  static constexpr int B_ROW_BYTES = Cfg::B_INNER * ElemB::BYTES;
+  static constexpr bool A_TRANS = Cfg::MAJOR_A == MN_MAJOR;
+  static constexpr bool B_TRANS = Cfg::MAJOR_B == MN_MAJOR;
 
   float acc[TR][TC_COLS];
   int lane, warp_m, warp_n;
@@ -314,32 +417,97 @@ template <class Cfg> struct GemmMainloop {
           b_tile(smem, stage), b, k0, n0);
   }
 
-  /// acc += the k tile held in `stage`, tensor cores.
-  __device__ __forceinline__ void compute_stage_tc(unsigned char *smem,
-                                                   int stage) {
-    const RawB *sb = b_tile(smem, stage);
+  //===--------------------------------------------------------------------===//
+  // Tensor cores: ldmatrix + mma.sync. See [Note: fragment addresses].
+  //===--------------------------------------------------------------------===//
+
+  /// Byte offset, in a tile of CHUNKS-chunk rows, of logical chunk `chunk` of
+  /// row `row`.
+  template <int CHUNKS>
+  __device__ __forceinline__ static u32 chunk_offset(int row, int chunk) {
+    return static_cast<u32>((row * CHUNKS + swizzle_chunk<CHUNKS>(row, chunk)) *
+                            16);
+  }
+
+  /// This lane's ldmatrix row offsets (bytes within a tile). K-major: one per
+  /// k step (the block adds 16 rows each); MN-major: one per block (the k step
+  /// adds 16 rows each).
+  struct FragOffsets {
+    u32 a[cmax(A_TRANS ? MT : KS, 1)];
+    u32 b[cmax(B_TRANS ? NP : KS, 1)];
+    u32 b2; ///< MN-major B: the .x2 of a last odd mma tile
+  };
+
+  __device__ __forceinline__ FragOffsets frag_offsets() const {
+    FragOffsets f;
+    const int m_org = warp_m * WM, n_org = warp_n * WN;
+    // Lanes 8j .. 8j + 7 address matrix j ([Note: ldmatrix]); the two orders:
+    const int r16 = lane & 15, hi = lane >> 4;                 // j = 2 hi + (r16 >> 3)
+    const int r8x2 = (lane & 7) + 8 * hi, half = (lane >> 3) & 1; // j = 2 (r8x2 >> 3) + half
+    // A (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15).
+    if (!A_TRANS) {
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
+      for (int ks = 0; ks < KS; ++ks)
+        f.a[ks] = chunk_offset<Cfg::A_CHUNKS>(m_org + r16, 2 * ks + hi);
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        f.a[mt] =
+            chunk_offset<Cfg::A_CHUNKS>(r8x2, (m_org + 16 * mt) / 8 + half);
+    }
+    // B (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15), so
+    // that b[nt] is a register pair; the .x2 of a last odd tile uses the first
+    // two (lanes 0-15).
+    if (!B_TRANS) {
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks)
+        f.b[ks] = chunk_offset<Cfg::B_CHUNKS>(n_org + r8x2, 2 * ks + half);
+      f.b2 = 0;
+    } else {
+#pragma unroll
+      for (int p = 0; p < NP; ++p)
+        f.b[p] = chunk_offset<Cfg::B_CHUNKS>(r16, (n_org + 16 * p) / 8 + hi);
+      f.b2 = chunk_offset<Cfg::B_CHUNKS>(r16, (n_org + 8 * (NT - 1)) / 8);
+    }
+    return f;
+  }
+
+  /// acc += the k tile held in the stage at `stage` (its shared address).
+  __device__ __forceinline__ void compute_stage_tc(smem_addr_t stage,
+                                                   const FragOffsets &f) {
+    const smem_addr_t sb = stage + Cfg::NUM_A * Cfg::A_TILE_BYTES;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
       u32 bf[NT][2];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int n = warp_n * WN + nt * 8;
-        if (Cfg::MAJOR_B == K_MAJOR)
-          load_b_frag_kmajor(bf[nt], sb, Cfg::B_LD, n, kk, lane);
+      for (int p = 0; p < NP; ++p) {
+        u32 r[4];
+        if (!B_TRANS)
+          ldmatrix<4, false>(r, (sb + f.b[ks]) + p * 16 * B_ROW_BYTES);
         else
-          load_b_frag_nmajor(bf[nt], sb, Cfg::B_LD, n, kk, lane);
+          ldmatrix<4, true>(r, (sb + f.b[p]) + ks * 16 * B_ROW_BYTES);
+        bf[2 * p][0] = r[0];
+        bf[2 * p][1] = r[1];
+        bf[2 * p + 1][0] = r[2];
+        bf[2 * p + 1][1] = r[3];
+      }
+      if (NT_ODD) {
+        if (!B_TRANS)
+          ldmatrix<2, false>(bf[NT - 1],
+                             (sb + f.b[ks]) + (NT - 1) * 8 * B_ROW_BYTES);
+        else
+          ldmatrix<2, true>(bf[NT - 1], (sb + f.b2) + ks * 16 * B_ROW_BYTES);
       }
 #pragma unroll
       for (int x = 0; x < Cfg::NUM_A; ++x) {
-        const RawA *sa = a_tile(smem, stage, x);
+        const smem_addr_t sa = stage + x * Cfg::A_TILE_BYTES;
         u32 af[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          const int m = warp_m * WM + mt * 16;
-          if (Cfg::MAJOR_A == K_MAJOR)
-            load_a_frag_kmajor(af[mt], sa, Cfg::A_LD, m, kk, lane);
+          if (!A_TRANS)
+            ldmatrix<4, false>(af[mt], (sa + f.a[ks]) + mt * 16 * A_ROW_BYTES);
           else
-            load_a_frag_mmajor(af[mt], sa, Cfg::A_LD, m, kk, lane);
+            ldmatrix<4, true>(af[mt], (sa + f.a[mt]) + ks * 16 * A_ROW_BYTES);
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -353,6 +521,10 @@ template <class Cfg> struct GemmMainloop {
     }
   }
 
+  //===--------------------------------------------------------------------===//
+  // SIMT f32.
+  //===--------------------------------------------------------------------===//
+
   /// acc += the k tile held in `stage`, f32 FFMA.
   __device__ __forceinline__ void compute_stage_simt(unsigned char *smem,
                                                      int stage) {
@@ -363,8 +535,10 @@ template <class Cfg> struct GemmMainloop {
 #pragma unroll
       for (int j = 0; j < SIMT_TN; ++j) {
         const int n = col_of(j);
-        bv[j] = ElemB::to_f32(Cfg::MAJOR_B == K_MAJOR ? sb[n * Cfg::B_LD + kk]
-                                                      : sb[kk * Cfg::B_LD + n]);
+        bv[j] = ElemB::to_f32(
+            Cfg::MAJOR_B == K_MAJOR
+                ? sb[swizzled_index<Cfg::B_INNER, ElemB::BYTES>(n, kk)]
+                : sb[swizzled_index<Cfg::B_INNER, ElemB::BYTES>(kk, n)]);
       }
 #pragma unroll
       for (int x = 0; x < Cfg::NUM_A; ++x) {
@@ -373,9 +547,10 @@ template <class Cfg> struct GemmMainloop {
 #pragma unroll
         for (int i = 0; i < SIMT_TM; ++i) {
           const int m = row_of(i);
-          av[i] =
-              ElemA::to_f32(Cfg::MAJOR_A == K_MAJOR ? sa[m * Cfg::A_LD + kk]
-                                                    : sa[kk * Cfg::A_LD + m]);
+          av[i] = ElemA::to_f32(
+              Cfg::MAJOR_A == K_MAJOR
+                  ? sa[swizzled_index<Cfg::A_INNER, ElemA::BYTES>(m, kk)]
+                  : sa[swizzled_index<Cfg::A_INNER, ElemA::BYTES>(kk, m)]);
         }
 #pragma unroll
         for (int i = 0; i < SIMT_TM; ++i)
@@ -397,6 +572,10 @@ template <class Cfg> struct GemmMainloop {
 #pragma unroll
       for (int j = 0; j < TC_COLS; ++j)
         acc[i][j] = 0.f;
+    FragOffsets frag;
+    if constexpr (TC)
+      frag = frag_offsets();
+    const smem_addr_t smem_addr = to_smem_addr(smem);
     const i64 k_tiles = (K + BK - 1) / BK;
 #pragma unroll
     for (int s = 0; s < Cfg::STAGES - 1; ++s) {
@@ -404,18 +583,22 @@ template <class Cfg> struct GemmMainloop {
         load_stage(smem, s, a, b, m0, n0, static_cast<i64>(s) * BK);
       cp_async_commit();
     }
+    int read_stage = 0, write_stage = Cfg::STAGES - 1;
     for (i64 kt = 0; kt < k_tiles; ++kt) {
       cp_async_wait<Cfg::STAGES - 2>();
       __syncthreads();
       const i64 next = kt + Cfg::STAGES - 1;
       if (next < k_tiles)
-        load_stage(smem, static_cast<int>(next % Cfg::STAGES), a, b, m0, n0,
-                   next * BK);
+        load_stage(smem, write_stage, a, b, m0, n0, next * BK);
       cp_async_commit();
       if constexpr (TC)
-        compute_stage_tc(smem, static_cast<int>(kt % Cfg::STAGES));
+        compute_stage_tc(smem_addr + static_cast<u32>(read_stage) *
+                                         static_cast<u32>(Cfg::STAGE_BYTES),
+                         frag);
       else
-        compute_stage_simt(smem, static_cast<int>(kt % Cfg::STAGES));
+        compute_stage_simt(smem, read_stage);
+      read_stage = read_stage == Cfg::STAGES - 1 ? 0 : read_stage + 1;
+      write_stage = write_stage == Cfg::STAGES - 1 ? 0 : write_stage + 1;
     }
     cp_async_wait<0>();
     __syncthreads();

@@ -1,8 +1,8 @@
-//===- lcejit_mma.cuh - mma.sync m16n8k16 (bf16/f16 -> f32) and fragments
-//---===//
+//===- lcejit_mma.cuh - mma.sync m16n8k16 (bf16/f16 -> f32) and ldmatrix
+//----===//
 //
 // The warp-level tensor-core MMA of the portable GEMM path (sm_80 and later)
-// and the loaders that build its register fragments from shared-memory tiles.
+// and ldmatrix, which builds its register fragments from shared memory.
 //
 // [Note: m16n8k16 fragments] From the PTX ISA, "Matrix Fragments for
 // mma.m16n8k16 with floating point type" (.f16 / .bf16 multiplicands, .f32
@@ -24,16 +24,27 @@
 //     row(c_i) = g for i < 2, g + 8 otherwise;   col(c_i) = 2t + (i & 1)
 //
 // "Low to high": the element with the smaller index sits in bits [0, 16) of the
-// .b32 register, i.e. a little-endian 32-bit load of two consecutive 16-bit
-// elements gives the register directly; pack2() builds it from two separate
-// elements.
+// .b32 register.
 //
-// The loaders below read one 16x16 A fragment or one 16x8 B fragment (k range
-// [k0, k0 + 16)) from a shared-memory tile in either layout:
-//   K-major:  element (mn, k) at s[mn * ld + k]  -> 32-bit loads of k pairs
-//   MN-major: element (mn, k) at s[k * ld + mn]  -> two 16-bit loads per
-//   register
-// (ldmatrix[.trans] would be faster; the later fast path will switch to it.)
+// [Note: ldmatrix] From the PTX ISA, "ldmatrix": ldmatrix.sync.aligned.m8n8
+// .x1/.x2/.x4{.trans}.shared.b16 loads 1, 2 or 4 matrices of 8 x 8 16-bit
+// elements. Every row of matrix j is 16 contiguous, 16-byte aligned bytes whose
+// address is supplied by lane 8j + row (lanes 0-7 for .x1, 0-15 for .x2, all
+// 32 for .x4; the other lanes' addresses are ignored). Register j of every
+// lane receives a fragment of matrix j: lane l holds row l >> 2, columns
+// 2 (l % 4) and 2 (l % 4) + 1 (low half first). With .trans the matrix is read
+// column-major: the 8 addresses are its columns, so lane l receives elements
+// (2 (l % 4), l >> 2) and (2 (l % 4) + 1, l >> 2) of the rows as stored.
+//
+// Hence one .x4 loads a whole 16 x 16 A fragment, or the B fragments of two
+// adjacent 8-column mma tiles, from a tile in either layout (GemmMainloop in
+// lcejit_gemm.cuh gives each lane its row address):
+//   K-major tile (rows = m or n, k contiguous): no .trans; a stored row is a
+//     row of A (a 16-wide k range of it) or a column of B.
+//   MN-major tile (rows = k, m or n contiguous): .trans; a stored row is a
+//     column of A or a row of B.
+// GemmMainloop chooses the matrix order so that each fragment lands in
+// consecutive registers ([Note: fragment addresses] in lcejit_gemm.cuh).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -42,14 +53,60 @@
 
 namespace lcejit {
 
-/// A 32-bit fragment register holding `lo` in bits [0, 16) and `hi` in [16,
-/// 32).
-__device__ __forceinline__ u32 pack2(u16 lo, u16 hi) {
-  return (u32)lo | ((u32)hi << 16);
+/// A shared-memory address as ldmatrix takes it: the 32-bit shared-window
+/// address on the device, a pointer in host emulation. Offsets add to either.
+#ifdef LCEJIT_HOST_EMULATION
+typedef const unsigned char *smem_addr_t;
+#else
+typedef u32 smem_addr_t;
+#endif
+
+/// The smem_addr_t of a generic pointer into shared memory.
+__device__ __forceinline__ smem_addr_t to_smem_addr(const void *p) {
+#ifdef LCEJIT_HOST_EMULATION
+  return static_cast<const unsigned char *>(p);
+#else
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+#endif
 }
 
-__device__ __forceinline__ u32 lds_u32(const u16 *p) {
-  return *reinterpret_cast<const u32 *>(p);
+/// ldmatrix.sync.aligned.m8n8.x<NUM>{.trans}.shared.b16 (NUM in {1, 2, 4}):
+/// `row` is the row address this lane supplies ([Note: ldmatrix]), r[j] its
+/// fragment of matrix j. All 32 lanes of the warp must call it together.
+template <int NUM, bool TRANS>
+__device__ __forceinline__ void ldmatrix(u32 (&r)[NUM], smem_addr_t row) {
+  static_assert(NUM == 1 || NUM == 2 || NUM == 4, "ldmatrix .x1, .x2 or .x4");
+#ifdef LCEJIT_HOST_EMULATION
+  lcejit_emu::ldmatrix<NUM, TRANS>(r, row);
+#else
+  if constexpr (NUM == 4 && !TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(row));
+  else if constexpr (NUM == 4 && TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                 "{%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(row));
+  else if constexpr (NUM == 2 && !TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(row));
+  else if constexpr (NUM == 2 && TRANS)
+    asm volatile(
+        "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+        : "=r"(r[0]), "=r"(r[1])
+        : "r"(row));
+  else if constexpr (!TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+                 : "=r"(r[0])
+                 : "r"(row));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
+                 : "=r"(r[0])
+                 : "r"(row));
+#endif
 }
 
 /// D = A * B + D for one 16x8x16 tile, bf16 inputs, f32 accumulators (c0..c3
@@ -92,52 +149,6 @@ __device__ __forceinline__ void mma_16816(float &c0, float &c1, float &c2,
     mma_16816_bf16(c0, c1, c2, c3, a, b);
   else
     mma_16816_f16(c0, c1, c2, c3, a, b);
-}
-
-/// A fragment of rows [m0, m0 + 16), k [k0, k0 + 16) from a K-major tile.
-/// Needs ld and k0 even (32-bit aligned pairs).
-__device__ __forceinline__ void load_a_frag_kmajor(u32 (&a)[4], const u16 *s,
-                                                   int ld, int m0, int k0,
-                                                   int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  a[0] = lds_u32(s + (m0 + g) * ld + k0 + 2 * t);
-  a[1] = lds_u32(s + (m0 + g + 8) * ld + k0 + 2 * t);
-  a[2] = lds_u32(s + (m0 + g) * ld + k0 + 2 * t + 8);
-  a[3] = lds_u32(s + (m0 + g + 8) * ld + k0 + 2 * t + 8);
-}
-
-/// A fragment from an M-major tile (element (m, k) at s[k * ld + m]).
-__device__ __forceinline__ void load_a_frag_mmajor(u32 (&a)[4], const u16 *s,
-                                                   int ld, int m0, int k0,
-                                                   int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  const u16 *k_lo = s + (k0 + 2 * t) * ld;     // k = k0 + 2t
-  const u16 *k_hi = s + (k0 + 2 * t + 8) * ld; // k = k0 + 2t + 8
-  a[0] = pack2(k_lo[m0 + g], k_lo[ld + m0 + g]);
-  a[1] = pack2(k_lo[m0 + g + 8], k_lo[ld + m0 + g + 8]);
-  a[2] = pack2(k_hi[m0 + g], k_hi[ld + m0 + g]);
-  a[3] = pack2(k_hi[m0 + g + 8], k_hi[ld + m0 + g + 8]);
-}
-
-/// B fragment of columns [n0, n0 + 8), k [k0, k0 + 16) from a K-major tile
-/// (element (k, n) at s[n * ld + k]).
-__device__ __forceinline__ void load_b_frag_kmajor(u32 (&b)[2], const u16 *s,
-                                                   int ld, int n0, int k0,
-                                                   int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  b[0] = lds_u32(s + (n0 + g) * ld + k0 + 2 * t);
-  b[1] = lds_u32(s + (n0 + g) * ld + k0 + 2 * t + 8);
-}
-
-/// B fragment from an N-major tile (element (k, n) at s[k * ld + n]).
-__device__ __forceinline__ void load_b_frag_nmajor(u32 (&b)[2], const u16 *s,
-                                                   int ld, int n0, int k0,
-                                                   int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  const u16 *k_lo = s + (k0 + 2 * t) * ld;
-  const u16 *k_hi = s + (k0 + 2 * t + 8) * ld;
-  b[0] = pack2(k_lo[n0 + g], k_lo[ld + n0 + g]);
-  b[1] = pack2(k_hi[n0 + g], k_hi[ld + n0 + g]);
 }
 
 } // namespace lcejit

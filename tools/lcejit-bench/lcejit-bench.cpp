@@ -2,7 +2,13 @@
 //
 //   lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]
 //                [--case A,B,C,Q,S,L | all] [--precision fast|exact] [--budget-mb M]
-//                [--json FILE]
+//                [--json FILE] [--series]
+//
+// --series: the 20-N series of issue 5 (20 random N in [4096, 33768], seed 2026, D = 4096,
+// V = 128256): each N once through the op (synchronous, host-timed, compiles included)
+// and the three cuBLAS GEMMs; prints the totals and the NVRTC compiles. Run it twice
+// with the same LCEJIT_CACHE_DIR, first empty: the first run is the cold cache, the
+// second (a new process) the warm disk cache, which must compile nothing.
 //
 // Cases (issue 5): A N=8192 D=4096 V=128256; B N=8192 D=2304 V=256000 softcap 30;
 // C N=32768 D=4096 V=128256; Q N=4096 D=4096 V=128256; S N=2048 D=4096 V=128256;
@@ -26,6 +32,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <random>
+#include <tuple>
 #include <cstdio>
 #include <optional>
 #include <cmath>
@@ -68,6 +77,7 @@ struct Args {
   Precision precision = Precision::Fast;
   int64_t budgetMb = 0; ///< 0: the op's default
   std::string json;     ///< write the results as JSON here
+  bool series = false;
 };
 
 struct CaseShape {
@@ -95,7 +105,7 @@ struct Result {
   std::cerr << "lcejit-bench: " << msg
             << "\nusage: lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]\n"
                "                    [--case A,B,C,Q,S,L|all] [--precision fast|exact] [--budget-mb M]\n"
-               "                    [--json FILE]\n";
+               "                    [--json FILE] [--series]\n";
   std::exit(2);
 }
 
@@ -103,6 +113,10 @@ Args parse(int argc, char **argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string f = argv[i];
+    if (f == "--series") {
+      a.series = true;
+      continue;
+    }
     if (i + 1 >= argc)
       usage(f + " needs a value");
     std::string v = argv[++i];
@@ -303,6 +317,88 @@ Result runCase(const Args &a, const CaseShape &cs, const runtime::Module &fill, 
   return r;
 }
 
+/// The 20-N series: every N once (host-timed, synchronous), the op then cuBLAS.
+int runSeries(const Args &a, const runtime::Module &fill, Cublas *blas) {
+  const auto &d = runtime::cudaDriver();
+  std::mt19937_64 rng(2026);
+  std::uniform_int_distribution<int64_t> dist(4096, 33768);
+  std::vector<int64_t> ns;
+  for (int i = 0; i < 20; ++i)
+    ns.push_back(dist(rng));
+  const long long D = 4096, V = 128256, NMAX = *std::max_element(ns.begin(), ns.end());
+  Mem h(size_t(NMAX * D) * 2), w(size_t(V * D) * 2), y(size_t(NMAX) * 8),
+      dh(size_t(NMAX * D) * 2), dw(size_t(V * D) * 4), loss(256), z(size_t(NMAX * V) * 2),
+      dwb(size_t(V * D) * 2);
+  auto launchFill = [&](const char *fn, void **args, unsigned grid) {
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = grid;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 256;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cu(d.launchKernelEx(&cfg, fill.function(fn), args, nullptr), "fill");
+  };
+  float scale = 2.0f / std::pow(float(D), 0.25f);
+  for (auto [m, n, seed, sc] : {std::tuple{&h, NMAX * D, 1ull, scale},
+                                std::tuple{&w, V * D, 2ull, scale},
+                                std::tuple{&z, NMAX * V, 3ull, 1e-3f}}) {
+    CUdeviceptr p = m->p;
+    long long nn = n;
+    unsigned long long sd = seed;
+    float scl = sc;
+    void *args[] = {&p, &nn, &sd, &scl};
+    launchFill("fill_bf16", args, 4096);
+  }
+  {
+    CUdeviceptr p = y.p;
+    long long n = NMAX, vocab = V;
+    void *args[] = {&p, &n, &vocab};
+    launchFill("fill_targets", args, 1024);
+  }
+  cu(d.ctxSynchronize(), "sync");
+  LinearCrossEntropyOptions o;
+  o.hidden = D;
+  o.vocab = V;
+  o.dtype = DType::BF16;
+  o.precision = a.precision;
+  o.workspaceBudgetBytes = a.budgetMb << 20;
+  LinearCrossEntropy op(o);
+  const int64_t compiles0 = LinearCrossEntropy::compileCount();
+  double opTotal = 0, blasTotal = 0, firstMs = 0;
+  for (size_t i = 0; i < ns.size(); ++i) {
+    const long long N = ns[i];
+    auto t0 = std::chrono::steady_clock::now();
+    op.forwardBackward({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
+                       {y.data(), DType::I64, {N}, {}}, {dh.data(), DType::BF16, {N, D}, {}},
+                       {dw.data(), DType::F32, {V, D}, {}});
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i == 0)
+      firstMs = ms;
+    opTotal += ms;
+    if (blas) {
+      cu(d.ctxSynchronize(), "sync");
+      auto b0 = std::chrono::steady_clock::now();
+      blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
+      blas->gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
+      blas->gemm(true, false, int(V), int(D), int(N), z.data(), int(V), h.data(), int(D), dwb.data());
+      cu(d.ctxSynchronize(), "sync");
+      blasTotal += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
+    }
+  }
+  const int64_t compiles = LinearCrossEntropy::compileCount() - compiles0;
+  fmt::print("series: 20 N in [4096, 33768] (D=4096 V=128256): lcejit {:.1f} ms total (first call "
+             "{:.1f} ms), cuBLAS 3 GEMMs {:.1f} ms total, ratio {:.2f}; NVRTC compiles {}\n",
+             opTotal, firstMs, blasTotal, blasTotal > 0 ? opTotal / blasTotal : 0.0, compiles);
+  if (!a.json.empty()) {
+    FILE *f = std::fopen(a.json.c_str(), "w");
+    if (!f)
+      throw Error(ErrorKind::InvalidArgument, "--json: cannot write " + a.json);
+    std::fprintf(f, "{\"series_lcejit_ms\": %.3f, \"series_cublas_ms\": %.3f, \"compiles\": %lld, \"first_call_ms\": %.3f}\n",
+                 opTotal, blasTotal, static_cast<long long>(compiles), firstMs);
+    std::fclose(f);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   Args a = parse(argc, argv);
   try {
@@ -316,6 +412,8 @@ int main(int argc, char **argv) {
     Cublas blas;
     std::string why;
     bool haveBlas = blas.load(&why);
+    if (a.series)
+      return runSeries(a, fill, haveBlas ? &blas : nullptr);
     std::vector<CaseShape> shapes;
     for (const std::string &c : a.cases)
       for (const CaseShape &k : kCases)

@@ -197,9 +197,13 @@ void expectClose(const char *what, DType t, const void *got,
       maxRef, worst);
 }
 
-/// Inputs, outputs and workspace of one LCE run on the host.
+/// Inputs, outputs and workspace of one LCE run on the host. With
+/// `misalignBytes` > 0 the hidden and weight inputs start that many bytes past
+/// a 256-byte boundary (not 16-byte aligned: their tiles take the element path
+/// of the loader).
 struct LceRun {
-  LceRun(const Program &p, const LceOptions &o, int64_t n)
+  LceRun(const Program &p, const LceOptions &o, int64_t n,
+         size_t misalignBytes = 0)
       : n(n), hb(bytes(n * o.d, o.abType)), wb(bytes(o.v * o.d, o.abType)),
         yb(bytes(n, DType::I64)), loss(4), dh(bytes(n * o.d, o.dhType)),
         dw(bytes(o.v * o.d, o.dwType)),
@@ -208,10 +212,12 @@ struct LceRun {
     std::normal_distribution<double> normal;
     h.resize(static_cast<size_t>(n * o.d));
     w.resize(static_cast<size_t>(o.v * o.d));
+    void *hp = hb.as<char>() + misalignBytes;
+    void *wp = wb.as<char>() + misalignBytes;
     for (size_t i = 0; i < h.size(); ++i)
-      h[i] = storeAs(o.abType, hb.p, i, normal(rng));
+      h[i] = storeAs(o.abType, hp, i, normal(rng));
     for (size_t i = 0; i < w.size(); ++i)
-      w[i] = storeAs(o.abType, wb.p, i,
+      w[i] = storeAs(o.abType, wp, i,
                      normal(rng) * 2.0 / std::sqrt(double(o.d)));
     y.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i)
@@ -221,7 +227,8 @@ struct LceRun {
       y[1] = -100; // ignored row
     if (n >= 5)
       y[4] = o.v - 1; // last column: the tail tile of the vocabulary
-    buffers.inputs = {hb.ptr(), wb.ptr(), yb.ptr()};
+    buffers.inputs = {reinterpret_cast<CUdeviceptr>(hp),
+                      reinterpret_cast<CUdeviceptr>(wp), yb.ptr()};
     buffers.outputs = {loss.ptr(), dh.ptr(), dw.ptr()};
     buffers.workspace = ws.ptr();
     buffers.workspaceBytes = runtime::workspaceBytes(p, n);
@@ -250,16 +257,16 @@ struct Case {
   LceOptions options;
   std::vector<int64_t> ns;
   bool lateCopies = true;
+  size_t misalignBytes = 0; ///< see LceRun
 };
 
-void runCase(const Case &c) {
+void runCase(const Case &c, HostModule &module) {
   const LceOptions &o = c.options;
   Program p = lcejit::testing::makeLceProgram(o);
-  HostModule module(p);
   module.setLateAsyncCopies(c.lateCopies);
   for (int64_t n : c.ns) {
     SCOPED_TRACE(fmt::format("{} N = {}", c.name, n));
-    LceRun r(p, o, n);
+    LceRun r(p, o, n, c.misalignBytes);
     r.run(module);
     Reference ref = reference(o, n, r.h, r.w, r.y);
     std::cout << fmt::format("  [{} N={}] loss {:.9g} (reference {:.9g})\n",
@@ -280,6 +287,11 @@ void runCase(const Case &c) {
     expectClose("grad_hidden", o.dhType, r.dh.p, ref.dh);
     expectClose("grad_weight", o.dwType, r.dw.p, ref.dw);
   }
+}
+
+void runCase(const Case &c) {
+  HostModule module(lcejit::testing::makeLceProgram(c.options));
+  runCase(c, module);
 }
 
 /// Skips when the host toolchain the emulation needs is not where the build
@@ -450,3 +462,77 @@ TEST(Emulation, PlannedProgramRowBlocksAndChunks) {
     }
   }
 }
+//===----------------------------------------------------------------------===//
+// Every tile config of the mainloop (GemmMainloop in lcejit_gemm.cuh), in all
+// four GEMM kernels of an LCE, against fp64: tails in M, N and K everywhere,
+// and operands that take the element path of the tile loader (rows not a
+// multiple of 16 bytes; base pointers not 16-byte aligned).
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct TileCase {
+  std::string name;
+  TileConfig fwd, bwd;
+  bool simt = false; ///< f32 operands, SIMT math; else bf16 tensor cores
+};
+
+void PrintTo(const TileCase &c, std::ostream *os) { *os << c.name; }
+
+class EmulationTiles : public ::testing::TestWithParam<TileCase> {};
+
+TEST_P(EmulationTiles, MatchesReference) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  const TileCase &t = GetParam();
+  LceOptions o = smallLce();
+  o.name = "tiles";
+  o.fwdTile = t.fwd;
+  o.bwdTile = t.bwd;
+  o.v = 300;         // column tails for bn = 64, 96, 128 and 256
+  o.chunkCols = 128; // chunks 128, 128, 44 (44: dZ rows take the element path)
+  o.splits = 3;      // with bn = 256: two column tiles, one split left empty
+  // k tails: 72 = 2 * 32 + 8 = 64 + 8 (16-bit), 40 = 2 * 16 + 8 (f32).
+  int64_t alignedD = 72, unalignedD = 77;
+  size_t misalign = 2;
+  if (t.simt) {
+    o.abType = DType::F32;
+    o.fwdMath = MathMode::SimtF32;
+    o.bwdMath = MathMode::SimtF32;
+    o.dzFormat = DzFormat::F32;
+    o.dwType = DType::F32;
+    o.dhType = DType::F32;
+    alignedD = 40;
+    unalignedD = 37;
+    misalign = 4;
+  }
+  // Rows of H and W whose byte size is a multiple of 16: vector copies, except
+  // when their base pointers are misaligned.
+  o.d = alignedD;
+  {
+    HostModule module(lcejit::testing::makeLceProgram(o));
+    runCase(Case{t.name + " aligned", o, {37, 200}, true, 0}, module);
+    runCase(Case{t.name + " misaligned base", o, {200}, true, misalign},
+            module);
+  }
+  // d = 77 (37): rows of H and W are not whole 16-byte vectors: element loads
+  // of both operands in every GEMM; k tails and n tails (dlhs, drhs).
+  o.d = unalignedD;
+  runCase(Case{t.name + " unaligned rows", o, {130}, true, 0});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, EmulationTiles,
+    ::testing::Values(
+        TileCase{"tc128x128x32", {128, 128, 32, 2, 4, 3}, {128, 128, 32, 2, 4, 3}},
+        TileCase{"tc64x128x32", {64, 128, 32, 1, 4, 3}, {64, 128, 32, 1, 4, 3}},
+        TileCase{"tc128x128x64", {128, 128, 64, 2, 4, 3}, {128, 128, 64, 2, 4, 3}},
+        TileCase{"tc128x256x32", {128, 256, 32, 2, 4, 3}, {128, 256, 32, 2, 4, 3}},
+        TileCase{"tc256x128x32", {256, 128, 32, 4, 2, 3}, {256, 128, 32, 4, 2, 3}},
+        // Odd numbers of 8-column mma tiles per warp (ldmatrix .x2): 3 in the
+        // forward (K-major B), 1 in the backward (N-major B; M-major dZ^T rows
+        // of 4 chunks).
+        TileCase{"tc_odd_n_tiles", {64, 96, 32, 2, 4, 2}, {32, 64, 32, 1, 8, 2}},
+        TileCase{"simt64x64x16", {64, 64, 16, 2, 4, 2}, {64, 64, 16, 2, 4, 2}, true}),
+    [](const auto &info) { return info.param.name; });
+
+} // namespace

@@ -57,6 +57,7 @@ std::string trampolines(const plan::Program &program) {
         "extern \"C\" void emu_launch_{}(void **args, const long long "
         "*grid, int block, int smem)",
         k.name));
+    w.line("lcejit_emu::shared_base = lcejit::lcejit_dynamic_smem;");
     w.line("lcejit_emu::launch(grid, block, smem, [&] {{ {}({}); }});", k.name,
            fmt::join(args, ", "));
   }

@@ -135,6 +135,20 @@ TEST_F(KnobsTest, WorkspaceMB) {
   }
 }
 
+TEST_F(KnobsTest, GemmTile) {
+  EXPECT_FALSE(knobs::gemmTile().has_value());
+  env.set("LCEJIT_GEMM_TILE", " 128x256x32:2x4:3 ");
+  ASSERT_TRUE(knobs::gemmTile().has_value());
+  EXPECT_EQ(*knobs::gemmTile(), (std::array<int32_t, 6>{128, 256, 32, 2, 4, 3}));
+  for (const char *bad : {"128x256x32", "128x256x32:2x4", "128x256x32:2x4:3x", "0x128x32:2x4:3",
+                          "128x128x32:2x4:-1", "a", "128x128x32:2x4:3:1", "4096x128x32:2x4:3"}) {
+    env.set("LCEJIT_GEMM_TILE", bad);
+    std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::gemmTile(); });
+    EXPECT_NE(msg.find("LCEJIT_GEMM_TILE"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+  }
+}
+
 TEST_F(KnobsTest, ReadOnceUntilReload) {
   env.set("LCEJIT_ALWAYS_COMPILE", "1");
   EXPECT_TRUE(knobs::alwaysCompile());
@@ -180,7 +194,8 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
   std::set<std::string> expected = {
       "LCEJIT_CACHE_DIR",      "LCEJIT_CACHE",        "LCEJIT_DUMP",
       "LCEJIT_DUMP_DIR",       "LCEJIT_ALWAYS_COMPILE", "LCEJIT_ASSERT_NO_COMPILE",
-      "LCEJIT_LOG",            "LCEJIT_CUDA_INCLUDE", "LCEJIT_WORKSPACE_MB"};
+      "LCEJIT_LOG",            "LCEJIT_CUDA_INCLUDE", "LCEJIT_WORKSPACE_MB",
+      "LCEJIT_GEMM_TILE"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();

@@ -15,16 +15,26 @@
 //    PTX ISA tables ("Matrix Fragments for mma.m16n8k16 with floating point
 //    type"), transcribed here independently of the loaders in lcejit_mma.cuh;
 //    every element of A and B must be placed exactly once (checked);
+//  - ldmatrix.m8n8{.trans}.b16 (.x1/.x2/.x4) gathers the row addresses of all
+//    32 lanes and hands every lane its fragment as the PTX ISA describes it
+//    ("ldmatrix": lane 8j + i addresses row i of matrix j; lane l receives row
+//    l >> 2, columns 2 (l % 4) + {0, 1} of each matrix; .trans reads the
+//    matrix column-major), transcribed here independently of the mainloop's
+//    address computation; every row address must be 16-byte aligned and lie in
+//    the launch's dynamic shared memory (checked), like every cp.async
+//    destination;
 //  - cp.async copies are deferred until cp.async.wait_group retires their group
 //  (mode
 //    Late: reading a stage before waiting sees stale data), or done at issue
 //    (Early: a copy into a stage other threads still read corrupts it). A
-//    thread that ends with copies pending aborts;
+//    thread that ends with copies pending aborts. The zero fill of a copy
+//    with src-size 0 lands with it, like the data;
 //  - atomics go through one mutex; __trap aborts.
 //
 // The only device-header code this does not exercise is the inline PTX itself
-// (three hooks under #ifdef LCEJIT_HOST_EMULATION in
-// lcejit_common/mma/gemm.cuh).
+// (the hooks under #ifdef LCEJIT_HOST_EMULATION: %dynamic_smem_size in
+// lcejit_common.cuh, mma.sync, ldmatrix and the shared-window address in
+// lcejit_mma.cuh, cp.async in lcejit_gemm.cuh).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -98,6 +108,7 @@ struct Warp {
   float shfl[2][32];
   unsigned a[2][32][4];
   unsigned b[2][32][2];
+  const unsigned char *ldsm[2][32];
 };
 
 struct Cta {
@@ -115,12 +126,13 @@ enum class AsyncMode { Late, Early };
 struct Copy {
   void *dst;
   const void *src;
+  unsigned src_bytes; ///< copied from src; the rest of the 16 bytes is zeroed
 };
 
 struct ThreadState {
   Cta *cta = nullptr;
   int lane = 0, warp = 0;
-  unsigned shfl_phase = 0, mma_phase = 0;
+  unsigned shfl_phase = 0, mma_phase = 0, ldsm_phase = 0;
   std::vector<Copy> open;
   std::deque<std::vector<Copy>> groups;
 };
@@ -128,6 +140,9 @@ struct ThreadState {
 inline thread_local ThreadState tls;
 inline AsyncMode async_mode = AsyncMode::Late;
 inline unsigned launch_smem_bytes = 0;
+/// The dynamic shared memory array of the module (set by its launchers; null:
+/// shared addresses are not checked).
+inline const unsigned char *shared_base = nullptr;
 inline std::mutex atomic_mutex;
 
 } // namespace lcejit_emu
@@ -209,11 +224,34 @@ namespace lcejit_emu {
 
 inline unsigned dynamic_smem_size() { return launch_smem_bytes; }
 
-inline void cp_async_16(void *dst, const void *src) {
+/// Fails unless [p, p + bytes) lies in the launch's dynamic shared memory.
+inline void check_shared(const void *p, unsigned bytes, const char *what) {
+  if (!shared_base)
+    return;
+  const unsigned char *q = static_cast<const unsigned char *>(p);
+  if (q < shared_base || q + bytes > shared_base + launch_smem_bytes)
+    fail(what);
+}
+
+inline void complete(const Copy &c) {
+  std::memcpy(c.dst, c.src, c.src_bytes);
+  std::memset(static_cast<char *>(c.dst) + c.src_bytes, 0, 16 - c.src_bytes);
+}
+
+/// cp.async.cg.shared.global [dst], [src], 16, src_bytes.
+inline void cp_async_16(void *dst, const void *src, unsigned src_bytes) {
+  check_shared(dst, 16, "cp.async destination outside dynamic shared memory");
+  if (reinterpret_cast<unsigned long long>(dst) % 16 != 0)
+    fail("cp.async destination not 16-byte aligned");
+  if (src_bytes != 0 && src_bytes != 16)
+    fail("cp.async src-size other than 0 or 16");
+  if (src_bytes != 0 && reinterpret_cast<unsigned long long>(src) % 16 != 0)
+    fail("cp.async source not 16-byte aligned");
+  const Copy c{dst, src, src_bytes};
   if (async_mode == AsyncMode::Early)
-    std::memcpy(dst, src, 16);
+    complete(c);
   else
-    tls.open.push_back(Copy{dst, src});
+    tls.open.push_back(c);
 }
 inline void cp_async_commit() {
   tls.groups.push_back(std::move(tls.open));
@@ -222,7 +260,7 @@ inline void cp_async_commit() {
 inline void cp_async_wait(int pending) {
   while (static_cast<int>(tls.groups.size()) > pending) {
     for (const Copy &c : tls.groups.front())
-      std::memcpy(c.dst, c.src, 16);
+      complete(c);
     tls.groups.pop_front();
   }
 }
@@ -291,6 +329,46 @@ inline void mma_16816(float &c0, float &c1, float &c2, float &c3,
     for (int k = 0; k < 16; ++k)
       acc = std::fma(A[row][k], B[k][col], acc);
     *cs[i] = acc;
+  }
+}
+
+/// ldmatrix.sync.aligned.m8n8.x<NUM>{.trans}.shared.b16 for the warp: `row`
+/// is the address this lane supplies, r[0 .. NUM) its destination registers.
+template <int NUM, bool TRANS>
+inline void ldmatrix(unsigned (&r)[NUM], const unsigned char *row) {
+  static_assert(NUM == 1 || NUM == 2 || NUM == 4, "ldmatrix .x1/.x2/.x4");
+  ThreadState &t = tls;
+  Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
+  const unsigned p = t.ldsm_phase++ & 1u;
+  w.ldsm[p][t.lane] = row;
+  // PTX ISA, ldmatrix: the eight addresses of matrix j come from threads
+  // 8j .. 8j + 7 (threads 0-7 for .x1, 0-15 for .x2, 0-31 for .x4), address i
+  // being the start of row i; each row is 8 .b16 elements, 16 bytes, "naturally
+  // aligned". The addresses of the other threads are not used.
+  if (t.lane < 8 * NUM) {
+    if (reinterpret_cast<unsigned long long>(row) % 16 != 0)
+      fail("ldmatrix row address not 16-byte aligned");
+    check_shared(row, 16, "ldmatrix row outside dynamic shared memory");
+  }
+  w.bar.wait();
+  // "Each thread in a warp loads fragments of a row, with thread 0 receiving
+  // the first fragment in its register r, and so on. A group of four threads
+  // loads an entire row": thread l holds row l >> 2, elements (l % 4) * 2 and
+  // (l % 4) * 2 + 1 (the lower one in the low half), of matrix j in register j.
+  // ".trans indicates that the matrix is loaded in column-major format": the
+  // address i is then the start of column i, and element (row, col) lies at
+  // address col, element row.
+  const int row_in = t.lane >> 2;
+  for (int j = 0; j < NUM; ++j) {
+    unsigned short half[2];
+    for (int e = 0; e < 2; ++e) {
+      const int col = (t.lane % 4) * 2 + e;
+      const unsigned char *src = TRANS ? w.ldsm[p][8 * j + col] + 2 * row_in
+                                       : w.ldsm[p][8 * j + row_in] + 2 * col;
+      std::memcpy(&half[e], src, 2);
+    }
+    r[j] = static_cast<unsigned>(half[0]) |
+           (static_cast<unsigned>(half[1]) << 16);
   }
 }
 
