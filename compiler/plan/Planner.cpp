@@ -724,13 +724,16 @@ private:
       return *opt_.tensorCoreTile;
     if (bucket_ <= 1024)
       return TileConfig{64, 128, 32, 1, 4, 3};
-    return TileConfig{128, 128, 32, 2, 4, 3};
+    return tcLargeTile();
   }
   static TileConfig simtTile() { return TileConfig{64, 64, 16, 2, 4, 2}; }
   TileConfig tcLargeTile() const {
     if (opt_.tensorCoreTile)
       return *opt_.tensorCoreTile;
-    return TileConfig{128, 128, 32, 2, 4, 3};
+    // Measured on the H200 (docs/performance.md, LCEJIT_GEMM_TILE sweep): BK = 64 beats
+    // BK = 32 (128x128x32: A 3.50x cuBLAS) and the 128x256 / 256x128 tiles (3.11x, 3.14x;
+    // both much slower at D = 2304): A 2.98x, B 3.13x, C 3.10x.
+    return TileConfig{128, 128, 64, 2, 4, 3};
   }
 
   bool buildGemmReduce(tx::GemmReduceOp op) {

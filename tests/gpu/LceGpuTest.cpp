@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "compiler/support/Knobs.h"
 #include "ops/lib/Reference.h"
 #include "tests/gpu/GpuSupport.h"
 #include "tests/gpu/Tolerances.h"
@@ -16,7 +17,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 namespace lcejit::gputest {
 namespace {
@@ -330,7 +333,7 @@ TEST(LceGpuEdge, MisalignedPointerIsRejectedBeforeAnyLaunch) {
   }
 }
 
-TEST(LceGpuEdge, SameBucketDoesNotRecompileAndNewBucketCompilesOnce) {
+TEST(LceGpuEdge, NewBucketCompilesOnceFromAnEmptyCacheAndSameBucketNever) {
   LinearCrossEntropyOptions o = smallOptions();
   o.hidden = 72; // a shape no other test uses: its programs are not cached yet
   LinearCrossEntropy op(o);
@@ -347,14 +350,30 @@ TEST(LceGpuEdge, SameBucketDoesNotRecompileAndNewBucketCompilesOnce) {
                               MutableTensorRef{dH.data(), o.dtype, {n, o.hidden}, {}},
                               MutableTensorRef{dW.data(), DType::F32, {o.vocab, o.hidden}, {}});
   };
+  // An empty disk cache: the first N of a new bucket compiles exactly once.
+  char dirTemplate[] = "/tmp/lcejit-gpu-cache-XXXXXX";
+  ASSERT_NE(::mkdtemp(dirTemplate), nullptr);
+  const char *old = std::getenv("LCEJIT_CACHE_DIR");
+  std::string saved = old ? old : "";
+  ::setenv("LCEJIT_CACHE_DIR", dirTemplate, 1);
+  knobs::reloadForTesting();
   int64_t c0 = LinearCrossEntropy::compileCount();
   run(300);
   int64_t c1 = LinearCrossEntropy::compileCount();
   run(301);
   run(1000);
   int64_t c2 = LinearCrossEntropy::compileCount();
-  EXPECT_LE(c1 - c0, 1);     // at most one compile (0 if the disk cache was warm)
-  EXPECT_EQ(c2, c1);         // same bucket (257..1024): no compile
+  run(1025); // the next bucket (1025..4096): one more
+  int64_t c3 = LinearCrossEntropy::compileCount();
+  if (old)
+    ::setenv("LCEJIT_CACHE_DIR", saved.c_str(), 1);
+  else
+    ::unsetenv("LCEJIT_CACHE_DIR");
+  knobs::reloadForTesting();
+  std::filesystem::remove_all(dirTemplate);
+  EXPECT_EQ(c1 - c0, 1); // a new bucket, an empty cache dir: exactly one compile
+  EXPECT_EQ(c2, c1);     // same bucket (257..1024): no compile
+  EXPECT_EQ(c3 - c2, 1); // a new bucket
 }
 
 } // namespace

@@ -36,7 +36,7 @@
 // and the last row kernel (the loss).
 // CHECK-LABEL: // plan @lce{{$}}
 // CHECK-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
-// CHECK-NEXT: // decision: forward GEMM: tile 128x128x32 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
+// CHECK-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
 // CHECK-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'){{$}}
 // CHECK-NEXT: // decision: rows: steps 1..3 may run per block of rows (at least 1024 rows) when the budget needs it
 // CHECK-NEXT: // decision: run schedule (example): N = 4097: 1 row block of 4097 rows, 1 chunk of 1024 columns; workspace 8.5 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
@@ -136,14 +136,14 @@
 
 // tokens=5000 is in the same bucket as the default (the Program would be reused).
 // T5000: // decision: bucket: N in [4097, 16384] (powers of four from 256)
-// T5000-NEXT: // decision: forward GEMM: tile 128x128x32 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
+// T5000-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
 // T5000-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16
 
 // tokens=100000: enough row blocks that one split fills the GPU (smaller partials); at
 // N = 262144 the 512 MiB budget no longer holds all rows with all 1000 columns of dZ, so
 // such a call runs in two row blocks.
 // T100K: // decision: bucket: N in [65537, 262144] (powers of four from 256)
-// T100K-NEXT: // decision: forward GEMM: tile 128x128x32 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 513 row blocks at N = 65537 (bucket low) -> 1 column splits to fill 132 SMs twice
+// T100K-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 513 row blocks at N = 65537 (bucket low) -> 1 column splits to fill 132 SMs twice
 // T100K: // decision: run schedule (example): N = 65537: 1 row block of 65537 rows, 1 chunk of 1024 columns; workspace 130.1 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // T100K-NEXT: // decision: run schedule (example): N = 262144: 2 row blocks of 131072 rows, 1 chunk of 1024 columns; workspace 264.3 MiB of the 512.0 MiB budget; rows blocked to leave room for wide chunks
 // T100K: "splits": 1,
@@ -176,7 +176,7 @@
 
 // arch=80: the target is sm_80; the decisions do not depend on it yet (mma.sync runs
 // on both).
-// SM80: // decision: forward GEMM: tile 128x128x32 (8 warps, 3 stages, mma.sync.bf16)
+// SM80: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16)
 // SM80: "arch": "sm_80",
 
 // output-types=-,bf16,bf16: dH is accumulated in an f32 workspace over the chunks and
