@@ -11,9 +11,10 @@
 //
 // LCEJIT_HOST_EMULATION: the codegen unit tests run generated modules on the
 // host (tests/unit/codegen/emu/lcejit_emu.h, [Note: host emulation]). The only
-// code that differs there is inline PTX: %dynamic_smem_size here, mma.sync in
-// lcejit_mma.cuh and cp.async in lcejit_gemm.cuh call lcejit_emu:: instead.
-// NVRTC never defines it.
+// code that differs there is inline PTX: %dynamic_smem_size here, mma.sync and
+// ldmatrix (and the shared-window address ldmatrix takes) in lcejit_mma.cuh and
+// cp.async in lcejit_gemm.cuh call lcejit_emu:: instead. NVRTC never defines
+// it.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

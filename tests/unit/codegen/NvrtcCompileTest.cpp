@@ -73,3 +73,63 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 } // namespace
+
+namespace {
+
+/// The LCE Program (softcap, so the epilogues are the heavier kind) with every
+/// GEMM on one tile config; its kernels must compile without spills.
+struct TileProgram {
+  std::string name;
+  lcejit::plan::TileConfig tile;
+};
+
+class NvrtcTiles
+    : public ::testing::TestWithParam<std::tuple<TileProgram, std::string>> {};
+
+TEST_P(NvrtcTiles, CompilesWithoutSpills) {
+  const auto &[t, arch] = GetParam();
+  lcejit::testing::LceOptions o;
+  o.name = "tiles_" + t.name;
+  o.softcap = 30.0;
+  o.fwdTile = t.tile;
+  o.bwdTile = t.tile;
+  plan::Program p = lcejit::testing::makeLceProgram(o);
+  codegen::EmittedModule m = codegen::emitCuda(p);
+  runtime::NvrtcOutput out =
+      runtime::compileCuda(runtime::NvrtcRequest{m.source, arch, {}, o.name});
+  EXPECT_EQ(out.log.find("warning"), std::string::npos) << out.log;
+  std::cout << fmt::format("[{} {}] tile {}x{}x{} warps {}x{} {} stages\n",
+                           t.name, arch, t.tile.bm, t.tile.bn, t.tile.bk,
+                           t.tile.warpsM, t.tile.warpsN, t.tile.stages);
+  for (const std::string &k : m.kernelNames) {
+    const runtime::PtxasKernelInfo *info = nullptr;
+    for (const runtime::PtxasKernelInfo &i : out.kernels)
+      if (i.kernel == k)
+        info = &i;
+    ASSERT_NE(info, nullptr) << "ptxas did not report " << k << "\n" << out.log;
+    std::cout << fmt::format("  {:<24} {:>3} regs  {:>4} B stack  spill {}/{} B\n",
+                             k, info->registers, info->stackFrameBytes,
+                             info->spillStoreBytes, info->spillLoadBytes);
+    EXPECT_EQ(info->spillStoreBytes, 0) << k;
+    EXPECT_EQ(info->spillLoadBytes, 0) << k;
+  }
+  EXPECT_NE(out.ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
+            std::string::npos);
+  EXPECT_NE(out.ptx.find("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"),
+            std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Tiles, NvrtcTiles,
+    ::testing::Combine(
+        ::testing::Values(TileProgram{"128x128x32", {128, 128, 32, 2, 4, 3}},
+                          TileProgram{"64x128x32", {64, 128, 32, 1, 4, 3}},
+                          TileProgram{"128x128x64", {128, 128, 64, 2, 4, 3}},
+                          TileProgram{"128x256x32", {128, 256, 32, 2, 4, 3}},
+                          TileProgram{"256x128x32", {256, 128, 32, 4, 2, 3}}),
+        ::testing::Values(std::string("sm_90a"), std::string("sm_80"))),
+    [](const auto &info) {
+      return "t" + std::get<0>(info.param).name + "_" + std::get<1>(info.param);
+    });
+
+} // namespace
