@@ -4,7 +4,10 @@
 // arch, bucket(N)) and what everything downstream consumes: the CUDA emitter
 // (compiler/codegen), the fp64 Program interpreter (compiler/reference) and the runtime
 // executor (runtime/Executor). It is plain data: no MLIR, no CUDA. It has hash(), ==
-// and toJson(); the cache keys on it.
+// and toJson() (the dump shows the JSON). Neither cache keys on hash(): Programs are
+// cached per op configuration and bucket ([Note: cache keys] in ops/lib/LceJit.h) and
+// binaries by the content of the CUDA source the emitter makes from the Program
+// (runtime/KernelCache.h).
 //
 // [Note: the lean schedule] The first schedule lcejit implements is the vocab-chunked
 // recompute of docs/architecture.md. Kernels come in a few fixed kinds; what varies per

@@ -26,7 +26,7 @@
 // RUN: diff %t.fused.mlir %t.after.mlir
 //
 // Kernel names of the backward use one GEMM counter shared with the forward; the checks
-// below capture them (tx-print-plan-bug-kernel-names.mlir checks the names that
+// below capture them (tx-print-plan-kernel-names.mlir checks the names that
 // docs/architecture.md promises).
 
 // The default options: N = 8192 (bucket (4096, 16384]), sm_90a, 512 MiB, fast precision
