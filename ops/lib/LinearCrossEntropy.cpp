@@ -163,6 +163,38 @@ std::string LinearCrossEntropy::scheduleSummary(int64_t n) {
   return l.compiled->program.runSchedule(n).why;
 }
 
+std::string LinearCrossEntropy::inspect(int64_t n, const std::string &what) {
+  LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
+  LCEJIT_CHECK_ARG(what == "plan" || what == "cuda",
+                   "inspect: what = '{}' must be \"plan\" or \"cuda\"", what);
+  ops::ProgramLookup l = impl_->jit->lookup(n, callTarget(), /*compile=*/false);
+  const plan::Program &p = l.compiled->program;
+  if (what == "cuda")
+    return l.compiled->source;
+  std::string text;
+  for (const std::string &d : p.decisions)
+    text += "// decision: " + d + "\n";
+  text += "// run schedule: " + p.runSchedule(n).why + "\n";
+  return text + p.toJson(2) + "\n";
+}
+
+bool LinearCrossEntropy::deviceAvailable(std::string *why) {
+  try {
+    std::string w;
+    if (!runtime::cudaAvailable(&w)) {
+      if (why)
+        *why = w;
+      return false;
+    }
+    ops::LceJit::deviceTarget(); // rejects GPUs below compute capability 8.0
+    return true;
+  } catch (const std::exception &e) {
+    if (why)
+      *why = e.what();
+    return false;
+  }
+}
+
 void LinearCrossEntropy::setWorkspace(void *data, int64_t bytes) {
   auto p = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(data));
   if (!data) {

@@ -135,6 +135,15 @@ public:
   ReferenceResult runReference(const std::vector<double> &hidden, const std::vector<double> &weight,
                                const std::vector<int64_t> &targets);
 
+  /// What the compiler makes for a call with N tokens, as text, without a GPU: `what` is
+  /// "plan" (the Program as JSON, with the planner's decisions and the run schedule) or
+  /// "cuda" (the generated CUDA C++). Error(InvalidArgument) for anything else.
+  std::string inspect(int64_t n, const std::string &what);
+
+  /// Whether a CUDA driver and a GPU lcejit can use are present; if not, `why` (may be
+  /// null) says what is missing. Never throws.
+  static bool deviceAvailable(std::string *why = nullptr);
+
   /// Shape bucket of N: calls with N in the same bucket share one compiled program.
   static int64_t bucketOf(int64_t n);
   /// NVRTC compiles done in this process (all ops share one kernel cache).

@@ -90,6 +90,60 @@ TEST(OpsOptions, BadOptionsNameTheOptionAndValue) {
   expectError(make(o), ErrorKind::InvalidArgument, {"options.workspaceBudgetBytes", "-1"});
 }
 
+TEST(OpsOptions, BadPrecisionIsNamed) {
+  LinearCrossEntropyOptions o = base();
+  o.precision = static_cast<Precision>(7);
+  expectError([o] { LinearCrossEntropy op(o); }, ErrorKind::InvalidArgument,
+              {"options.precision", "7"});
+}
+
+/// The workspace query, the schedule summary and inspect() plan without a GPU; the
+/// budget bounds what a call uses, and bad arguments are named.
+TEST(OpsWorkspace, QueryScheduleAndInspectWithoutAGpu) {
+  LinearCrossEntropyOptions o = base();
+  o.workspaceBudgetBytes = int64_t(1) << 20; // 1 MiB
+  LinearCrossEntropy op(o);
+  for (int64_t n : {0, 1, 100, 1000, 5000}) {
+    int64_t bytes = op.workspaceBytes(n);
+    std::string s = op.scheduleSummary(n);
+    EXPECT_GT(bytes, 0) << s;
+    EXPECT_NE(s.find("N = " + std::to_string(n)), std::string::npos) << s;
+    if (s.find("OVER BUDGET") == std::string::npos)
+      EXPECT_LE(bytes, o.workspaceBudgetBytes) << s;
+  }
+  EXPECT_NE(op.scheduleSummary(5000).find("row block"), std::string::npos);
+  expectError([&] { op.workspaceBytes(-2); }, ErrorKind::InvalidArgument, {"N", "-2"});
+  expectError([&] { op.scheduleSummary(-3); }, ErrorKind::InvalidArgument, {"N", "-3"});
+  std::string plan = op.inspect(100, "plan");
+  EXPECT_NE(plan.find("// run schedule: N = 100"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("\"kernels\""), std::string::npos);
+  std::string cuda = op.inspect(100, "cuda");
+  EXPECT_NE(cuda.find("extern \"C\" __global__"), std::string::npos);
+  expectError([&] { op.inspect(100, "ptx"); }, ErrorKind::InvalidArgument, {"what", "ptx"});
+  expectError([&] { op.inspect(-1, "plan"); }, ErrorKind::InvalidArgument, {"N", "-1"});
+}
+
+TEST(OpsWorkspace, SetWorkspaceChecksItsArguments) {
+  LinearCrossEntropy op(base());
+  expectError([&] { op.setWorkspace(nullptr, 5); }, ErrorKind::InvalidArgument,
+              {"setWorkspace", "null", "5"});
+  expectError([&] { op.setWorkspace(reinterpret_cast<void *>(0x1000), 0); },
+              ErrorKind::InvalidArgument, {"setWorkspace", "bytes = 0"});
+  expectError([&] { op.setWorkspace(reinterpret_cast<void *>(0x1010), 4096); },
+              ErrorKind::InvalidArgument, {"setWorkspace", "256-byte aligned"});
+  EXPECT_NO_THROW(op.setWorkspace(reinterpret_cast<void *>(0x10000), 4096));
+  EXPECT_NO_THROW(op.setWorkspace(nullptr, 0));
+}
+
+TEST(OpsDevice, DeviceAvailableSaysWhyNot) {
+  std::string why;
+  bool ok = LinearCrossEntropy::deviceAvailable(&why);
+  if (ok)
+    GTEST_SKIP() << "a GPU is present: the no-GPU answer cannot be checked here";
+  EXPECT_FALSE(why.empty());
+  EXPECT_FALSE(LinearCrossEntropy::deviceAvailable(nullptr));
+}
+
 /// Fake device pointers: validation happens before any device access, so these are
 /// never dereferenced (and the tests need no GPU).
 void *fakePtr(uintptr_t v) { return reinterpret_cast<void *>(v); }

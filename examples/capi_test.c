@@ -1,0 +1,72 @@
+/* capi_test: the C ABI from a C11 program, on paths that need no GPU: options, bad
+   arguments (each names the argument), the workspace query, errors per thread. Exit 0 when
+   every check holds; prints the first failure otherwise. */
+#include <lcejit/lcejit.h>
+
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0;
+
+#define EXPECT(cond)                                                                     \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "capi_test: %s:%d: %s (last error: %s)\n", __FILE__, __LINE__,    \
+              #cond, lcejit_last_error_message());                                       \
+      ++failures;                                                                        \
+    }                                                                                    \
+  } while (0)
+
+int main(void) {
+  lcejit_options o;
+  lcejit_op *op = NULL;
+  lcejit_tensor t;
+  int64_t bytes = 0;
+  float loss = 0.f;
+
+  EXPECT(strcmp(lcejit_version(), "0.1.0") == 0);
+  EXPECT(lcejit_last_error_kind() == LCEJIT_OK);
+
+  lcejit_options_init(&o);
+  EXPECT(o.dtype == LCEJIT_BF16 && o.has_ignore_index && o.ignore_index == -100);
+  /* hidden = 0: InvalidArgument naming options.hidden; no op is made. */
+  EXPECT(lcejit_create(&o, &op) == LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(op == NULL);
+  EXPECT(strstr(lcejit_last_error_message(), "options.hidden") != NULL);
+  EXPECT(lcejit_last_error_kind() == LCEJIT_ERROR_INVALID_ARGUMENT);
+
+  o.hidden = 64;
+  o.vocab = 1000;
+  o.dtype = (lcejit_dtype)42;
+  EXPECT(lcejit_create(&o, &op) == LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "options.dtype = 42") != NULL);
+
+  o.dtype = LCEJIT_BF16;
+  EXPECT(lcejit_create(&o, &op) == LCEJIT_OK);
+  EXPECT(op != NULL);
+
+  EXPECT(lcejit_workspace_bytes(op, 1000, &bytes) == LCEJIT_OK);
+  EXPECT(bytes > 0);
+  EXPECT(lcejit_workspace_bytes(op, -1, &bytes) == LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "-1") != NULL);
+  EXPECT(lcejit_workspace_bytes(op, 1000, NULL) == LCEJIT_ERROR_INVALID_ARGUMENT);
+
+  /* A NULL tensor and a bad rank are named. */
+  memset(&t, 0, sizeof t);
+  EXPECT(lcejit_forward_backward(op, NULL, &t, &t, &t, &t, NULL, &loss) ==
+         LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "hidden is NULL") != NULL);
+  t.rank = 3;
+  EXPECT(lcejit_forward_backward(op, &t, &t, &t, &t, &t, NULL, &loss) ==
+         LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "hidden.rank = 3") != NULL);
+  EXPECT(lcejit_set_workspace(op, (void *)16, 100) == LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "256-byte aligned") != NULL);
+  EXPECT(lcejit_set_workspace(NULL, NULL, 0) == LCEJIT_ERROR_INVALID_ARGUMENT);
+
+  lcejit_destroy(op);
+  lcejit_destroy(NULL); /* harmless */
+  if (failures == 0)
+    printf("capi_test: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}
