@@ -385,17 +385,8 @@ private:
         return -1;
       }
     }
-    if (isa<tx::GemmReduceOp>(def)) {
-      const PartialsRef &p = partials_[v];
-      Operand o;
-      o.kind = Operand::Kind::Partials;
-      o.buf = p.buf;
-      o.slot = p.slot;
-      o.reduce = static_cast<int32_t>(p.kind);
-      o.partialsOf = p.kernel;
-      o.dtype = DType::F32;
-      return fb.arg(o, DType::F32);
-    }
+    if (isa<tx::GemmReduceOp>(def))
+      return fb.arg(partialsOperand(partials_[v], Operand::Component::Value), DType::F32);
     if (isGlobalReduce(def))
       return globalValue(global_[v]);
     auto opnd = [&](unsigned i) { return rowValue(rb, def->getOperand(i)); };
@@ -452,17 +443,7 @@ private:
     if (p.kind != ReduceKind::LogSumExp || computeType(ttype(sub.getResult()).getElementType()) != DType::F32)
       return -1;
     FuncBuilder &fb = rb.fb;
-    auto part = [&](Operand::Component c) {
-      Operand o;
-      o.kind = Operand::Kind::Partials;
-      o.buf = p.buf;
-      o.slot = p.slot;
-      o.reduce = static_cast<int32_t>(p.kind);
-      o.partialsOf = p.kernel;
-      o.dtype = DType::F32;
-      o.component = c;
-      return fb.arg(o, DType::F32);
-    };
+    auto part = [&](Operand::Component c) { return fb.arg(partialsOperand(p, c), DType::F32); };
     int32_t y = rowValue(rb, sub.getRhs());
     if (y < 0 || fb.typeOf(y) != DType::F32)
       return -1;
@@ -1053,6 +1034,19 @@ private:
     ReduceKind kind;
     BufferRef buf;
   };
+  /// The row operand reading a GemmReduce result (or one part of its logsumexp pair).
+  static Operand partialsOperand(const PartialsRef &p, Operand::Component c) {
+    Operand o;
+    o.kind = Operand::Kind::Partials;
+    o.buf = p.buf;
+    o.slot = p.slot;
+    o.reduce = static_cast<int32_t>(p.kind);
+    o.partialsOf = p.kernel;
+    o.dtype = DType::F32;
+    o.component = c;
+    return o;
+  }
+
   struct GlobalRef {
     int32_t slot;
     bool mean;

@@ -251,18 +251,46 @@ template <typename F> double medianMs(int iters, CUstream s, F f) {
 
 } // namespace
 
-Result runCase(const Args &a, const CaseShape &cs, const runtime::Module &fill, Cublas *blas) {
-  const auto &d = runtime::cudaDriver();
-  auto fillBf16 = [&](const Mem &m, long long n, unsigned long long seed, float scale) {
-    CUdeviceptr p = m.p;
-    void *args[] = {&p, &n, &seed, &scale};
+/// Random device data from the kernels of kFillSource (never zeros).
+struct Filler {
+  const runtime::Module &module;
+  void launch(const char *fn, void **args, unsigned grid) const {
     CUlaunchConfig cfg{};
-    cfg.gridDimX = 4096;
+    cfg.gridDimX = grid;
     cfg.gridDimY = cfg.gridDimZ = 1;
     cfg.blockDimX = 256;
     cfg.blockDimY = cfg.blockDimZ = 1;
-    cu(d.launchKernelEx(&cfg, fill.function("fill_bf16"), args, nullptr), "fill");
-  };
+    cu(runtime::cudaDriver().launchKernelEx(&cfg, module.function(fn), args, nullptr), "fill");
+  }
+  /// n bf16 values uniform in [-scale, scale].
+  void bf16(const Mem &m, long long n, unsigned long long seed, float scale) const {
+    CUdeviceptr p = m.p;
+    void *args[] = {&p, &n, &seed, &scale};
+    launch("fill_bf16", args, 4096);
+  }
+  /// n i64 targets in [0, vocab).
+  void targets(const Mem &m, long long n, long long vocab) const {
+    CUdeviceptr p = m.p;
+    void *args[] = {&p, &n, &vocab};
+    launch("fill_targets", args, 1024);
+  }
+};
+
+/// The op's options for a benchmark shape (bf16 inputs, f32 dW).
+LinearCrossEntropyOptions benchOptions(const Args &a, int64_t d, int64_t v,
+                                       std::optional<double> softcap) {
+  LinearCrossEntropyOptions o;
+  o.hidden = d;
+  o.vocab = v;
+  o.dtype = DType::BF16;
+  o.softcap = softcap;
+  o.precision = a.precision;
+  o.workspaceBudgetBytes = a.budgetMb << 20;
+  return o;
+}
+
+Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *blas) {
+  const auto &d = runtime::cudaDriver();
   const long long N = cs.n, D = cs.d, V = cs.v;
   Result r;
   r.name = cs.name;
@@ -273,29 +301,12 @@ Result runCase(const Args &a, const CaseShape &cs, const runtime::Module &fill, 
   Mem h(size_t(N * D) * 2), w(size_t(V * D) * 2), y(size_t(N) * 8), dh(size_t(N * D) * 2),
       dw(size_t(V * D) * 4), loss(256);
   float scale = 2.0f / std::pow(float(D), 0.25f);
-  fillBf16(h, N * D, 1, scale);
-  fillBf16(w, V * D, 2, scale);
-  {
-    CUdeviceptr p = y.p;
-    long long n = N, vocab = V;
-    void *args[] = {&p, &n, &vocab};
-    CUlaunchConfig cfg{};
-    cfg.gridDimX = 1024;
-    cfg.gridDimY = cfg.gridDimZ = 1;
-    cfg.blockDimX = 256;
-    cfg.blockDimY = cfg.blockDimZ = 1;
-    cu(d.launchKernelEx(&cfg, fill.function("fill_targets"), args, nullptr), "fill");
-  }
+  fill.bf16(h, N * D, 1, scale);
+  fill.bf16(w, V * D, 2, scale);
+  fill.targets(y, N, V);
   cu(d.ctxSynchronize(), "sync");
 
-  LinearCrossEntropyOptions o;
-  o.hidden = D;
-  o.vocab = V;
-  o.dtype = DType::BF16;
-  o.softcap = cs.softcap;
-  o.precision = a.precision;
-  o.workspaceBudgetBytes = a.budgetMb << 20;
-  LinearCrossEntropy op(o);
+  LinearCrossEntropy op(benchOptions(a, D, V, cs.softcap));
   r.workspace = op.workspaceBytes(N);
   r.schedule = op.scheduleSummary(N);
   CUstream s = nullptr;
@@ -307,7 +318,7 @@ Result runCase(const Args &a, const CaseShape &cs, const runtime::Module &fill, 
   op.checkDeviceErrors();
   if (blas) {
     Mem z(size_t(N * V) * 2), dwb(size_t(V * D) * 2);
-    fillBf16(z, N * V, 3, 1e-3f);
+    fill.bf16(z, N * V, 3, 1e-3f);
     r.blasMs = medianMs(a.iters, s, [&] {
       blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
       blas->gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
@@ -318,7 +329,7 @@ Result runCase(const Args &a, const CaseShape &cs, const runtime::Module &fill, 
 }
 
 /// The 20-N series: every N once (host-timed, synchronous), the op then cuBLAS.
-int runSeries(const Args &a, const runtime::Module &fill, Cublas *blas) {
+int runSeries(const Args &a, const Filler &fill, Cublas *blas) {
   const auto &d = runtime::cudaDriver();
   std::mt19937_64 rng(2026);
   std::uniform_int_distribution<int64_t> dist(4096, 33768);
@@ -329,39 +340,13 @@ int runSeries(const Args &a, const runtime::Module &fill, Cublas *blas) {
   Mem h(size_t(NMAX * D) * 2), w(size_t(V * D) * 2), y(size_t(NMAX) * 8),
       dh(size_t(NMAX * D) * 2), dw(size_t(V * D) * 4), loss(256), z(size_t(NMAX * V) * 2),
       dwb(size_t(V * D) * 2);
-  auto launchFill = [&](const char *fn, void **args, unsigned grid) {
-    CUlaunchConfig cfg{};
-    cfg.gridDimX = grid;
-    cfg.gridDimY = cfg.gridDimZ = 1;
-    cfg.blockDimX = 256;
-    cfg.blockDimY = cfg.blockDimZ = 1;
-    cu(d.launchKernelEx(&cfg, fill.function(fn), args, nullptr), "fill");
-  };
   float scale = 2.0f / std::pow(float(D), 0.25f);
-  for (auto [m, n, seed, sc] : {std::tuple{&h, NMAX * D, 1ull, scale},
-                                std::tuple{&w, V * D, 2ull, scale},
-                                std::tuple{&z, NMAX * V, 3ull, 1e-3f}}) {
-    CUdeviceptr p = m->p;
-    long long nn = n;
-    unsigned long long sd = seed;
-    float scl = sc;
-    void *args[] = {&p, &nn, &sd, &scl};
-    launchFill("fill_bf16", args, 4096);
-  }
-  {
-    CUdeviceptr p = y.p;
-    long long n = NMAX, vocab = V;
-    void *args[] = {&p, &n, &vocab};
-    launchFill("fill_targets", args, 1024);
-  }
+  fill.bf16(h, NMAX * D, 1, scale);
+  fill.bf16(w, V * D, 2, scale);
+  fill.bf16(z, NMAX * V, 3, 1e-3f);
+  fill.targets(y, NMAX, V);
   cu(d.ctxSynchronize(), "sync");
-  LinearCrossEntropyOptions o;
-  o.hidden = D;
-  o.vocab = V;
-  o.dtype = DType::BF16;
-  o.precision = a.precision;
-  o.workspaceBudgetBytes = a.budgetMb << 20;
-  LinearCrossEntropy op(o);
+  LinearCrossEntropy op(benchOptions(a, D, V, std::nullopt));
   const int64_t compiles0 = LinearCrossEntropy::compileCount();
   double opTotal = 0, blasTotal = 0, firstMs = 0;
   for (size_t i = 0; i < ns.size(); ++i) {
@@ -408,7 +393,8 @@ int main(int argc, char **argv) {
     req.source = kFillSource;
     req.arch = runtime::targetFor(info).archName();
     req.label = "bench-fill";
-    runtime::Module fill(runtime::compileCuda(req).cubin);
+    runtime::Module fillModule(runtime::compileCuda(req).cubin);
+    Filler fill{fillModule};
     Cublas blas;
     std::string why;
     bool haveBlas = blas.load(&why);
