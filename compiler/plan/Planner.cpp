@@ -324,7 +324,7 @@ private:
 
   /// Row kernel under construction for one level.
   struct RowBuild {
-    int64_t level;
+    int64_t level = 0;
     FuncBuilder fb;
     llvm::DenseMap<Value, int32_t> inst;
     std::vector<RowKernel::Sink> sinks;
@@ -455,7 +455,8 @@ private:
 
   /// Emits the row kernel of `level` if it has any sink.
   void buildRowKernel(int64_t level, Block &body, func::ReturnOp ret) {
-    RowBuild rb{level, {}, {}, {}};
+    RowBuild rb; // (not list-initialized: DenseMap's default constructor is explicit)
+    rb.level = level;
     auto addSink = [&](RowKernel::Sink s) { rb.sinks.push_back(s); };
     // Device checks on inputs run in the first row kernel.
     if (level == 0) {

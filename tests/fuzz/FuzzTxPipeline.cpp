@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 /// Inputs that reached the planner and got a Program (ReplayMain's --min-planned).
 extern "C" size_t lcejitFuzzPlanned = 0;
@@ -33,9 +34,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }();
   mlir::ScopedDiagnosticHandler quiet(ctx.get(),
                                       [](mlir::Diagnostic &) { return mlir::success(); });
-  llvm::StringRef text(reinterpret_cast<const char *>(data), size);
+  // The MLIR lexer expects a NUL after the buffer (as a file read by lcejit-opt has):
+  // copy the bytes into a std::string, which provides it.
+  const std::string text(reinterpret_cast<const char *>(data), size);
   mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceString<mlir::ModuleOp>(text, ctx.get());
+      mlir::parseSourceString<mlir::ModuleOp>(llvm::StringRef(text.c_str(), text.size()),
+                                               ctx.get());
   if (!module || mlir::failed(mlir::verify(*module)))
     return 0;
   for (const lcejit::pipeline::PassSpec &spec : lcejit::pipeline::passPipeline()) {
