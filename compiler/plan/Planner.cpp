@@ -942,7 +942,7 @@ private:
     decideRowBlocks();
     if (prog_.hasChunkLoop())
       for (int64_t n : {std::max<int64_t>(bucketLow_, 1), bucket_})
-        prog_.decisions.push_back("run schedule (example): " + prog_.runSchedule(n).why);
+        prog_.decisions.push_back("run schedule (example): " + prog_.runSchedule(n).describe());
     return true;
   }
 

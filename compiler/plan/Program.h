@@ -358,7 +358,10 @@ struct RunSchedule {
   int64_t chunks = 0;
   int64_t workspaceBytes = 0;
   bool overBudget = false;   ///< even the smallest schedule needs more than the budget
-  std::string why;           ///< one line: the choice and the reason
+  int64_t budgetBytes = 0;   ///< the budget it was chosen for
+  const char *reason = "";   ///< why (a static string: choosing builds no text)
+  /// One line for people: the choice, the workspace against the budget, and the reason.
+  std::string describe() const;
 };
 
 /// One kernel launch of a run, in order (Program::expand).

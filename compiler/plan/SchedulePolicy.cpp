@@ -48,6 +48,16 @@ int64_t widestChunk(const Program &p, int64_t n, int64_t r, int64_t align, int64
 
 } // namespace
 
+std::string RunSchedule::describe() const {
+  if (chunks == 0)
+    return fmt::format("N = {}: {}; workspace {}", n, reason, mib(workspaceBytes));
+  return fmt::format("N = {}: {} row block{} of {} rows, {} chunk{} of {} columns; "
+                     "workspace {} of the {} budget{}; {}",
+                     n, rowBlocks, rowBlocks == 1 ? "" : "s", rowsPerBlock, chunks,
+                     chunks == 1 ? "" : "s", chunkCols, mib(workspaceBytes), mib(budgetBytes),
+                     overBudget ? " (OVER BUDGET)" : "", reason);
+}
+
 int64_t bufferBytes(const BufferSpec &b, int64_t n, int64_t r, int64_t c) {
   return b.bytesPerRow * (b.blockLocal ? r : n) + b.bytesPerRowCol * r * c + b.bytesFixed;
 }
@@ -64,13 +74,14 @@ RunSchedule chooseRunSchedule(const Program &p, int64_t n) {
   const ScheduleSpec &spec = p.schedule;
   RunSchedule s;
   s.n = n;
+  s.budgetBytes = spec.budgetBytes;
   s.rowsPerBlock = n;
   s.rowBlocks = 1;
   const bool blockable = spec.firstBlockedStep >= 0;
   if (!p.hasChunkLoop()) {
     s.workspaceBytes = workspaceBytesFor(p, n, n, 0);
     s.overBudget = spec.budgetBytes > 0 && s.workspaceBytes > spec.budgetBytes;
-    s.why = fmt::format("N = {}: no chunk loop; workspace {}", n, mib(s.workspaceBytes));
+    s.reason = "no chunk loop";
     return s;
   }
   const int64_t align = std::max<int64_t>(spec.chunkAlign, 1);
@@ -83,11 +94,7 @@ RunSchedule chooseRunSchedule(const Program &p, int64_t n) {
     s.chunks = ceilDiv(p.loopCols, s.chunkCols);
     s.workspaceBytes = workspaceBytesFor(p, n, s.rowsPerBlock, s.chunkCols);
     s.overBudget = s.workspaceBytes > spec.budgetBytes;
-    s.why = fmt::format("N = {}: {} row block{} of {} rows, {} chunk{} of {} columns; "
-                        "workspace {} of the {} budget{}; {}",
-                        n, s.rowBlocks, s.rowBlocks == 1 ? "" : "s", s.rowsPerBlock, s.chunks,
-                        s.chunks == 1 ? "" : "s", s.chunkCols, mib(s.workspaceBytes),
-                        mib(spec.budgetBytes), s.overBudget ? " (OVER BUDGET)" : "", reason);
+    s.reason = reason;
     return s;
   };
   if (spec.fixedChunkCols > 0) {

@@ -160,7 +160,7 @@ int64_t LinearCrossEntropy::workspaceBytes(int64_t n) {
 std::string LinearCrossEntropy::scheduleSummary(int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
   ops::ProgramLookup l = impl_->jit->lookup(n, callTarget(), /*compile=*/false);
-  return l.compiled->program.runSchedule(n).why;
+  return l.compiled->program.runSchedule(n).describe();
 }
 
 std::string LinearCrossEntropy::inspect(int64_t n, const std::string &what) {
@@ -174,7 +174,7 @@ std::string LinearCrossEntropy::inspect(int64_t n, const std::string &what) {
   std::string text;
   for (const std::string &d : p.decisions)
     text += "// decision: " + d + "\n";
-  text += "// run schedule: " + p.runSchedule(n).why + "\n";
+  text += "// run schedule: " + p.runSchedule(n).describe() + "\n";
   return text + p.toJson(2) + "\n";
 }
 

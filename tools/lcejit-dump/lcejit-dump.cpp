@@ -318,7 +318,7 @@ int runDump(const Args &a) {
   p.workspaceOffsets(sched, &wsBytes);
   planText += fmt::format("// workspace at N = {}: {} bytes ({:.1f} MiB)\n", a.tokens, wsBytes,
                           double(wsBytes) / (1 << 20));
-  planText += fmt::format("// run schedule: {}\n", sched.why);
+  planText += fmt::format("// run schedule: {}\n", sched.describe());
   for (const std::string &d : p.decisions)
     planText += fmt::format("// decision: {}\n", d);
   planText += p.toJson(2) + "\n";

@@ -430,10 +430,10 @@ TEST(Emulation, PlannedProgramRowBlocksAndChunks) {
     const int64_t n = 77;
     p.schedule.budgetBytes = plan::workspaceBytesFor(p, n, 32, 128);
     plan::RunSchedule s = p.runSchedule(n);
-    ASSERT_GT(s.rowBlocks, 1) << s.why;
-    ASSERT_GT(s.chunks, 1) << s.why;
+    ASSERT_GT(s.rowBlocks, 1) << s.describe();
+    ASSERT_GT(s.chunks, 1) << s.describe();
     HostModule module(p);
-    SCOPED_TRACE(fmt::format("{}: {}", po.name, s.why));
+    SCOPED_TRACE(fmt::format("{}: {}", po.name, s.describe()));
     LceRun r(p, o, n);
     r.run(module);
     Reference ref = reference(o, n, r.h, r.w, r.y);

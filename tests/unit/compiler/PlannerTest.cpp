@@ -188,12 +188,12 @@ TEST(Planner, WorkspaceFitsBudgetForEveryN) {
       plan::RunSchedule s = p.runSchedule(n);
       int64_t total = 0;
       p.workspaceOffsets(s, &total);
-      EXPECT_EQ(total, s.workspaceBytes) << s.why;
-      EXPECT_EQ(s.overBudget, total > budget) << s.why;
+      EXPECT_EQ(total, s.workspaceBytes) << s.describe();
+      EXPECT_EQ(s.overBudget, total > budget) << s.describe();
       if (!s.overBudget)
         ++checked;
-      EXPECT_GE(s.rowsPerBlock * s.rowBlocks, n) << s.why;
-      EXPECT_LT(s.rowsPerBlock * (s.rowBlocks - 1), std::max<int64_t>(n, 1)) << s.why;
+      EXPECT_GE(s.rowsPerBlock * s.rowBlocks, n) << s.describe();
+      EXPECT_LT(s.rowsPerBlock * (s.rowBlocks - 1), std::max<int64_t>(n, 1)) << s.describe();
     }
   EXPECT_GE(checked, 30);
 }
@@ -246,7 +246,7 @@ TEST(Planner, RunScheduleTable) {
     o.outputTypes = {DType::F32, r.dtype, r.dw};
     plan::Program p = fg->plan(o);
     plan::RunSchedule s = p.runSchedule(r.n);
-    SCOPED_TRACE(s.why);
+    SCOPED_TRACE(s.describe());
     EXPECT_EQ(s.rowBlocks, r.rowBlocks);
     EXPECT_EQ(s.chunks, r.chunks);
     EXPECT_EQ(s.overBudget, r.over);
@@ -271,7 +271,7 @@ TEST(Planner, NoScheduleCliffAcrossN) {
       byBucket.emplace(b, fg->plan(options(n, int64_t(512) << 20)));
     const plan::Program &p = byBucket.at(b);
     plan::RunSchedule s = p.runSchedule(n);
-    SCOPED_TRACE(s.why);
+    SCOPED_TRACE(s.describe());
     EXPECT_FALSE(s.overBudget);
     // Chunks evened out may be a little narrower than goodChunkCols, never more of them.
     EXPECT_LE(s.chunks, (128256 + p.schedule.goodChunkCols - 1) / p.schedule.goodChunkCols);

@@ -92,7 +92,7 @@ TEST_P(LceProgram, MatchesUnfusedGraph) {
           plan::RunSchedule rs = p.runSchedule(n);
           std::string what = specName(s) + "_N" + std::to_string(n) + "_bucket" +
                              std::to_string(p.bucket) + "_sms" +
-                             std::to_string(p.target.numSMs) + " (" + rs.why + ", splits " +
+                             std::to_string(p.target.numSMs) + " (" + rs.describe() + ", splits " +
                              std::to_string(p.splits) + ")";
           auto got = ref::interpretProgram(p, in, n);
           EXPECT_TRUE(matches(got, want, kTolProgram, what));

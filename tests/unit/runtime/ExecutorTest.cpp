@@ -398,10 +398,10 @@ TEST(ExecutorPlanTest, RowBlocksOffsetRowBuffersAndPassBlockRows) {
   // Room for blocks of ~1000 rows with 384-column chunks, not for all rows at once.
   p.schedule.budgetBytes = workspaceBytesFor(p, n, 1024, 384);
   RunSchedule s = p.runSchedule(n);
-  ASSERT_GT(s.rowBlocks, 1) << s.why;
-  ASSERT_FALSE(s.overBudget) << s.why;
+  ASSERT_GT(s.rowBlocks, 1) << s.describe();
+  ASSERT_FALSE(s.overBudget) << s.describe();
   EXPECT_LE(s.workspaceBytes, p.schedule.budgetBytes);
-  EXPECT_GE(s.chunkCols, 384) << s.why;
+  EXPECT_GE(s.chunkCols, 384) << s.describe();
   EXPECT_EQ((s.rowBlocks - 1) * s.rowsPerBlock < n && s.rowBlocks * s.rowsPerBlock >= n, true);
   ProgramBuffers bufs = makeBuffers(p, n);
   std::vector<int64_t> off = p.workspaceOffsets(s, nullptr);
