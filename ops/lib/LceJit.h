@@ -7,8 +7,8 @@
 // [Note: cache keys] Programs are cached in memory, process-wide, under
 //   (graph fingerprint, D, V, dtypes, plan options, arch, bucket(N)).
 // The graph fingerprint covers the loss itself (softcap value, ignore_index, reduction,
-// dtypes, shapes); plan options add the output dtypes, the workspace budget and the
-// device checks. Binaries are cached by KernelCache under a SHA-256 of the CUDA source,
+// dtypes, shapes); plan options add the output dtypes, the workspace budget, the
+// precision mode, an LCEJIT_GEMM_TILE override and the device checks. Binaries are cached by KernelCache under a SHA-256 of the CUDA source,
 // NVRTC version and options, arch and lcejit's build id (runtime/KernelCache.h), so two
 // buckets whose Programs emit the same source share one cubin and one compile.
 //
