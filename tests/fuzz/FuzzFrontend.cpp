@@ -61,6 +61,11 @@ void build(Bytes &b) {
   for (size_t i = 0; i < numInputs; ++i)
     ts.push_back(g.input("x" + std::to_string(i), pickShape(b), pickType(b)));
   auto any = [&]() { return ts[b.pick(ts.size())]; };
+  auto optionalAxis = [&]() -> std::optional<int64_t> {
+    if (b.next() & 1)
+      return static_cast<int64_t>(b.pick(3));
+    return std::nullopt;
+  };
   for (int step = 0; step < 24 && !b.empty(); ++step) {
     try {
       switch (b.pick(24)) {
@@ -84,16 +89,12 @@ void build(Bytes &b) {
         break;
       case 16: ts.push_back(g.select(any(), any(), any())); break;
       case 17: {
-        std::optional<int64_t> axis;
-        if (b.next() & 1)
-          axis = b.pick(3);
+        std::optional<int64_t> axis = optionalAxis();
         ts.push_back(g.sum(any(), axis));
         break;
       }
       case 18: {
-        std::optional<int64_t> axis;
-        if (b.next() & 1)
-          axis = b.pick(3);
+        std::optional<int64_t> axis = optionalAxis();
         ts.push_back(g.mean(any(), axis));
         break;
       }

@@ -22,6 +22,15 @@ using namespace lcejit;
 
 namespace {
 
+/// ptxas's report for kernel `k`, or null when it has none.
+const runtime::PtxasKernelInfo *ptxasInfo(const runtime::NvrtcOutput &out,
+                                          const std::string &k) {
+  for (const runtime::PtxasKernelInfo &i : out.kernels)
+    if (i.kernel == k)
+      return &i;
+  return nullptr;
+}
+
 class NvrtcPrograms
     : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
@@ -38,10 +47,7 @@ TEST_P(NvrtcPrograms, CompilesToCubinWithoutSpills) {
   std::cout << fmt::format("[{} {}] NVRTC {:.0f} ms, cubin {} bytes\n", name,
                            arch, out.compileMs, out.cubin.size());
   for (const std::string &k : m.kernelNames) {
-    const runtime::PtxasKernelInfo *info = nullptr;
-    for (const runtime::PtxasKernelInfo &i : out.kernels)
-      if (i.kernel == k)
-        info = &i;
+    const runtime::PtxasKernelInfo *info = ptxasInfo(out, k);
     ASSERT_NE(info, nullptr) << "ptxas did not report " << k << "\n" << out.log;
     std::cout << fmt::format(
         "  {:<16} {:>3} regs  {:>6} B smem  {:>4} B stack  spill {}/{} B\n", k,
@@ -102,10 +108,7 @@ TEST_P(NvrtcTiles, CompilesWithoutSpills) {
                            t.name, arch, t.tile.bm, t.tile.bn, t.tile.bk,
                            t.tile.warpsM, t.tile.warpsN, t.tile.stages);
   for (const std::string &k : m.kernelNames) {
-    const runtime::PtxasKernelInfo *info = nullptr;
-    for (const runtime::PtxasKernelInfo &i : out.kernels)
-      if (i.kernel == k)
-        info = &i;
+    const runtime::PtxasKernelInfo *info = ptxasInfo(out, k);
     ASSERT_NE(info, nullptr) << "ptxas did not report " << k << "\n" << out.log;
     std::cout << fmt::format("  {:<24} {:>3} regs  {:>4} B stack  spill {}/{} B\n",
                              k, info->registers, info->stackFrameBytes,
