@@ -72,7 +72,8 @@ namespace lcejit::runtime {
   X(moduleGetFunction, cuModuleGetFunction, 2000)                              \
   X(funcSetAttribute, cuFuncSetAttribute, 9000)                                \
   X(funcGetAttribute, cuFuncGetAttribute, 2020)                                \
-  X(launchKernelEx, cuLaunchKernelEx, 11060)
+  X(launchKernelEx, cuLaunchKernelEx, 11060)                                  \
+  X(tensorMapEncodeTiled, cuTensorMapEncodeTiled, 12000)
 
 /// One row of the entry-point table.
 struct DriverEntryPoint {

@@ -62,6 +62,12 @@ inline double gradTolerance(DType t, bool exact, bool peaked, double floor, doub
   return peaked ? kExactPeakedF32GradTolerance : kExactF32GradTolerance;
 }
 
+/// The sm90 plain GEMM (tests/gpu/Sm90GemmGpuTest.cpp): a bf16 output within this factor
+/// of the error of rounding the fp64 product to bf16; an f32 output within the relative
+/// error below (f32 accumulation of at most a few thousand bf16 products).
+inline constexpr double kGemmBf16FloorFactor = 1.1;
+inline constexpr double kGemmF32Tolerance = 1e-5;
+
 /// The bf16 ulp of x (> 0): 2^(floor(log2 x) − 7).
 inline double bf16Ulp(double x) { return x > 0 ? std::ldexp(1.0, std::ilogb(x) - 7) : 0.0; }
 

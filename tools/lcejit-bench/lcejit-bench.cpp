@@ -31,8 +31,13 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include "compiler/codegen/Sm90GemmEmitter.h"
+#include "runtime/Sm90Launch.h"
+
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <functional>
 #include <random>
 #include <tuple>
 #include <cstdio>
@@ -62,6 +67,36 @@ extern "C" __global__ void fill_bf16(unsigned short *out, long long n, unsigned 
     out[i] = (unsigned short)(u >> 16);
   }
 }
+__device__ float bf16_to_f32(unsigned short b) { return __uint_as_float((unsigned int)b << 16); }
+// sums[0] += sum (x - ref)^2, sums[1] += sum ref^2 (x bf16 or f32, ref bf16).
+template <class X> __device__ void diff_sums(const X *x, const unsigned short *ref, long long n,
+                                             double *sums, float (*get)(X)) {
+  double dd = 0, rr = 0;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    double r = bf16_to_f32(ref[i]), e = (double)get(x[i]) - r;
+    dd += e * e;
+    rr += r * r;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    dd += __shfl_xor_sync(0xffffffffu, dd, o);
+    rr += __shfl_xor_sync(0xffffffffu, rr, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(&sums[0], dd);
+    atomicAdd(&sums[1], rr);
+  }
+}
+__device__ float get_bf16(unsigned short v) { return bf16_to_f32(v); }
+__device__ float get_f32(float v) { return v; }
+extern "C" __global__ void diff_bf16(const unsigned short *x, const unsigned short *ref, long long n,
+                                     double *sums) {
+  diff_sums<unsigned short>(x, ref, n, sums, get_bf16);
+}
+extern "C" __global__ void diff_f32(const float *x, const unsigned short *ref, long long n,
+                                    double *sums) {
+  diff_sums<float>(x, ref, n, sums, get_f32);
+}
 extern "C" __global__ void fill_targets(long long *out, long long n, long long vocab) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
        i += (long long)gridDim.x * blockDim.x)
@@ -78,6 +113,8 @@ struct Args {
   int64_t budgetMb = 0; ///< 0: the op's default
   std::string json;     ///< write the results as JSON here
   bool series = false;
+  bool gemmOnly = false;
+  std::vector<std::array<int, 3>> gemmConfigs{{256, 4, 8}}; ///< --gemm-config BN,STAGES,GROUP/...
 };
 
 struct CaseShape {
@@ -105,7 +142,7 @@ struct Result {
   std::cerr << "lcejit-bench: " << msg
             << "\nusage: lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]\n"
                "                    [--case A,B,C,Q,S,L|all] [--precision fast|exact] [--budget-mb M]\n"
-               "                    [--json FILE] [--series]\n";
+               "                    [--json FILE] [--series] [--gemm-only [--gemm-config BN,STAGES,GROUP/...]]\n";
   std::exit(2);
 }
 
@@ -115,6 +152,10 @@ Args parse(int argc, char **argv) {
     std::string f = argv[i];
     if (f == "--series") {
       a.series = true;
+      continue;
+    }
+    if (f == "--gemm-only") {
+      a.gemmOnly = true;
       continue;
     }
     if (i + 1 >= argc)
@@ -128,6 +169,21 @@ Args parse(int argc, char **argv) {
       else if (f == "--iters") a.iters = std::stoi(v);
       else if (f == "--budget-mb") a.budgetMb = std::stoll(v);
       else if (f == "--json") a.json = v;
+      else if (f == "--gemm-config") {
+        a.gemmConfigs.clear();
+        size_t pos = 0;
+        while (pos < v.size()) {
+          size_t slash = v.find('/', pos);
+          std::string one = v.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
+          std::array<int, 3> c{};
+          if (std::sscanf(one.c_str(), "%d,%d,%d", &c[0], &c[1], &c[2]) != 3)
+            usage("--gemm-config: '" + one + "' is not BN,STAGES,GROUP");
+          a.gemmConfigs.push_back(c);
+          if (slash == std::string::npos)
+            break;
+          pos = slash + 1;
+        }
+      }
       else if (f == "--precision") {
         if (v == "fast") a.precision = Precision::Fast;
         else if (v == "exact") a.precision = Precision::Exact;
@@ -328,6 +384,144 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *b
   return r;
 }
 
+/// ||x − ref|| / ||ref|| on the device (ref bf16; x bf16 or f32).
+double relDiff(const runtime::Module &m, CUdeviceptr x, bool xF32, CUdeviceptr ref, long long n) {
+  const auto &d = runtime::cudaDriver();
+  Mem sums(16);
+  cu(d.memsetD8Async(sums.p, 0, 16, nullptr), "memset");
+  CUdeviceptr px = x, pr = ref, ps = sums.p;
+  void *args[] = {&px, &pr, &n, &ps};
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = 2048;
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = 256;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cu(d.launchKernelEx(&cfg, m.function(xF32 ? "diff_f32" : "diff_bf16"), args, nullptr), "diff");
+  double h[2] = {0, 0};
+  cu(d.memcpyDtoH(h, sums.p, 16), "memcpyDtoH");
+  return h[1] > 0 ? std::sqrt(h[0] / h[1]) : std::sqrt(h[0]);
+}
+
+/// --gemm-only: the three FLCE GEMMs on the generated sm_90a mainloop next to cuBLAS.
+int runGemmOnly(const Args &a, const std::vector<CaseShape> &shapes, const runtime::Module &fillModule,
+                const Filler &fill, Cublas *blas, const runtime::DeviceInfo &info) {
+  if (info.smVersion() != 90) {
+    fmt::print("--gemm-only: the sm90 mainloop needs an sm_90 device; this is sm_{}\n",
+               info.smVersion());
+    return 77;
+  }
+  std::vector<codegen::Sm90GemmSpec> specs;
+  for (size_t c = 0; c < a.gemmConfigs.size(); ++c) {
+    const auto &g = a.gemmConfigs[c];
+    const std::string p = fmt::format("g{}_", c);
+    specs.push_back({p + "fwd", g[0], g[1], true, true, DType::BF16});
+    specs.push_back({p + "dh", g[0], g[1], true, false, DType::BF16});
+    specs.push_back({p + "dw", g[0], g[1], false, false, DType::BF16});
+    specs.push_back({p + "dwf", g[0], g[1], false, false, DType::F32});
+  }
+  codegen::EmittedModule em = codegen::emitSm90GemmModule(specs);
+  runtime::NvrtcRequest req;
+  req.source = em.source;
+  req.arch = "sm_90a";
+  req.label = "bench-sm90-gemm";
+  runtime::NvrtcOutput compiled = runtime::compileCuda(req);
+  fmt::print("sm90 GEMM module: {} kernels compiled in {:.0f} ms\n", specs.size(), compiled.compileMs);
+  for (const runtime::PtxasKernelInfo &k : compiled.kernels)
+    fmt::print("  {}: {} registers, {} bytes stack, {} bytes spilled\n", k.kernel, k.registers,
+               k.stackFrameBytes, k.spillStoreBytes);
+  runtime::Module mod(compiled.cubin);
+
+  const auto &d = runtime::cudaDriver();
+  CUstream s = nullptr;
+  std::string json = "[";
+  fmt::print("\n| case | GEMM | M x N x K | config | cuBLAS ms | TFLOP/s | lcejit ms | TFLOP/s | "
+             "lcejit/cuBLAS | rel diff |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const CaseShape &cs : shapes) {
+    const long long N = cs.n, D = cs.d, V = cs.v;
+    Mem h(size_t(N * D) * 2), w(size_t(V * D) * 2), g(size_t(N * V) * 2);
+    Mem zb(size_t(N * V) * 2), z(size_t(N * V) * 2), dhb(size_t(N * D) * 2), dh(size_t(N * D) * 2),
+        dwb(size_t(V * D) * 2), dw(size_t(V * D) * 2), dwf(size_t(V * D) * 4);
+    float scale = 2.0f / std::pow(float(D), 0.25f);
+    fill.bf16(h, N * D, 1, scale);
+    fill.bf16(w, V * D, 2, scale);
+    fill.bf16(g, N * V, 3, 1.0f);
+    cu(d.ctxSynchronize(), "sync");
+    struct Gemm {
+      const char *name;
+      long long m, n, k;
+      std::function<void()> blasCall;
+      CUdeviceptr a, b;
+      bool aK, bK;
+      long long lda, ldb;
+      CUdeviceptr ref;
+    };
+    std::vector<Gemm> gemms = {
+        {"Z = H Wt", N, V, D,
+         [&] { blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), zb.data()); },
+         h.p, w.p, true, true, D, D, zb.p},
+        {"dH = G W", N, D, V,
+         [&] { blas->gemm(false, false, int(N), int(D), int(V), g.data(), int(V), w.data(), int(D), dhb.data()); },
+         g.p, w.p, true, false, V, D, dhb.p},
+        {"dW = Gt H", V, D, N,
+         [&] { blas->gemm(true, false, int(V), int(D), int(N), g.data(), int(V), h.data(), int(D), dwb.data()); },
+         g.p, h.p, false, false, V, D, dwb.p},
+    };
+    for (size_t gi = 0; gi < gemms.size(); ++gi) {
+      const Gemm &gm = gemms[gi];
+      const double flops = 2.0 * double(gm.m) * double(gm.n) * double(gm.k);
+      const double blasMs = blas ? medianMs(a.iters, s, gm.blasCall) : 0.0;
+      for (size_t c = 0; c < a.gemmConfigs.size(); ++c) {
+        // dW runs twice: bf16 output (as cuBLAS) and f32 output (what the FLCE wants).
+        for (int variant = 0; variant < (gi == 2 ? 2 : 1); ++variant) {
+          const codegen::Sm90GemmSpec &spec = specs[c * 4 + gi + size_t(variant)];
+          CUdeviceptr out = gi == 0 ? z.p : gi == 1 ? dh.p : variant ? dwf.p : dw.p;
+          runtime::Sm90GemmLaunch l;
+          l.a = gm.a;
+          l.b = gm.b;
+          l.out = out;
+          l.aKMajor = gm.aK;
+          l.bKMajor = gm.bK;
+          l.lda = gm.lda;
+          l.ldb = gm.ldb;
+          l.ldOut = gm.n;
+          l.m = gm.m;
+          l.n = gm.n;
+          l.k = gm.k;
+          l.bn = spec.bn;
+          l.sharedBytes = codegen::sm90GemmSharedBytes(spec);
+          l.group = a.gemmConfigs[c][2];
+          CUfunction f = mod.function(spec.name);
+          cu(d.memsetD8Async(out, 0xFF, size_t(gm.m * gm.n) * (variant ? 4 : 2), s), "poison");
+          const double ms = medianMs(a.iters, s, [&] { runtime::launchSm90Gemm(mod, f, l, s); });
+          cu(d.ctxSynchronize(), "sync");
+          const double err = blas ? relDiff(fillModule, out, variant == 1, gm.ref, gm.m * gm.n) : -1.0;
+          const std::string cfgText = fmt::format("{}x{} s{} g{}{}", 128, spec.bn, spec.stages,
+                                                  l.group, variant ? " f32 out" : "");
+          fmt::print("| {} | {} | {}x{}x{} | {} | {:.3f} | {:.0f} | {:.3f} | {:.0f} | {:.3f} | {:.2e} |\n",
+                     cs.name, gm.name, gm.m, gm.n, gm.k, cfgText, blasMs,
+                     blasMs > 0 ? flops / (blasMs * 1e-3) / 1e12 : 0.0, ms, flops / (ms * 1e-3) / 1e12,
+                     blasMs > 0 ? ms / blasMs : 0.0, err);
+          std::fflush(stdout);
+          json += fmt::format("{}{{\"case\": \"{}\", \"gemm\": \"{}\", \"m\": {}, \"n\": {}, \"k\": {}, "
+                              "\"config\": \"{}\", \"cublas_ms\": {:.4f}, \"lcejit_ms\": {:.4f}, "
+                              "\"rel_diff\": {:.3e}}}",
+                              json.size() > 1 ? ", " : "", cs.name, gm.name, gm.m, gm.n, gm.k, cfgText,
+                              blasMs, ms, err);
+        }
+      }
+    }
+  }
+  json += "]\n";
+  if (!a.json.empty()) {
+    FILE *f = std::fopen(a.json.c_str(), "w");
+    if (!f)
+      throw Error(ErrorKind::InvalidArgument, "--json: cannot write " + a.json);
+    std::fputs(json.c_str(), f);
+    std::fclose(f);
+  }
+  return 0;
+}
+
 /// The 20-N series: every N once (host-timed, synchronous), the op then cuBLAS.
 int runSeries(const Args &a, const Filler &fill, Cublas *blas) {
   const auto &d = runtime::cudaDriver();
@@ -407,6 +601,8 @@ int main(int argc, char **argv) {
           shapes.push_back(k);
     if (shapes.empty())
       shapes.push_back(CaseShape{"custom", a.n, a.d, a.v, a.softcap});
+    if (a.gemmOnly)
+      return runGemmOnly(a, shapes, fillModule, fill, haveBlas ? &blas : nullptr, info);
     fmt::print("device: {} (sm_{}, {} SMs); precision {}; budget {}; cuBLAS {}\n", info.name,
                info.smVersion(), info.numSMs, a.precision == Precision::Exact ? "exact" : "fast",
                a.budgetMb ? fmt::format("{} MiB", a.budgetMb) : std::string("default"),

@@ -1,0 +1,114 @@
+//===- Sm90GemmEmitter.cpp - Plain GEMMs on the Hopper mainloop ------------===//
+
+#include "compiler/codegen/Sm90GemmEmitter.h"
+
+#include "compiler/codegen/CodeWriter.h"
+#include "compiler/codegen/DeviceHeaders.h"
+#include "compiler/support/Check.h"
+
+#include <cctype>
+#include <set>
+
+namespace lcejit::codegen {
+
+namespace {
+
+const char *outTag(DType t) {
+  switch (t) {
+  case DType::BF16:
+    return "lcejit::elem_bf16";
+  case DType::F16:
+    return "lcejit::elem_f16";
+  case DType::F32:
+    return "lcejit::elem_f32";
+  default:
+    return nullptr;
+  }
+}
+
+bool isIdentifier(const std::string &s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])))
+    return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_')
+      return false;
+  return true;
+}
+
+std::string configName(const Sm90GemmSpec &s) { return s.name + "_config"; }
+
+} // namespace
+
+void checkSm90GemmSpec(const Sm90GemmSpec &s) {
+  LCEJIT_CHECK_ARG(isIdentifier(s.name), "sm90 GEMM name '{}' is not a C identifier", s.name);
+  LCEJIT_CHECK_ARG(s.name.rfind("lcejit", 0) != 0,
+                   "sm90 GEMM name '{}' uses the reserved prefix 'lcejit'", s.name);
+  LCEJIT_CHECK_ARG(s.bn == 64 || s.bn == 128 || s.bn == 192 || s.bn == 256,
+                   "sm90 GEMM '{}': bn = {} (64, 128, 192 or 256)", s.name, s.bn);
+  LCEJIT_CHECK_ARG(s.stages >= 2 && s.stages <= 8, "sm90 GEMM '{}': stages = {} (2 to 8)",
+                   s.name, s.stages);
+  LCEJIT_CHECK_ARG(outTag(s.out) != nullptr, "sm90 GEMM '{}': output type {} (bf16, f16, f32)",
+                   s.name, dtypeName(s.out));
+  LCEJIT_CHECK_ARG(sm90GemmSharedBytes(s) <= 232448,
+                   "sm90 GEMM '{}': {} bytes of shared memory for bn = {} and {} stages (at "
+                   "most 232448)",
+                   s.name, sm90GemmSharedBytes(s), s.bn, s.stages);
+}
+
+int32_t sm90GemmSharedBytes(const Sm90GemmSpec &s) {
+  // Mirrors lcejit::sm90::GemmConfig: alignment slack, stages of A and B, barriers.
+  const int32_t stage = 128 * 64 * 2 + s.bn * 64 * 2;
+  return 1024 + s.stages * stage + 2 * s.stages * 8;
+}
+
+std::string describe(const Sm90GemmSpec &s) {
+  return fmt::format("tile 128x{}x64, {} stages, A {}, B {}, out {}, {} bytes shared", s.bn,
+                     s.stages, s.aKMajor ? "K-major" : "MN-major",
+                     s.bKMajor ? "K-major" : "MN-major", dtypeName(s.out),
+                     sm90GemmSharedBytes(s));
+}
+
+EmittedModule emitSm90GemmModule(const std::vector<Sm90GemmSpec> &specs) {
+  LCEJIT_CHECK_ARG(!specs.empty(), "an sm90 GEMM module needs at least one kernel");
+  std::set<std::string> names;
+  for (const Sm90GemmSpec &s : specs) {
+    checkSm90GemmSpec(s);
+    LCEJIT_CHECK_ARG(names.insert(s.name).second, "two sm90 GEMMs are named '{}'", s.name);
+  }
+
+  EmittedModule m;
+  CodeWriter w;
+  w.comment("lcejit: plain GEMMs on the sm_90a mainloop (compiler/codegen/Sm90GemmEmitter.h)");
+  for (const Sm90GemmSpec &s : specs)
+    w.comment(fmt::format("  {}: {}", s.name, describe(s)));
+  w.blank();
+  w.raw(deviceHeaderPrelude());
+  w.blank();
+  w.line("#if !defined(LCEJIT_SM90)");
+  w.line("#error \"the sm90 GEMM kernels need --gpu-architecture=sm_90a\"");
+  w.line("#endif");
+  for (const Sm90GemmSpec &s : specs) {
+    w.blank();
+    w.comment(fmt::format("{}: {}", s.name, describe(s)));
+    w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}> {};", s.bn, s.stages,
+           s.aKMajor ? "K_MAJOR" : "MN_MAJOR", s.bKMajor ? "K_MAJOR" : "MN_MAJOR",
+           configName(s));
+    w.line("static_assert({}::SMEM_BYTES == {}, \"shared memory must match "
+           "codegen::sm90GemmSharedBytes\");",
+           configName(s), sm90GemmSharedBytes(s));
+    w.line("extern \"C\" __global__ void __launch_bounds__(384, 1)");
+    w.line("{}(const __grid_constant__ lcejit::sm90::TensorMap map_a,", s.name);
+    w.line("    const __grid_constant__ lcejit::sm90::TensorMap map_b, void *out,");
+    w.line("    long long ld_out, long long m, long long n, long long k, int group) {{");
+    w.indent();
+    w.line("const lcejit::sm90::StoreEpilogue<{}> epi{{out, ld_out, m, n}};", outTag(s.out));
+    w.line("lcejit::sm90::gemm<{}>(map_a, map_b, epi, m, n, k, group);", configName(s));
+    w.dedent();
+    w.line("}}");
+    m.kernelNames.push_back(s.name);
+  }
+  m.source = w.str();
+  return m;
+}
+
+} // namespace lcejit::codegen

@@ -1,0 +1,65 @@
+//===- Sm90Launch.cpp - Launching the sm_90a GEMM kernels ------------------===//
+
+#include "runtime/Sm90Launch.h"
+
+#include "compiler/support/Check.h"
+#include "lcejit/Error.h"
+
+#include <algorithm>
+
+namespace lcejit::runtime {
+
+int64_t sm90GridSize(const Sm90GemmLaunch &l, int numSMs) {
+  const int64_t tiles = ((l.m + 127) / 128) * ((l.n + l.bn - 1) / l.bn);
+  if (l.grid > 0)
+    return l.grid;
+  return std::max<int64_t>(1, std::min<int64_t>(tiles, numSMs));
+}
+
+void launchSm90Gemm(const Module &module, CUfunction f, const Sm90GemmLaunch &l,
+                    CUstream stream) {
+  LCEJIT_CHECK_ARG(l.m >= 0 && l.n >= 0 && l.k >= 0, "sm90 GEMM sizes m = {}, n = {}, k = {}",
+                   l.m, l.n, l.k);
+  LCEJIT_CHECK_ARG(l.bn > 0 && l.sharedBytes > 0, "sm90 GEMM bn = {}, sharedBytes = {}", l.bn,
+                   l.sharedBytes);
+  LCEJIT_CHECK_ARG(l.ldOut >= l.n, "sm90 GEMM ldOut = {} is smaller than n = {}", l.ldOut, l.n);
+  LCEJIT_CHECK_ARG(l.group > 0, "sm90 GEMM group = {}", l.group);
+  LCEJIT_CHECK_ARG(l.m < (int64_t{1} << 31) && l.n < (int64_t{1} << 31) &&
+                       l.k < (int64_t{1} << 31),
+                   "sm90 GEMM sizes m = {}, n = {}, k = {}: TMA coordinates are 32-bit", l.m,
+                   l.n, l.k);
+  if (l.m == 0 || l.n == 0)
+    return;
+  LCEJIT_CHECK_ARG(l.out != 0, "sm90 GEMM output is a null pointer");
+  CUtensorMap mapA, mapB;
+  if (l.k == 0) {
+    // An empty product: the kernel stores zeros and reads nothing, so the maps only
+    // have to be valid descriptors (of a placeholder address that is never accessed).
+    const CUdeviceptr placeholder = 256;
+    mapA = encodeSm90Operand({placeholder, true, 1, 1, 8, 128});
+    mapB = encodeSm90Operand({placeholder, true, 1, 1, 8, l.bn});
+  } else {
+    mapA = encodeSm90Operand({l.a, l.aKMajor, l.m, l.k, l.lda, 128});
+    mapB = encodeSm90Operand({l.b, l.bKMajor, l.n, l.k, l.ldb, l.bn});
+  }
+
+  const int64_t grid = sm90GridSize(l, l.grid > 0 ? 0 : currentDeviceInfo().numSMs);
+  module.reserveDynamicShared(f, l.sharedBytes);
+
+  CUdeviceptr out = l.out;
+  long long ldOut = l.ldOut, m = l.m, n = l.n, k = l.k;
+  int group = l.group;
+  void *params[] = {&mapA, &mapB, &out, &ldOut, &m, &n, &k, &group};
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = static_cast<unsigned>(grid);
+  cfg.gridDimY = 1;
+  cfg.gridDimZ = 1;
+  cfg.blockDimX = 384;
+  cfg.blockDimY = 1;
+  cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = static_cast<unsigned>(l.sharedBytes);
+  cfg.hStream = stream;
+  LCEJIT_CU(cudaDriver().launchKernelEx(&cfg, f, params, nullptr));
+}
+
+} // namespace lcejit::runtime

@@ -1,0 +1,57 @@
+//===- TensorMap.cpp - TMA tensor maps for the sm_90a GEMM operands --------===//
+
+#include "runtime/TensorMap.h"
+
+#include "lcejit/Error.h"
+#include "compiler/support/Check.h"
+
+#include <algorithm>
+
+namespace lcejit::runtime {
+
+CUtensorMap encodeSm90Operand(const Sm90Operand &op) {
+  LCEJIT_CHECK_ARG(op.data % 16 == 0, "sm90 operand data pointer 0x{:x} is not 16-byte aligned",
+                   static_cast<uint64_t>(op.data));
+  LCEJIT_CHECK_ARG(op.rows >= 0 && op.k >= 0, "sm90 operand of {} rows and k = {}", op.rows,
+                   op.k);
+  LCEJIT_CHECK_ARG(op.ld > 0 && op.ld % 8 == 0,
+                   "sm90 operand ld = {}: must be a positive multiple of 8 elements (TMA rows "
+                   "are 16-byte aligned)",
+                   op.ld);
+  const int64_t contiguous = op.kMajor ? op.k : op.rows;
+  LCEJIT_CHECK_ARG(op.ld >= contiguous, "sm90 operand ld = {} is smaller than its {} contiguous "
+                   "elements",
+                   op.ld, contiguous);
+  LCEJIT_CHECK_ARG(op.boxRows >= 8 && op.boxRows <= 256 && op.boxRows % 8 == 0,
+                   "sm90 operand box of {} rows (8 to 256, a multiple of 8)", op.boxRows);
+
+  const cuuint64_t rows = static_cast<cuuint64_t>(std::max<int64_t>(op.rows, 1));
+  const cuuint64_t k = static_cast<cuuint64_t>(std::max<int64_t>(op.k, 1));
+  cuuint64_t dims[2];
+  cuuint32_t box[2];
+  if (op.kMajor) {
+    dims[0] = k;
+    dims[1] = rows;
+    box[0] = 64;
+    box[1] = static_cast<cuuint32_t>(op.boxRows);
+  } else {
+    dims[0] = rows;
+    dims[1] = k;
+    box[0] = 64;
+    box[1] = 64;
+  }
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(op.ld) * 2};
+  const cuuint32_t elementStrides[2] = {1, 1};
+  CUtensorMap map;
+  const CudaDriver &d = cudaDriver();
+  CUresult r = d.tensorMapEncodeTiled(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+      reinterpret_cast<void *>(static_cast<uintptr_t>(op.data)), dims, strides, box,
+      elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throwCudaError(r, "cuTensorMapEncodeTiled (sm90 GEMM operand)", __FILE__, __LINE__);
+  return map;
+}
+
+} // namespace lcejit::runtime

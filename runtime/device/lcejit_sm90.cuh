@@ -1,0 +1,518 @@
+//===- lcejit_sm90.cuh - Hopper GEMM: TMA ring, warp-specialized wgmma -----===//
+//
+// The sm_90a mainloop (issue 6; facts in shared/HOPPER-KERNELS.md, design in
+// docs/hopper.md). Everything here is compiled only for sm_90a
+// (__CUDA_ARCH_FEAT_SM90_ALL): the prelude of other targets skips it, and
+// LCEJIT_SM90 tells generated code whether it is there.
+//
+//   acc[BM x BN] = sum over k of A(m0 + m, k) * B(n0 + n, k)      f32 accumulate
+//
+// A and B are bf16, each K-major (k contiguous) or MN-major (m / n contiguous)
+// in global memory, read through TMA tensor maps (runtime/TensorMap.h encodes
+// them on the host; both the map and the descriptor below use the 128-byte
+// swizzle). The kernel is persistent: CTA b takes tiles b, b + grid, ... in the
+// grouped order of TileOrder.
+//
+// [Note: sm90 roles] 384 threads = 3 warpgroups. Warpgroup 0 is the producer:
+// it gives its registers back (setmaxnreg 40) and one thread issues the TMA
+// loads of every k-block of every tile of the CTA into a STAGES-deep ring.
+// Warpgroups 1 and 2 are the consumers (setmaxnreg 232): consumer g owns rows
+// 64 g .. 64 g + 63 of the 128-row tile and issues BK / 16 wgmma m64nBNk16 per
+// k-block, both reading the same B stage. Per stage s there are two
+// mbarriers: full[s] (1 arrival: the producer's expect_tx; the TMA bytes
+// complete it) and empty[s] (8 arrivals: lane 0 of every consumer warp, once
+// the wgmma reading the stage has retired). Stage index and phase run on
+// across tiles; the producer waits empty with the opposite parity, so the
+// first pass over the ring does not block. A consumer keeps one wgmma group in
+// flight: after committing k-block kb it waits until at most one group is
+// pending and only then releases the stage of kb - 1.
+//
+// [Note: sm90 shared memory] Dynamic shared memory, aligned up to 1024 bytes
+// (TMA swizzles on absolute address bits): STAGES stages of [A: BM x BK][B: BN
+// x BK] bf16, then 2 x STAGES mbarriers. An operand tile is stored as TMA
+// writes it with SWIZZLE_128B:
+//   K-major  one box of BK (= 64, 128 bytes) x rows: row r at 128 r, its
+//            16-byte chunks XORed with r % 8. Descriptor: SBO = 1024 (8 rows),
+//            LBO unused, k16 step = +32 bytes.
+//   MN-major boxes of 64 (m or n, 128 bytes) x BK k-rows, one per 64 columns,
+//            8192 bytes apart. Descriptor: LBO = 8192 (next 64 columns), SBO =
+//            1024 (next 8 k-rows), k16 step = +2048 bytes; transpose bit 1.
+// Consumer g's A slice starts 64 rows in: +8192 bytes in both layouts.
+//
+// [Note: sm90 accumulator] Thread t of a consumer (w = t / 32, l = t % 32)
+// holds acc[i], i < BN / 2, of row 16 w + l / 4 + 8 ((i / 2) % 2) and column
+// 8 (i / 4) + 2 (l % 4) + (i % 2) of its 64-row slice. Registers (i, i + 1),
+// i even, are two adjacent columns of one row.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "lcejit_common.cuh"
+#include "lcejit_gemm.cuh"
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define LCEJIT_SM90 1
+
+namespace lcejit {
+namespace sm90 {
+
+/// A CUtensorMap as a kernel parameter (cuda.h is not available to NVRTC):
+/// pass it as `const __grid_constant__ TensorMap`.
+struct alignas(64) TensorMap {
+  unsigned char bytes[128];
+};
+
+__device__ __forceinline__ u32 smem_addr(const void *p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+//===----------------------------------------------------------------------===//
+// mbarrier
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+/// Arrives when `pred` is nonzero. The predicate stays inside the asm: a C++
+/// branch around the arrive makes ptxas serialize the wgmma pipeline (C7518).
+__device__ __forceinline__ void mbar_arrive_if(u32 bar, u32 pred) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n"
+               "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar),
+               "r"(pred)
+               : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
+  u32 ok;
+  asm volatile("{\n.reg .pred p;\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+               "selp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(ok)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// TMA
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ void tma_prefetch(const TensorMap *map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(map))
+               : "memory");
+}
+/// Loads the box at (x = inner, y = outer) into shared memory at `dst`; the
+/// bytes complete a transaction on `bar`. Out-of-bounds elements read as 0.
+__device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap *map,
+                                            u32 bar, int x, int y) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
+               "complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+               "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y)
+               : "memory");
+}
+
+//===----------------------------------------------------------------------===//
+// wgmma
+//===----------------------------------------------------------------------===//
+
+/// Shared-memory matrix descriptor, 128-byte swizzle (layout type 1).
+__device__ __forceinline__ u64 sw128_desc(u32 addr, u32 lbo, u32 sbo) {
+  return static_cast<u64>((addr & 0x3FFFF) >> 4) |
+         (static_cast<u64>((lbo >> 4) & 0x3FFF) << 16) |
+         (static_cast<u64>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/// Keeps the compiler from moving accumulator accesses across wgmma
+/// fence/commit/wait (CUTLASS's warpgroup_fence_operand).
+template <int R> __device__ __forceinline__ void fence_acc(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+    asm volatile("" : "+f"(d[i])::"memory");
+}
+
+template <int REGS> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
+}
+template <int REGS> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
+}
+
+// wgmma.mma_async m64nNk16, bf16 x bf16 -> f32, A and B from shared memory:
+// d (+)= A * B, d read only when scale_d != 0. TRANS_A / TRANS_B: 0 K-major,
+// 1 MN-major.
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], u64 desc_a, u64 desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], u64 desc_a, u64 desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n192k16(float (&d)[96], u64 desc_a, u64 desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+      "}, %96, %97, p, 1, 1, %99, %100;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+        "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+        "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+        "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], u64 desc_a, u64 desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+        "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+        "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+        "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
+        "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
+        "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]),
+        "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
+        "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+
+template <int BN, int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[BN / 2], u64 desc_a,
+                                           u64 desc_b, int scale_d) {
+  if constexpr (BN == 64)
+    wgmma_m64n64k16<TRANS_A, TRANS_B>(d, desc_a, desc_b, scale_d);
+  else if constexpr (BN == 128)
+    wgmma_m64n128k16<TRANS_A, TRANS_B>(d, desc_a, desc_b, scale_d);
+  else if constexpr (BN == 192)
+    wgmma_m64n192k16<TRANS_A, TRANS_B>(d, desc_a, desc_b, scale_d);
+  else
+    wgmma_m64n256k16<TRANS_A, TRANS_B>(d, desc_a, desc_b, scale_d);
+}
+
+//===----------------------------------------------------------------------===//
+// Configuration and tile order
+//===----------------------------------------------------------------------===//
+
+template <int BN_, int STAGES_, int MAJOR_A_, int MAJOR_B_> struct GemmConfig {
+  static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
+  static constexpr int MAJOR_A = MAJOR_A_, MAJOR_B = MAJOR_B_;
+  static constexpr int THREADS = 384;
+  static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
+  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int BAR_OFFSET = STAGES * STAGE_BYTES;
+  /// 1024 bytes of slack to align the base, the stages, the barriers.
+  static constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;
+  static constexpr int ACC = BN / 2; ///< accumulator registers per thread
+  static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
+                "sm90 GEMM: BN must be 64, 128, 192 or 256");
+  static_assert(STAGES >= 2 && STAGES <= 8, "sm90 GEMM: 2 to 8 stages");
+  static_assert(SMEM_BYTES <= 232448, "sm90 GEMM: shared memory over 227 KB");
+};
+
+/// Tiles in groups of `group` tile rows: within a group, consecutive tiles walk
+/// down the rows first, so the CTAs running at one time share B tiles (and, in
+/// the group's few rows, A tiles) in L2.
+struct TileOrder {
+  i64 tiles_m, tiles_n, group;
+  __device__ __forceinline__ void tile(i64 t, i64 &tm, i64 &tn) const {
+    const i64 per_group = group * tiles_n;
+    const i64 g = t / per_group;
+    const i64 first = g * group;
+    const i64 size = min_i64(tiles_m - first, group);
+    const i64 r = t - g * per_group;
+    tm = first + r % size;
+    tn = r / size;
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// The kernel body. Epi::store(acc, row0, col0, t) gets consumer thread t's
+// accumulators of the 64-row slice at (row0, col0) ([Note: sm90 accumulator]);
+// it must mask rows >= m and columns >= n itself.
+//===----------------------------------------------------------------------===//
+
+template <class Cfg, class Epi>
+__device__ __forceinline__ void gemm(const TensorMap &map_a,
+                                     const TensorMap &map_b, const Epi &epi,
+                                     i64 m, i64 n, i64 k, int group) {
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
+  require_launch(Cfg::SMEM_BYTES, Cfg::THREADS);
+  const u32 raw = smem_addr(lcejit_dynamic_smem);
+  const u32 base = (raw + 1023u) & ~1023u;
+  const u32 full = base + Cfg::BAR_OFFSET;
+  const u32 empty = full + STAGES * 8;
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  const int t = static_cast<int>(threadIdx.x) % 128;
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, 8);
+    }
+    mbar_fence_init();
+    tma_prefetch(&map_a);
+    tma_prefetch(&map_b);
+  }
+  __syncthreads();
+
+  const TileOrder order{(m + BM - 1) / BM, (n + BN - 1) / BN,
+                        group > 0 ? static_cast<i64>(group) : 1};
+  const i64 tiles = order.tiles_m * order.tiles_n;
+  const i64 kblocks = (k + BK - 1) / BK;
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (t == 0) {
+      int s = 0;
+      u32 phase = 0;
+      for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        i64 tm, tn;
+        order.tile(tile, tm, tn);
+        const int m0 = static_cast<int>(tm * BM), n0 = static_cast<int>(tn * BN);
+        for (i64 kb = 0; kb < kblocks; ++kb) {
+          const int k0 = static_cast<int>(kb * BK);
+          mbar_wait(empty + 8 * s, phase ^ 1u);
+          const u32 bar = full + 8 * s;
+          mbar_expect_tx(bar, Cfg::STAGE_BYTES);
+          const u32 a_dst = base + s * Cfg::STAGE_BYTES;
+          const u32 b_dst = a_dst + Cfg::A_BYTES;
+          if (Cfg::MAJOR_A == K_MAJOR) {
+            tma_load_2d(a_dst, &map_a, bar, k0, m0);
+          } else {
+#pragma unroll
+            for (int j = 0; j < BM / 64; ++j)
+              tma_load_2d(a_dst + j * 8192, &map_a, bar, m0 + 64 * j, k0);
+          }
+          if (Cfg::MAJOR_B == K_MAJOR) {
+            tma_load_2d(b_dst, &map_b, bar, k0, n0);
+          } else {
+#pragma unroll
+            for (int j = 0; j < BN / 64; ++j)
+              tma_load_2d(b_dst + j * 8192, &map_b, bar, n0 + 64 * j, k0);
+          }
+          if (++s == STAGES) {
+            s = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    }
+  } else {
+    setmaxnreg_inc<232>();
+    const int g = wg - 1;
+    const u32 warp_leader = (t & 31) == 0 ? 1u : 0u;
+    constexpr int TA = Cfg::MAJOR_A == K_MAJOR ? 0 : 1;
+    constexpr int TB = Cfg::MAJOR_B == K_MAJOR ? 0 : 1;
+    constexpr u32 A_STEP = TA ? 2048u : 32u;
+    constexpr u32 B_STEP = TB ? 2048u : 32u;
+    float acc[Cfg::ACC];
+    int s = 0;
+    u32 phase = 0;
+    // One k-block: wait for its stage, issue its BK / 16 wgmma, commit.
+    auto issue = [&](bool first) {
+      mbar_wait(full + 8 * s, phase);
+      const u32 a_s = base + s * Cfg::STAGE_BYTES + g * 8192;
+      const u32 b_s = base + s * Cfg::STAGE_BYTES + Cfg::A_BYTES;
+      fence_acc(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        const u64 da = sw128_desc(a_s + kk * A_STEP, TA ? 8192u : 16u, 1024u);
+        const u64 db = sw128_desc(b_s + kk * B_STEP, TB ? 8192u : 16u, 1024u);
+        wgmma_bf16<BN, TA, TB>(acc, da, db, (first && kk == 0) ? 0 : 1);
+      }
+      wgmma_commit();
+      fence_acc(acc);
+    };
+    auto advance = [&] {
+      if (++s == STAGES) {
+        s = 0;
+        phase ^= 1u;
+      }
+    };
+    for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      i64 tm, tn;
+      order.tile(tile, tm, tn);
+      if (kblocks == 0) {
+#pragma unroll
+        for (int i = 0; i < Cfg::ACC; ++i)
+          acc[i] = 0.f; // k == 0: the product is empty
+      } else {
+        issue(true);
+        int prev = s;
+        advance();
+        for (i64 kb = 1; kb < kblocks; ++kb) {
+          issue(false);
+          wgmma_wait<1>(); // k-block kb - 1 has retired: free its stage
+          fence_acc(acc);
+          mbar_arrive_if(empty + 8 * prev, warp_leader);
+          prev = s;
+          advance();
+        }
+        wgmma_wait<0>();
+        fence_acc(acc);
+        mbar_arrive_if(empty + 8 * prev, warp_leader);
+      }
+      epi.store(acc, tm * BM + 64 * g, tn * BN, t);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// A plain store epilogue: out[row][col] = acc as OutElem, row < m, col < n,
+// rows ld elements apart.
+//===----------------------------------------------------------------------===//
+
+/// Stores x, y rounded to Elem at elements i, i + 1 (i even) in one access.
+template <class Elem>
+__device__ __forceinline__ void store_f32_pair(void *p, i64 i, float x,
+                                               float y) {
+  typedef typename Elem::raw_t Raw;
+  if constexpr (Elem::BYTES == 4) {
+    uint2 v;
+    v.x = Elem::from_f32(x);
+    v.y = Elem::from_f32(y);
+    *reinterpret_cast<uint2 *>(static_cast<Raw *>(p) + i) = v;
+  } else {
+    const u32 v = static_cast<u32>(Elem::from_f32(x)) |
+                  (static_cast<u32>(Elem::from_f32(y)) << 16);
+    *reinterpret_cast<u32 *>(static_cast<Raw *>(p) + i) = v;
+  }
+}
+
+template <class OutElem> struct StoreEpilogue {
+  void *out;
+  i64 ld, m, n;
+  template <int R>
+  __device__ __forceinline__ void store(const float (&acc)[R], i64 row0,
+                                        i64 col0, int t) const {
+    const int w = t / 32, l = t % 32;
+    const bool pairs = (ld % 2) == 0;
+#pragma unroll
+    for (int i = 0; i < R; i += 2) {
+      const i64 row = row0 + 16 * w + l / 4 + 8 * ((i / 2) % 2);
+      const i64 col = col0 + 8 * (i / 4) + 2 * (l % 4);
+      if (row >= m || col >= n)
+        continue;
+      const i64 idx = row * ld + col;
+      if (pairs && col + 1 < n) {
+        store_f32_pair<OutElem>(out, idx, acc[i], acc[i + 1]);
+      } else {
+        store_f32<OutElem>(out, idx, acc[i]);
+        if (col + 1 < n)
+          store_f32<OutElem>(out, idx + 1, acc[i + 1]);
+      }
+    }
+  }
+};
+
+} // namespace sm90
+} // namespace lcejit
+
+#endif // __CUDA_ARCH_FEAT_SM90_ALL

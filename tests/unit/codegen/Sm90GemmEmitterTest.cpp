@@ -1,0 +1,128 @@
+//===- Sm90GemmEmitterTest.cpp - The Hopper GEMM module, without a GPU -----===//
+//
+// NVRTC compiles the generated sm_90a GEMMs here (no GPU needed): every kernel must have
+// no spills and no stack, ptxas must not have dropped setmaxnreg (C7508) or serialized
+// the wgmma pipeline (C751x), and the PTX must hold the instructions the design rests on
+// (wgmma, TMA, mbarrier parity waits, setmaxnreg). The SASS check (HGMMA, UTMALDG) runs
+// in the GPU suite, where cuobjdump is installed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/codegen/Sm90GemmEmitter.h"
+#include "lcejit/Error.h"
+#include "runtime/Nvrtc.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+using namespace lcejit;
+using codegen::Sm90GemmSpec;
+
+namespace {
+
+std::vector<Sm90GemmSpec> allLayouts() {
+  return {{"fwd", 256, 4, true, true, DType::BF16},
+          {"dh", 256, 4, true, false, DType::F32},
+          {"dw", 256, 4, false, false, DType::F32},
+          {"dw128", 128, 6, false, false, DType::BF16},
+          {"fwd192", 192, 4, true, true, DType::BF16},
+          {"dh64", 64, 2, true, false, DType::F16}};
+}
+
+TEST(Sm90GemmEmitter, CompilesForSm90aWithoutSpillsOrSerializedWgmma) {
+  std::vector<Sm90GemmSpec> specs = allLayouts();
+  codegen::EmittedModule m = codegen::emitSm90GemmModule(specs);
+  runtime::NvrtcOutput out =
+      runtime::compileCuda(runtime::NvrtcRequest{m.source, "sm_90a", {}, "sm90-gemm"});
+  std::cout << fmt::format("NVRTC {:.0f} ms for {} kernels\n", out.compileMs, specs.size());
+  for (const char *code : {"C7508", "C7509", "C7510", "C7511", "C7515", "C7517", "C7518"})
+    EXPECT_EQ(out.log.find(code), std::string::npos) << code << " in:\n" << out.log;
+  EXPECT_EQ(out.log.find("warning"), std::string::npos) << out.log;
+  ASSERT_EQ(out.kernels.size(), specs.size()) << out.log;
+  for (const runtime::PtxasKernelInfo &k : out.kernels) {
+    std::cout << fmt::format("  {:<8} {} regs, stack {} B, spill {}/{} B\n", k.kernel,
+                             k.registers, k.stackFrameBytes, k.spillStoreBytes,
+                             k.spillLoadBytes);
+    EXPECT_EQ(k.spillStoreBytes, 0) << k.kernel;
+    EXPECT_EQ(k.spillLoadBytes, 0) << k.kernel;
+    EXPECT_EQ(k.stackFrameBytes, 0) << k.kernel;
+    // 384 threads at one CTA per SM: 65536 / 384 rounded down to 8 = 168.
+    EXPECT_EQ(k.registers, 168) << k.kernel;
+  }
+  for (const char *inst :
+       {"wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16",
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+        "mbarrier.try_wait.parity.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
+        "setmaxnreg.inc.sync.aligned.u32 232", "setmaxnreg.dec.sync.aligned.u32 40",
+        "wgmma.wait_group.sync.aligned 1", "prefetch.tensormap"})
+    EXPECT_NE(out.ptx.find(inst), std::string::npos) << inst;
+  for (const Sm90GemmSpec &s : specs)
+    EXPECT_NE(out.ptx.find(".entry " + s.name), std::string::npos) << s.name;
+}
+
+TEST(Sm90GemmEmitter, OtherArchsStopWithAClearError) {
+  codegen::EmittedModule m = codegen::emitSm90GemmModule(allLayouts());
+  try {
+    runtime::compileCuda(runtime::NvrtcRequest{m.source, "sm_80", {}, "sm90-on-sm80"});
+    FAIL() << "an sm90 module compiled for sm_80";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Nvrtc);
+    EXPECT_NE(std::string(e.what()).find("need --gpu-architecture=sm_90a"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Sm90GemmEmitter, ModuleTextNamesEveryDecision) {
+  codegen::EmittedModule m =
+      codegen::emitSm90GemmModule({{"dw", 128, 6, false, false, DType::F32}});
+  ASSERT_EQ(m.kernelNames, std::vector<std::string>{"dw"});
+  for (const char *text :
+       {"// lcejit: plain GEMMs on the sm_90a mainloop",
+        "dw: tile 128x128x64, 6 stages, A MN-major, B MN-major, out f32, 197728 bytes shared",
+        "typedef lcejit::sm90::GemmConfig<128, 6, lcejit::MN_MAJOR, lcejit::MN_MAJOR> "
+        "dw_config;",
+        "static_assert(dw_config::SMEM_BYTES == 197728",
+        "extern \"C\" __global__ void __launch_bounds__(384, 1)",
+        "lcejit::sm90::StoreEpilogue<lcejit::elem_f32> epi{out, ld_out, m, n};",
+        "lcejit::sm90::gemm<dw_config>(map_a, map_b, epi, m, n, k, group);"})
+    EXPECT_NE(m.source.find(text), std::string::npos) << text;
+}
+
+TEST(Sm90GemmEmitter, SharedBytesFollowTheTile) {
+  // 1024 alignment slack + stages * (16 KB of A + bn * 128 B of B) + 16 B of barriers each.
+  EXPECT_EQ(codegen::sm90GemmSharedBytes({"a", 256, 4, true, true, DType::BF16}),
+            1024 + 4 * (16384 + 32768) + 64);
+  EXPECT_EQ(codegen::sm90GemmSharedBytes({"a", 64, 2, true, true, DType::BF16}),
+            1024 + 2 * (16384 + 8192) + 32);
+}
+
+void expectRejected(const Sm90GemmSpec &s, const std::string &needle) {
+  try {
+    codegen::checkSm90GemmSpec(s);
+    FAIL() << "accepted: " << needle;
+  } catch (const Error &e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sm90GemmEmitter, BadSpecsAreRejectedNamingTheField) {
+  expectRejected({"x", 96, 4, true, true, DType::BF16}, "bn = 96");
+  expectRejected({"x", 256, 1, true, true, DType::BF16}, "stages = 1");
+  expectRejected({"x", 256, 9, true, true, DType::BF16}, "stages = 9");
+  expectRejected({"x", 256, 5, true, true, DType::BF16}, "bytes of shared memory");
+  expectRejected({"x", 256, 4, true, true, DType::I64}, "output type i64");
+  expectRejected({"1x", 256, 4, true, true, DType::BF16}, "'1x' is not a C identifier");
+  expectRejected({"lcejit_x", 256, 4, true, true, DType::BF16}, "reserved prefix");
+  EXPECT_THROW(codegen::emitSm90GemmModule({}), Error);
+  EXPECT_THROW(codegen::emitSm90GemmModule({{"a", 256, 4, true, true, DType::BF16},
+                                            {"a", 128, 4, true, true, DType::BF16}}),
+               Error);
+}
+
+} // namespace
