@@ -6,10 +6,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
+#include <map>
 #include <random>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -136,23 +138,23 @@ std::string nowIso8601() {
 // Keys and the cubin file format
 //===----------------------------------------------------------------------===//
 
-std::string cacheKey(uint32_t formatVersion, std::string_view buildId, std::string_view source,
-                     std::string_view nvrtcVersion, const std::vector<std::string> &options,
-                     std::string_view arch) {
+std::string cacheKey(const CacheKeyInputs &in) {
   Sha256 h;
   auto field = [&](std::string_view name, std::string_view value) {
     h.update(fmt::format("{}:{}:", name, value.size()));
     h.update(value);
     h.update("\n");
   };
-  field("format", std::to_string(formatVersion));
-  field("build", buildId);
-  field("source", source);
-  field("nvrtc", nvrtcVersion);
-  field("options", std::to_string(options.size()));
-  for (const std::string &o : options)
+  field("format", std::to_string(in.formatVersion));
+  field("build", in.buildId);
+  field("source", in.source);
+  field("nvrtc", in.nvrtcVersion);
+  field("options", std::to_string(in.options.size()));
+  for (const std::string &o : in.options)
     field("option", o);
-  field("arch", arch);
+  field("arch", in.arch);
+  field("headers", in.deviceHeaderHash);
+  field("includes", in.includeHash);
   return h.finishHex();
 }
 
@@ -212,7 +214,9 @@ std::optional<std::vector<uint8_t>> decodeCubinFile(std::span<const uint8_t> fil
 // DiskCache
 //===----------------------------------------------------------------------===//
 
-DiskCache::DiskCache(fs::path root) : root_(std::move(root)) {}
+DiskCache::DiskCache(fs::path root) : DiskCache(std::move(root), Limits{}) {}
+
+DiskCache::DiskCache(fs::path root, Limits limits) : root_(std::move(root)), limits_(limits) {}
 
 fs::path DiskCache::cubinPath(std::string_view key) const {
   LCEJIT_CHECK_ARG(isValidCacheKey(key), "cache key '{}' is not 64 lowercase hex digits", key);
@@ -252,8 +256,16 @@ std::optional<DiskEntry> DiskCache::load(std::string_view key) {
     return corrupt(why);
 
   std::vector<uint8_t> text;
-  if (!readFile(manifest, &text, &err))
+  if (!readFile(manifest, &text, &err)) {
+    // An eviction in another process between our two reads: the cubin is gone too. That
+    // is an ordinary miss, not a bad entry.
+    struct stat st;
+    if (err == ENOENT && ::stat(cubin.c_str(), &st) != 0 && errno == ENOENT) {
+      ++misses_;
+      return std::nullopt;
+    }
     return corrupt(fmt::format("manifest {}: {}", manifest.string(), errnoText(err)));
+  }
   nlohmann::json m = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
   if (m.is_discarded() || !m.is_object())
     return corrupt("manifest is not a JSON object");
@@ -266,6 +278,9 @@ std::optional<DiskEntry> DiskCache::load(std::string_view key) {
   if (field("cubin_sha256") != sha256Hex(*payload))
     return corrupt("manifest describes another cubin");
   ++hits_;
+  // Recency for eviction ([Note: eviction]). Best effort: a read-only cache keeps the
+  // store time, and a concurrent eviction may already have removed the file.
+  ::utimensat(AT_FDCWD, cubin.c_str(), nullptr, 0);
   return DiskEntry{std::move(*payload), std::move(m)};
 }
 
@@ -304,12 +319,121 @@ bool DiskCache::store(std::string_view key, std::span<const uint8_t> cubin,
       !err.empty())
     return failed(err);
   ++stores_;
+  sweep(key);
   return true;
 }
 
+namespace {
+
+bool isTemporaryName(const std::string &name) {
+  return name.size() > 1 && name[0] == '.' && name.find(".tmp.") != std::string::npos;
+}
+
+bool isVersionDirName(const std::string &name) {
+  return name.size() >= 2 && name[0] == 'v' &&
+         std::all_of(name.begin() + 1, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+int64_t mtimeNs(const struct stat &st) {
+  return int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+/// One entry found by a sweep: a cubin and/or a manifest of one key in one version dir.
+struct SweptEntry {
+  fs::path dir;
+  std::string key;
+  int64_t bytes = 0;
+  int64_t cubinMtime = -1, manifestMtime = -1;
+  bool keep = false; ///< the entry just stored
+  int64_t recency() const { return cubinMtime >= 0 ? cubinMtime : manifestMtime; }
+};
+
+} // namespace
+
+DiskCache::SweepResult DiskCache::sweep(std::string_view keep) {
+  SweepResult r;
+  const std::string current = fmt::format("v{}", kDiskCacheFormatVersion);
+  const int64_t nowNs = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  const int64_t staleNs =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(limits_.staleTempAge).count();
+  std::map<std::pair<std::string, std::string>, SweptEntry> entries; // (dir, key)
+  std::error_code ec;
+  // Every step tolerates a directory or file vanishing under it (other processes sweep).
+  for (fs::directory_iterator v(root_, ec), end; !ec && v != end; v.increment(ec)) {
+    std::string vname = v->path().filename().string();
+    if (!isVersionDirName(vname))
+      continue;
+    std::error_code ec2;
+    for (fs::directory_iterator sub(v->path(), ec2); !ec2 && sub != end; sub.increment(ec2)) {
+      if (sub->path().filename().string().size() != 2)
+        continue;
+      std::error_code ec3;
+      for (fs::directory_iterator f(sub->path(), ec3); !ec3 && f != end; f.increment(ec3)) {
+        const fs::path &path = f->path();
+        std::string name = path.filename().string();
+        struct stat st;
+        if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+          continue;
+        if (isTemporaryName(name)) {
+          if (nowNs - mtimeNs(st) > staleNs && ::unlink(path.c_str()) == 0)
+            ++r.staleTemps;
+          continue;
+        }
+        std::string ext = path.extension().string();
+        std::string key = path.stem().string();
+        if ((ext != ".cubin" && ext != ".json") || !isValidCacheKey(key))
+          continue; // not ours: left alone
+        SweptEntry &e = entries[{sub->path().string(), key}];
+        e.dir = sub->path();
+        e.key = key;
+        e.bytes += st.st_size;
+        (ext == ".cubin" ? e.cubinMtime : e.manifestMtime) = mtimeNs(st);
+        e.keep = e.keep || (vname == current && key == keep);
+      }
+    }
+  }
+  std::vector<const SweptEntry *> order;
+  for (const auto &[id, e] : entries) {
+    if (e.cubinMtime < 0) {
+      // A manifest without its cubin: a store in progress (the manifest is renamed first)
+      // unless it is stale. Evicting one mid-store would leave that store's cubin without
+      // a manifest, so only stale ones go (a store that died between its two renames).
+      if (nowNs - e.manifestMtime > staleNs &&
+          ::unlink((e.dir / (e.key + ".json")).c_str()) == 0)
+        ++r.orphans;
+      continue;
+    }
+    ++r.entries;
+    r.bytesBefore += e.bytes;
+    order.push_back(&e);
+  }
+  r.bytesAfter = r.bytesBefore;
+  if (limits_.maxBytes > 0 && r.bytesAfter > limits_.maxBytes) {
+    std::stable_sort(order.begin(), order.end(), [](const SweptEntry *a, const SweptEntry *b) {
+      return a->recency() < b->recency();
+    });
+    for (const SweptEntry *e : order) {
+      if (r.bytesAfter <= limits_.maxBytes)
+        break;
+      if (e->keep)
+        continue; // never the entry just stored
+      // The cubin first: without it the entry is a plain miss for every reader.
+      ::unlink((e->dir / (e->key + ".cubin")).c_str());
+      ::unlink((e->dir / (e->key + ".json")).c_str());
+      r.bytesAfter -= e->bytes;
+      ++r.evicted;
+    }
+  }
+  evictions_ += r.evicted;
+  staleTemps_ += r.staleTemps;
+  return r;
+}
+
 DiskCache::Stats DiskCache::stats() const {
-  return Stats{hits_.load(), misses_.load(), corrupt_.load(), stores_.load(),
-               storeFailures_.load()};
+  return Stats{hits_.load(),         misses_.load(),    corrupt_.load(), stores_.load(),
+               storeFailures_.load(), evictions_.load(), staleTemps_.load()};
 }
 
 } // namespace lcejit::runtime

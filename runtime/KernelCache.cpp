@@ -68,6 +68,7 @@ PtxasKernelInfo ptxasFromJson(const json &j) {
 }
 
 json manifestFor(const KernelRequest &req, const CompiledBinary &bin) {
+  IncludedHeaders included = includedHeaders(req.source, knobs::cudaIncludeDirs());
   json ptxas = json::array();
   for (const PtxasKernelInfo &k : bin.kernels)
     ptxas.push_back(ptxasToJson(k));
@@ -76,7 +77,11 @@ json manifestFor(const KernelRequest &req, const CompiledBinary &bin) {
               {"arch", bin.arch},
               {"options", bin.options},
               {"nvrtc_version", bin.nvrtcVersion},
+              {"nvrtc_full_version", nvrtcFullVersion()},
               {"build_id", std::string(buildId())},
+              {"device_header_sha256", req.deviceHeaderHash},
+              {"included_headers", included.files},
+              {"included_headers_sha256", included.hash},
               {"source_sha256", sha256Hex(req.source)},
               {"source_bytes", req.source.size()},
               {"ptx_bytes", bin.ptx.size()},
@@ -115,8 +120,17 @@ const char *cacheOriginName(CacheOrigin origin) {
 
 KernelCache::KernelCache() : KernelCache(Options{}) {}
 
+namespace {
+DiskCache::Limits limitsFromKnobs() {
+  DiskCache::Limits l;
+  l.maxBytes = knobs::cacheMaxMB() << 20;
+  return l;
+}
+} // namespace
+
 KernelCache::KernelCache(Options options)
-    : disk_(options.diskDir ? *options.diskDir : std::filesystem::path(knobs::cacheDir())) {}
+    : disk_(options.diskDir ? *options.diskDir : std::filesystem::path(knobs::cacheDir()),
+            options.diskLimits ? *options.diskLimits : limitsFromKnobs()) {}
 
 KernelCache &KernelCache::global() {
   // Leaked on purpose: kernels may be requested from other static destructors.
@@ -124,10 +138,20 @@ KernelCache &KernelCache::global() {
   return *cache;
 }
 
-std::string KernelCache::keyFor(const KernelRequest &req) {
-  return cacheKey(kDiskCacheFormatVersion, buildId(), req.source, nvrtcVersion(),
-                  nvrtcOptions(req.arch, req.extraOptions), req.arch);
+CacheKeyInputs KernelCache::keyInputsFor(const KernelRequest &req) {
+  CacheKeyInputs in;
+  in.formatVersion = kDiskCacheFormatVersion;
+  in.buildId = std::string(buildId());
+  in.source = req.source;
+  in.nvrtcVersion = nvrtcFullVersion();
+  in.options = nvrtcOptions(req.arch, req.extraOptions);
+  in.arch = req.arch;
+  in.deviceHeaderHash = req.deviceHeaderHash;
+  in.includeHash = includedHeaders(req.source, knobs::cudaIncludeDirs()).hash;
+  return in;
 }
+
+std::string KernelCache::keyFor(const KernelRequest &req) { return cacheKey(keyInputsFor(req)); }
 
 std::shared_ptr<KernelCache::Slot> KernelCache::slotFor(const std::string &key) {
   std::lock_guard<std::mutex> lock(mapMu_);

@@ -5,6 +5,9 @@
 //   2. disk:   DiskCache under LCEJIT_CACHE_DIR (skipped when LCEJIT_CACHE=0);
 //   3. NVRTC:  compileCuda(), then stored in memory and on disk.
 //
+// Both levels use the disk key, keyFor(): see [Note: cache keys] in DiskCache.h for what
+// it covers. The disk level is capped by LCEJIT_CACHE_MAX_MB ([Note: eviction]).
+//
 // [Note: compile counting] compileCount() counts real NVRTC compiles only (a memory or
 // disk hit is not a compile); tests assert on it ("same bucket -> 1 compile, warm disk in
 // a fresh process -> 0"). LCEJIT_ALWAYS_COMPILE=1 compiles even on a hit, and that
@@ -38,11 +41,24 @@
 namespace lcejit::runtime {
 
 struct KernelRequest {
+  KernelRequest() = default;
+  /// In field order (a constructor rather than an aggregate, so brace lists written
+  /// before deviceHeaderHash existed stay complete).
+  KernelRequest(std::string label, std::string bucket, std::string source,
+                std::string arch = "sm_90a", std::vector<std::string> extraOptions = {},
+                std::string deviceHeaderHash = {})
+      : label(std::move(label)), bucket(std::move(bucket)), source(std::move(source)),
+        arch(std::move(arch)), extraOptions(std::move(extraOptions)),
+        deviceHeaderHash(std::move(deviceHeaderHash)) {}
+
   std::string label;  ///< program name, for logs and errors (e.g. "lce")
   std::string bucket; ///< shape bucket label, for logs and errors (e.g. "(256,1024]")
   std::string source; ///< complete CUDA C++ source
   std::string arch = "sm_90a";
   std::vector<std::string> extraOptions; ///< NVRTC options after the standard ones
+  /// codegen::deviceHeaderHash() of the emitter that wrote `source` ("" for hand-written
+  /// sources). Part of the disk key: see [Note: cache keys] in DiskCache.h.
+  std::string deviceHeaderHash;
 };
 
 /// A compiled module image with what is known about it.
@@ -69,8 +85,15 @@ struct KernelLookup {
 class KernelCache {
 public:
   struct Options {
+    Options() = default;
+    Options(std::optional<std::filesystem::path> diskDir,
+            std::optional<DiskCache::Limits> diskLimits = std::nullopt)
+        : diskDir(std::move(diskDir)), diskLimits(diskLimits) {}
     /// Disk cache root; default knobs::cacheDir() at construction.
     std::optional<std::filesystem::path> diskDir;
+    /// Disk cache cap and sweep ages; default: maxBytes from knobs::cacheMaxMB()
+    /// (LCEJIT_CACHE_MAX_MB) at construction, see [Note: eviction] in DiskCache.h.
+    std::optional<DiskCache::Limits> diskLimits;
   };
 
   KernelCache();
@@ -85,7 +108,11 @@ public:
   /// LCEJIT_ASSERT_NO_COMPILE=1.
   KernelLookup get(const KernelRequest &request);
 
-  /// The disk key of a request (hashes the exact NVRTC option list).
+  /// Everything the disk key of a request covers ([Note: cache keys] in DiskCache.h):
+  /// the exact NVRTC option list, nvrtcFullVersion(), buildId(), the request's device
+  /// header hash and the content hash of the headers its source includes through -I.
+  static CacheKeyInputs keyInputsFor(const KernelRequest &request);
+  /// cacheKey(keyInputsFor(request)).
   static std::string keyFor(const KernelRequest &request);
 
   /// Real NVRTC compiles done by this cache.

@@ -10,6 +10,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <link.h>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sys/stat.h>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -215,6 +220,215 @@ const std::string &nvrtcVersion() {
     return fmt::format("{}.{}", major, minor);
   }();
   return version;
+}
+
+namespace {
+
+/// The release and build lines NVRTC writes at the top of PTX, "V13.0.88, CL-36424714,
+/// NVVM 7.0.1", from an empty program; "no PTX banner (<why>)" if that fails.
+std::string ptxBanner() {
+  const std::vector<int> &archs = nvrtcSupportedArchs();
+  if (archs.empty())
+    return "no PTX banner (no supported arch)";
+  nvrtcProgram raw = nullptr;
+  if (nvrtcCreateProgram(&raw, "", "lcejit_version_probe.cu", 0, nullptr, nullptr) !=
+      NVRTC_SUCCESS)
+    return "no PTX banner (nvrtcCreateProgram failed)";
+  ProgramHandle prog(raw);
+  std::string arch = fmt::format("--gpu-architecture=compute_{}",
+                                 *std::min_element(archs.begin(), archs.end()));
+  const char *opts[] = {arch.c_str()};
+  nvrtcResult r = nvrtcCompileProgram(prog.get(), 1, opts);
+  size_t size = 0;
+  if (r != NVRTC_SUCCESS || nvrtcGetPTXSize(prog.get(), &size) != NVRTC_SUCCESS)
+    return fmt::format("no PTX banner ({})", nvrtcGetErrorString(r));
+  std::string ptx(size, '\0');
+  if (nvrtcGetPTX(prog.get(), ptx.data()) != NVRTC_SUCCESS)
+    return "no PTX banner (nvrtcGetPTX failed)";
+  static const std::regex release(R"(release [0-9.]+, (V[0-9][0-9.]*))");
+  static const std::regex build(R"(Compiler Build ID: (\S+))");
+  static const std::regex nvvm(R"(Based on (NVVM [0-9][0-9.]*))");
+  std::vector<std::string> parts;
+  std::smatch m;
+  for (const std::regex *re : {&release, &build, &nvvm})
+    if (std::regex_search(ptx, m, *re))
+      parts.push_back(m[1].str());
+  if (parts.empty()) // an unknown banner format: keep its comment lines verbatim
+    for (size_t pos = 0; pos < ptx.size() && ptx.compare(pos, 2, "//") == 0;) {
+      size_t end = ptx.find('\n', pos);
+      std::string line = ptx.substr(pos + 2, end == std::string::npos ? end : end - pos - 2);
+      if (line.find_first_not_of(' ') != std::string::npos)
+        parts.push_back(line.substr(line.find_first_not_of(' ')));
+      pos = end == std::string::npos ? ptx.size() : end + 1;
+    }
+  return parts.empty() ? "no PTX banner (none in the PTX)" : fmt::format("{}", fmt::join(parts, ", "));
+}
+
+/// "<file name> <size> bytes" of the loaded libnvrtc, or "libnvrtc file unknown".
+std::string nvrtcLibraryFile() {
+  std::string path;
+  dl_iterate_phdr(
+      [](struct dl_phdr_info *info, size_t, void *data) -> int {
+        if (!info->dlpi_name)
+          return 0;
+        std::string_view name = info->dlpi_name;
+        size_t slash = name.rfind('/');
+        std::string_view base = slash == std::string_view::npos ? name : name.substr(slash + 1);
+        if (base.rfind("libnvrtc.", 0) == 0 || base.rfind("libnvrtc64", 0) == 0) {
+          *static_cast<std::string *>(data) = std::string(name);
+          return 1;
+        }
+        return 0;
+      },
+      &path);
+  std::error_code ec;
+  if (path.empty())
+    return "libnvrtc file unknown (statically linked?)";
+  fs::path real = fs::canonical(path, ec);
+  if (ec)
+    real = path;
+  uintmax_t size = fs::file_size(real, ec);
+  if (ec)
+    return fmt::format("{} (size unknown)", real.filename().string());
+  return fmt::format("{} {} bytes", real.filename().string(), size);
+}
+
+} // namespace
+
+const std::string &nvrtcFullVersion() {
+  static const std::string version =
+      fmt::format("{} ({}; {})", nvrtcVersion(), ptxBanner(), nvrtcLibraryFile());
+  return version;
+}
+
+//===----------------------------------------------------------------------===//
+// Included headers
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct IncludeLine {
+  bool angled = false;
+  std::string name;
+};
+
+/// Every `#include <x>` / `#include "x"` line of a text (spaces allowed around `#`).
+std::vector<IncludeLine> includeLines(std::string_view text) {
+  std::vector<IncludeLine> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos)
+      end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    size_t i = line.find_first_not_of(" \t");
+    if (i == std::string_view::npos || line[i] != '#')
+      continue;
+    i = line.find_first_not_of(" \t", i + 1);
+    if (i == std::string_view::npos || line.compare(i, 7, "include") != 0)
+      continue;
+    i = line.find_first_not_of(" \t", i + 7);
+    if (i == std::string_view::npos || (line[i] != '<' && line[i] != '"'))
+      continue;
+    char close = line[i] == '<' ? '>' : '"';
+    size_t j = line.find(close, i + 1);
+    if (j == std::string_view::npos || j == i + 1)
+      continue;
+    out.push_back({line[i] == '<', std::string(line.substr(i + 1, j - i - 1))});
+  }
+  return out;
+}
+
+/// A header file as last read: its identity on disk, content hash and includes.
+struct HeaderFile {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = -1;
+  int64_t mtimeNs = -1, ctimeNs = -1;
+  std::string sha; ///< "unreadable" when it could not be read
+  std::vector<IncludeLine> includes;
+};
+
+/// The cached entry for `path`, re-read when the file changed. Returns false if absent.
+bool headerFile(const std::string &path, HeaderFile *out) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    return false;
+  static std::mutex mu;
+  static std::map<std::string, HeaderFile> cache;
+  auto ns = [](const struct timespec &t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; };
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(path);
+    if (it != cache.end() && it->second.dev == st.st_dev && it->second.ino == st.st_ino &&
+        it->second.size == st.st_size && it->second.mtimeNs == ns(st.st_mtim) &&
+        it->second.ctimeNs == ns(st.st_ctim)) {
+      *out = it->second;
+      return true;
+    }
+  }
+  HeaderFile f;
+  f.dev = st.st_dev;
+  f.ino = st.st_ino;
+  f.size = st.st_size;
+  f.mtimeNs = ns(st.st_mtim);
+  f.ctimeNs = ns(st.st_ctim);
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) {
+    f.sha = "unreadable";
+  } else {
+    f.sha = sha256Hex(text);
+    f.includes = includeLines(text);
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  cache[path] = f;
+  *out = std::move(f);
+  return true;
+}
+
+} // namespace
+
+IncludedHeaders includedHeaders(std::string_view source,
+                                const std::vector<std::string> &includeDirs) {
+  IncludedHeaders result;
+  Sha256 h;
+  std::set<std::string> visited;
+  auto visit = [&](auto &&self, const std::vector<IncludeLine> &lines,
+                   const std::string &fromDir) -> void {
+    for (const IncludeLine &inc : lines) {
+      std::vector<std::string> candidates;
+      if (!inc.angled && !fromDir.empty())
+        candidates.push_back((fs::path(fromDir) / inc.name).string());
+      for (const std::string &dir : includeDirs)
+        candidates.push_back((fs::path(dir) / inc.name).string());
+      HeaderFile file;
+      std::string found;
+      for (const std::string &c : candidates)
+        if (headerFile(c, &file)) {
+          found = c;
+          break;
+        }
+      std::string mark = inc.angled ? "<" + inc.name + ">" : "\"" + inc.name + "\"";
+      if (found.empty()) {
+        h.update(fmt::format("{} builtin\n", mark));
+        if (std::find(result.builtin.begin(), result.builtin.end(), inc.name) ==
+            result.builtin.end())
+          result.builtin.push_back(inc.name);
+        continue;
+      }
+      std::string canonical = fs::path(found).lexically_normal().string();
+      h.update(fmt::format("{} {}\n", mark, file.sha));
+      if (!visited.insert(canonical).second)
+        continue;
+      result.files.push_back(canonical);
+      self(self, file.includes, fs::path(canonical).parent_path().string());
+    }
+  };
+  visit(visit, includeLines(source), "");
+  result.hash = h.finishHex();
+  return result;
 }
 
 const std::vector<int> &nvrtcSupportedArchs() {

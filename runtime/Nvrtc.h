@@ -19,6 +19,15 @@
 // memory of a loaded kernel in every case; set CUDA_CACHE_DISABLE=1 to see the ptxas
 // report (spills) of every compile.
 //
+// [Note: NVRTC identity] nvrtcVersion() gives only major.minor, and a patch release of
+// the toolkit keeps it while changing the code NVRTC generates. nvrtcFullVersion() adds
+// what NVRTC does expose: the "Cuda compilation tools, release X.Y, VX.Y.Z" and
+// "Compiler Build ID: CL-N" lines it writes at the top of every PTX (read once per
+// process from an empty program compiled for the oldest supported compute_XY, about
+// 10-20 ms, no ptxas and no driver involved), and the resolved file name and size of the
+// libnvrtc.so actually loaded (found with dl_iterate_phdr). The directory is left out on
+// purpose: one library mounted at two paths makes the same cubins.
+//
 // [Note: reproducers] When NVRTC fails, the source, the options and the log are written
 // to LCEJIT_DUMP_DIR (or, if unset, <temp>/lcejit-failures), and Error(Nvrtc) carries the
 // log, the source path and a one-line nvcc command that recompiles it.
@@ -78,6 +87,25 @@ std::vector<std::string> nvrtcOptions(std::string_view arch,
 
 /// "major.minor" of the NVRTC library in use.
 const std::string &nvrtcVersion();
+
+/// Everything that identifies the NVRTC in use, for the disk cache key ([Note: NVRTC
+/// identity]), e.g. "13.0 (V13.0.88, CL-36424714, NVVM 7.0.1; libnvrtc.so.13 109338064 bytes)".
+const std::string &nvrtcFullVersion();
+
+/// The headers a CUDA source reaches through #include, resolved like NVRTC does (a quoted
+/// include first next to the including file, then each -I dir in order) and followed
+/// transitively. Every #include line counts, whatever #if surrounds it: the set can only
+/// be larger than what the preprocessor reads, never smaller. Names found in no dir are
+/// NVRTC's built-in headers (<utility>, <cstring>, ...), covered by nvrtcFullVersion().
+struct IncludedHeaders {
+  std::string hash;                ///< SHA-256 hex over every (name, content hash) reached
+  std::vector<std::string> files;  ///< resolved paths, in first-reached order
+  std::vector<std::string> builtin; ///< names found in no include dir
+};
+/// See IncludedHeaders. File contents are cached per process and re-read when a file's
+/// inode, size, mtime or ctime changes. Never throws: an unreadable file enters as such.
+IncludedHeaders includedHeaders(std::string_view source,
+                                const std::vector<std::string> &includeDirs);
 
 /// The sm_XY numbers this NVRTC can compile for (e.g. 75 80 86 ... 90 100 120).
 const std::vector<int> &nvrtcSupportedArchs();

@@ -5,6 +5,7 @@
 #include "compiler/codegen/CodeWriter.h"
 #include "compiler/codegen/Embedded.h"
 #include "compiler/support/Check.h"
+#include "compiler/support/Sha256.h"
 
 #include <algorithm>
 #include <map>
@@ -119,6 +120,16 @@ const HeaderSet &headers() {
 } // namespace
 
 std::vector<std::string> deviceHeaderOrder() { return headers().order(); }
+
+const std::string &deviceHeaderHash() {
+  static const std::string hash = [] {
+    Sha256 h;
+    for (const auto &[name, body] : headers().text) // sorted by name
+      h.update(fmt::format("{}:{}:", name, body.size())).update(body).update("\n");
+    return h.finishHex();
+  }();
+  return hash;
+}
 
 const std::string &deviceHeaderPrelude() {
   static const std::string prelude = [] {

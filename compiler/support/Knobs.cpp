@@ -25,6 +25,7 @@ namespace {
 
 constexpr std::string_view kCacheDir = "LCEJIT_CACHE_DIR";
 constexpr std::string_view kCache = "LCEJIT_CACHE";
+constexpr std::string_view kCacheMaxMB = "LCEJIT_CACHE_MAX_MB";
 constexpr std::string_view kDump = "LCEJIT_DUMP";
 constexpr std::string_view kDumpDir = "LCEJIT_DUMP_DIR";
 constexpr std::string_view kAlwaysCompile = "LCEJIT_ALWAYS_COMPILE";
@@ -42,6 +43,7 @@ constexpr std::array<std::string_view, kNumLogTopics> kLogTopicNames = {"compile
 struct Values {
   std::string cacheDir;
   bool cacheEnabled = true;
+  int64_t cacheMaxMB = 1024;
   std::array<bool, kNumDumpStages> dump{};
   std::string dumpDir;
   bool dumpDirIsSet = false;
@@ -166,6 +168,23 @@ std::optional<int64_t> parsePositiveInt(std::string_view name,
   return x;
 }
 
+/// A size in MiB where 0 means "no limit": a non-negative integer up to 2^30 (1 PiB).
+int64_t parseNonNegativeMB(std::string_view name, const std::optional<std::string> &value,
+                           int64_t dflt) {
+  if (!value)
+    return dflt;
+  std::string_view v = trim(*value);
+  int64_t x = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  constexpr int64_t kMax = int64_t(1) << 30;
+  if (ec != std::errc() || ptr != v.data() + v.size() || v.empty() || x < 0 || x > kMax)
+    LCEJIT_THROW(InvalidArgument,
+                 "environment variable {}='{}' is not a non-negative integer number of MiB "
+                 "(0..{}; 0 = no limit)",
+                 name, *value, kMax);
+  return x;
+}
+
 std::string defaultCacheDir() {
   if (std::optional<std::string> home = readEnv("HOME"))
     return *home + "/.cache/lcejit";
@@ -176,6 +195,7 @@ std::unique_ptr<Values> readAll() {
   auto v = std::make_unique<Values>();
   v->cacheDir = readEnv(kCacheDir).value_or(defaultCacheDir());
   v->cacheEnabled = parseBool(kCache, readEnv(kCache), true);
+  v->cacheMaxMB = parseNonNegativeMB(kCacheMaxMB, readEnv(kCacheMaxMB), 1024);
   v->dump = parseNameList(kDump, readEnv(kDump), kDumpStageNames);
   std::optional<std::string> dumpDir = readEnv(kDumpDir);
   v->dumpDirIsSet = dumpDir.has_value();
@@ -216,6 +236,9 @@ const std::vector<KnobInfo> &allKnobs() {
       {kCacheDir, "path", "$HOME/.cache/lcejit (/tmp/lcejit-cache if HOME is unset)",
        "Root directory of the on-disk kernel cache."},
       {kCache, "bool", "1", "0 disables the on-disk kernel cache (the in-memory one stays)."},
+      {kCacheMaxMB, "non-negative int (MiB)", "1024",
+       "Size cap of the on-disk kernel cache: after a store, least recently used entries are "
+       "evicted until it fits; 0 = no limit."},
       {kDump, "list of graph,mlir,passes,plan,cuda,ptx,sass,all", "(none)",
        "Compilation stages to write to LCEJIT_DUMP_DIR."},
       {kDumpDir, "path", "lcejit-dump",
@@ -256,6 +279,7 @@ std::string_view logTopicName(LogTopic topic) {
 
 const std::string &cacheDir() { return current().cacheDir; }
 bool cacheEnabled() { return current().cacheEnabled; }
+int64_t cacheMaxMB() { return current().cacheMaxMB; }
 bool dumpEnabled(DumpStage stage) { return current().dump[static_cast<size_t>(stage)]; }
 bool anyDumpEnabled() {
   const auto &d = current().dump;

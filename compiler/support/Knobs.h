@@ -58,6 +58,9 @@ std::string_view logTopicName(LogTopic topic);
 const std::string &cacheDir();
 /// LCEJIT_CACHE: false when set to 0 (disk cache disabled). Default true.
 bool cacheEnabled();
+/// LCEJIT_CACHE_MAX_MB: size cap of the disk kernel cache in MiB; 0 = no limit. Default
+/// 1024. See [Note: eviction] in runtime/DiskCache.h.
+int64_t cacheMaxMB();
 /// LCEJIT_DUMP: whether a stage is to be dumped ("all" selects every stage).
 bool dumpEnabled(DumpStage stage);
 /// True when LCEJIT_DUMP selects at least one stage.

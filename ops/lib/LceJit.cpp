@@ -1,6 +1,7 @@
 //===- LceJit.cpp - The JIT behind LinearCrossEntropy ----------------------===//
 
 #include "ops/lib/LceJit.h"
+#include "compiler/codegen/DeviceHeaders.h"
 #include "compiler/codegen/Emitter.h"
 #include "compiler/frontend/LceGraph.h"
 #include "compiler/support/Check.h"
@@ -89,11 +90,16 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
   std::string tile;
   if (auto t = knobs::gemmTile())
     tile = fmt::format("|tile={}", fmt::join(*t, ","));
-  return fmt::format("{}|D={}|V={}|{}/{}/{}|budget={}|{}|{}{}|bucket={}", fused_->fingerprint(),
-                     o.hidden, o.vocab, dtypeName(o.dtype), dtypeName(o.targetDType),
-                     dtypeName(o.gradWeightDType), o.workspaceBudgetBytes,
-                     o.precision == Precision::Exact ? "exact" : "fast", target.archName(), tile,
-                     plan::bucketOf(n));
+  // Every field of plan::Target: the SM count sets the column splits, the shared memory
+  // limit bounds the tile and stage choice.
+  static_assert(sizeof(plan::Target) == 3 * sizeof(int32_t),
+                "a new plan::Target field changes plans: add it to this key");
+  return fmt::format("{}|D={}|V={}|{}/{}/{}|budget={}|{}|{}|sm={}|sms={}|smem={}{}|bucket={}",
+                     fused_->fingerprint(), o.hidden, o.vocab, dtypeName(o.dtype),
+                     dtypeName(o.targetDType), dtypeName(o.gradWeightDType),
+                     o.workspaceBudgetBytes, o.precision == Precision::Exact ? "exact" : "fast",
+                     target.archName(), target.smVersion, target.numSMs,
+                     target.maxSharedPerBlock, tile, plan::bucketOf(n));
 }
 
 plan::Target LceJit::defaultTarget() { return plan::Target{}; }
@@ -156,6 +162,7 @@ ProgramLookup LceJit::lookup(int64_t n, const plan::Target &target, bool compile
     req.bucket = fmt::format("[{},{}]", entry->program.bucketLow, entry->program.bucket);
     req.source = entry->source;
     req.arch = target.archName();
+    req.deviceHeaderHash = codegen::deviceHeaderHash();
     runtime::KernelLookup k = runtime::KernelCache::global().get(req);
     result.binaryOrigin = k.origin;
     std::lock_guard<std::mutex> lock(cache.mu);

@@ -5,12 +5,17 @@
 //   emitCuda -> KernelCache (memory, disk, NVRTC) -> module -> Executor.
 //
 // [Note: cache keys] Programs are cached in memory, process-wide, under
-//   (graph fingerprint, D, V, dtypes, plan options, arch, bucket(N)).
+//   (graph fingerprint, D, V, dtypes, plan options, target, bucket(N)).
 // The graph fingerprint covers the loss itself (softcap value, ignore_index, reduction,
 // dtypes, shapes); plan options add the output dtypes, the workspace budget, the
-// precision mode, an LCEJIT_GEMM_TILE override and the device checks. Binaries are cached by KernelCache under a SHA-256 of the CUDA source,
-// NVRTC version and options, arch and lcejit's build id (runtime/KernelCache.h), so two
-// buckets whose Programs emit the same source share one cubin and one compile.
+// precision mode, an LCEJIT_GEMM_TILE override and the device checks; the target is
+// every field of plan::Target: the arch (SM version), the SM count (it sets the column
+// splits) and the opt-in shared memory per block (it bounds tiles and stages), so two
+// GPUs of one arch but different sizes never share a plan. Binaries are cached by
+// KernelCache under a SHA-256 of the CUDA source, NVRTC's full identity and options, the
+// arch, the device-header and included-header content hashes, the cache format version
+// and lcejit's build id ([Note: cache keys] in runtime/DiskCache.h), so two buckets whose
+// Programs emit the same source share one cubin and one compile.
 //
 // Internal: used by ops/, tools/ and tests, not installed.
 //

@@ -292,6 +292,31 @@ TEST(OpsCacheKey, EveryComponentChangesTheKeyAndNOnlyThroughItsBucket) {
   plan::Target ampere;
   ampere.smVersion = 80;
   distinct(base(), ampere, "arch");
+  // Every other field of the target changes the plan (the SM count sets the splits, the
+  // shared memory limit the tiles), so each must change the key.
+  plan::Target fewerSMs;
+  fewerSMs.numSMs = 114; // an H100 PCIe instead of the 132 of an H100/H200 SXM
+  distinct(base(), fewerSMs, "SM count");
+  plan::Target lessSmem;
+  lessSmem.maxSharedPerBlock = 101376;
+  distinct(base(), lessSmem, "shared memory per block");
+}
+
+TEST(OpsCacheKey, SMCountChangesThePlanItKeys) {
+  // Why the SM count is in the key: the planner sizes column splits by it (the mma.sync
+  // schedule of sm_80 fills every SM twice). A wide vocabulary and a small N leave room.
+  LinearCrossEntropyOptions o = base();
+  o.vocab = 32000;
+  ops::LceJit jit(o);
+  plan::Target big, small;
+  big.smVersion = small.smVersion = 80;
+  small.numSMs = 8;
+  plan::Program a = jit.lookup(100, big, false).compiled->program;
+  plan::Program b = jit.lookup(100, small, false).compiled->program;
+  EXPECT_NE(jit.cacheKey(100, big), jit.cacheKey(100, small));
+  EXPECT_EQ(a.target.numSMs, 132);
+  EXPECT_EQ(b.target.numSMs, 8) << "the cached Program was planned for the other GPU";
+  EXPECT_GT(a.splits, b.splits) << "fewer SMs, fewer column splits";
 }
 
 //===----------------------------------------------------------------------===//

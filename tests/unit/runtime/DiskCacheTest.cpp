@@ -6,8 +6,12 @@
 #include "runtime/DiskCache.h"
 
 #include <atomic>
+#include <fcntl.h>
 #include <fstream>
+#include <map>
 #include <set>
+#include <sys/stat.h>
+#include <ctime>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -27,8 +31,43 @@ std::vector<uint8_t> payloadOf(size_t size, uint8_t seed) {
   return p;
 }
 
+CacheKeyInputs keyInputs() {
+  CacheKeyInputs in;
+  in.formatVersion = kDiskCacheFormatVersion;
+  in.buildId = "0.1.0-src.0123456789abcdef";
+  in.source = "__global__ void k() {}";
+  in.nvrtcVersion = "13.0 (V13.0.88, CL-36424714, NVVM 7.0.1; libnvrtc.so.13 109338064 bytes)";
+  in.options = {"--gpu-architecture=sm_90a", "-std=c++17", "-I/usr/local/cuda/include"};
+  in.arch = "sm_90a";
+  in.deviceHeaderHash = std::string(64, 'd');
+  in.includeHash = std::string(64, 'e');
+  return in;
+}
+
 std::string someKey(const std::string &salt = "") {
-  return cacheKey(1, "build", "__global__ void k() {}" + salt, "13.0", {"-std=c++17"}, "sm_90a");
+  CacheKeyInputs in = keyInputs();
+  in.source += salt;
+  return cacheKey(in);
+}
+
+/// Sets a file's mtime to `secondsAgo` seconds before now.
+void age(const fs::path &p, int64_t secondsAgo) {
+  struct timespec times[2];
+  ::clock_gettime(CLOCK_REALTIME, &times[0]);
+  times[0].tv_sec -= secondsAgo;
+  times[1] = times[0];
+  ASSERT_EQ(::utimensat(AT_FDCWD, p.c_str(), times, 0), 0) << p;
+}
+
+/// Total bytes of the entries (cubins and manifests) under a cache root.
+int64_t entryBytes(const fs::path &root) {
+  int64_t total = 0;
+  if (fs::exists(root))
+    for (const auto &e : fs::recursive_directory_iterator(root))
+      if (e.is_regular_file() &&
+          (e.path().extension() == ".cubin" || e.path().extension() == ".json"))
+        total += static_cast<int64_t>(e.file_size());
+  return total;
 }
 
 std::vector<uint8_t> readBytes(const fs::path &p) {
@@ -54,31 +93,85 @@ std::vector<std::string> filesIn(const fs::path &dir) {
 // Keys
 //===----------------------------------------------------------------------===//
 
-TEST(CacheKeyTest, DeterministicHexAndSensitiveToEveryField) {
-  const std::vector<std::string> opts = {"--gpu-architecture=sm_90a", "-std=c++17"};
-  std::string base = cacheKey(1, "b1", "src", "13.0", opts, "sm_90a");
-  EXPECT_TRUE(isValidCacheKey(base)) << base;
-  EXPECT_EQ(base, cacheKey(1, "b1", "src", "13.0", opts, "sm_90a"));
-  std::set<std::string> keys = {
-      base,
-      cacheKey(2, "b1", "src", "13.0", opts, "sm_90a"),
-      cacheKey(1, "b2", "src", "13.0", opts, "sm_90a"),
-      cacheKey(1, "b1", "src ", "13.0", opts, "sm_90a"),
-      cacheKey(1, "b1", "src", "13.1", opts, "sm_90a"),
-      cacheKey(1, "b1", "src", "13.0", {"--gpu-architecture=sm_90a"}, "sm_90a"),
-      cacheKey(1, "b1", "src", "13.0", opts, "sm_80"),
+/// Every component of the key, flipped one at a time (each a change that alters the
+/// binary in real life), with its name.
+std::vector<std::pair<std::string, CacheKeyInputs>> flippedKeyInputs() {
+  std::vector<std::pair<std::string, CacheKeyInputs>> out;
+  auto flip = [&](const std::string &what, auto &&change) {
+    CacheKeyInputs in = keyInputs();
+    change(in);
+    out.emplace_back(what, in);
   };
-  EXPECT_EQ(keys.size(), 7u) << "a field change must change the key";
+  flip("format version", [](CacheKeyInputs &in) { in.formatVersion += 1; });
+  flip("build id", [](CacheKeyInputs &in) { in.buildId = "0.1.0-src.0123456789abcdee"; });
+  flip("source", [](CacheKeyInputs &in) { in.source += " "; });
+  flip("NVRTC major.minor", [](CacheKeyInputs &in) { in.nvrtcVersion.replace(0, 4, "13.1"); });
+  flip("NVRTC patch release", [](CacheKeyInputs &in) {
+    in.nvrtcVersion.replace(in.nvrtcVersion.find("V13.0.88"), 8, "V13.0.89");
+  });
+  flip("NVRTC build", [](CacheKeyInputs &in) {
+    in.nvrtcVersion.replace(in.nvrtcVersion.find("CL-36424714"), 11, "CL-36424715");
+  });
+  flip("libnvrtc file", [](CacheKeyInputs &in) {
+    in.nvrtcVersion.replace(in.nvrtcVersion.find("109338064"), 9, "109338065");
+  });
+  for (size_t i = 0; i < keyInputs().options.size(); ++i) {
+    flip("option " + std::to_string(i) + " changed",
+         [i](CacheKeyInputs &in) { in.options[i] += "x"; });
+    flip("option " + std::to_string(i) + " dropped",
+         [i](CacheKeyInputs &in) { in.options.erase(in.options.begin() + long(i)); });
+  }
+  flip("option added", [](CacheKeyInputs &in) { in.options.push_back("-lineinfo"); });
+  flip("option order", [](CacheKeyInputs &in) { std::swap(in.options[1], in.options[2]); });
+  flip("arch", [](CacheKeyInputs &in) { in.arch = "sm_80"; });
+  flip("device header hash", [](CacheKeyInputs &in) { in.deviceHeaderHash[63] = 'c'; });
+  flip("no device header hash", [](CacheKeyInputs &in) { in.deviceHeaderHash.clear(); });
+  flip("included header hash", [](CacheKeyInputs &in) { in.includeHash[0] = 'f'; });
+  return out;
+}
+
+TEST(CacheKeyTest, DeterministicHexAndSensitiveToEveryField) {
+  std::string base = cacheKey(keyInputs());
+  EXPECT_TRUE(isValidCacheKey(base)) << base;
+  EXPECT_EQ(base, cacheKey(keyInputs()));
+  std::map<std::string, std::string> seen = {{base, "base"}};
+  for (const auto &[what, in] : flippedKeyInputs()) {
+    std::string k = cacheKey(in);
+    auto [it, fresh] = seen.emplace(k, what);
+    EXPECT_TRUE(fresh) << what << " gives the key of " << it->second;
+  }
+  EXPECT_GE(seen.size(), 20u);
+}
+
+TEST(CacheKeyTest, FlippingAnyComponentIsADiskMiss) {
+  TempDir tmp;
+  DiskCache c(tmp.path());
+  std::vector<uint8_t> payload = payloadOf(1000, 4);
+  ASSERT_TRUE(c.store(cacheKey(keyInputs()), payload, nlohmann::json::object()));
+  ASSERT_TRUE(c.load(cacheKey(keyInputs())).has_value()) << "the unflipped key hits";
+  for (const auto &[what, in] : flippedKeyInputs())
+    EXPECT_FALSE(c.load(cacheKey(in)).has_value()) << what << " still hits the old entry";
+  EXPECT_EQ(c.stats().corrupt, 0);
 }
 
 TEST(CacheKeyTest, FieldsAreFramed) {
   // Moving bytes between adjacent fields must not produce the same key.
-  EXPECT_NE(cacheKey(1, "ab", "c", "13.0", {}, "sm_90a"),
-            cacheKey(1, "a", "bc", "13.0", {}, "sm_90a"));
-  EXPECT_NE(cacheKey(1, "b", "s", "13.0", {"ab", "c"}, "sm_90a"),
-            cacheKey(1, "b", "s", "13.0", {"a", "bc"}, "sm_90a"));
-  EXPECT_NE(cacheKey(1, "b", "s", "13.0", {"x", ""}, "sm_90a"),
-            cacheKey(1, "b", "s", "13.0", {"x"}, "sm_90a"));
+  auto key = [](std::string build, std::string source, std::vector<std::string> options,
+                std::string headers = "", std::string includes = "") {
+    CacheKeyInputs in;
+    in.buildId = build;
+    in.source = source;
+    in.nvrtcVersion = "13.0";
+    in.options = options;
+    in.arch = "sm_90a";
+    in.deviceHeaderHash = headers;
+    in.includeHash = includes;
+    return cacheKey(in);
+  };
+  EXPECT_NE(key("ab", "c", {}), key("a", "bc", {}));
+  EXPECT_NE(key("b", "s", {"ab", "c"}), key("b", "s", {"a", "bc"}));
+  EXPECT_NE(key("b", "s", {"x", ""}), key("b", "s", {"x"}));
+  EXPECT_NE(key("b", "s", {}, "h", ""), key("b", "s", {}, "", "h"));
 }
 
 TEST(CacheKeyTest, Validation) {
@@ -139,12 +232,15 @@ TEST(CubinFileTest, TruncationAndPayloadCorruption) {
 
 TEST(CubinFileTest, OtherFormatVersionIsRejectedEvenWithAValidHeaderChecksum) {
   std::vector<uint8_t> file = encodeCubinFile(payloadOf(100, 3));
-  file[8] = 2; // version 2, header checksum recomputed so only the version differs
+  // The next version, header checksum recomputed so only the version differs.
+  const uint32_t other = kDiskCacheFormatVersion + 1;
+  ASSERT_LT(other, 256u);
+  file[8] = static_cast<uint8_t>(other);
   Sha256::Digest h = sha256(std::span<const uint8_t>(file.data(), 56));
   std::copy(h.begin(), h.begin() + 8, file.begin() + 56);
   std::string why;
   EXPECT_FALSE(decodeCubinFile(file, &why).has_value());
-  EXPECT_NE(why.find("format version 2"), std::string::npos) << why;
+  EXPECT_NE(why.find("format version " + std::to_string(other)), std::string::npos) << why;
 }
 
 //===----------------------------------------------------------------------===//
@@ -188,7 +284,7 @@ TEST_F(DiskCacheTest, MissThenStoreThenHit) {
 TEST_F(DiskCacheTest, LayoutAndNoTemporariesLeft) {
   DiskCache c(tmp.path());
   storeOk(c);
-  fs::path dir = tmp.path() / "v1" / key.substr(0, 2);
+  fs::path dir = tmp.path() / ("v" + std::to_string(kDiskCacheFormatVersion)) / key.substr(0, 2);
   EXPECT_EQ(c.cubinPath(key), dir / (key + ".cubin"));
   EXPECT_EQ(c.manifestPath(key), dir / (key + ".json"));
   EXPECT_EQ(filesIn(dir), (std::vector<std::string>{key + ".cubin", key + ".json"}));
@@ -435,6 +531,209 @@ TEST_F(DiskCacheTest, ConcurrentWriterProcesses) {
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->cubin, cubin);
   EXPECT_EQ(filesIn(c.cubinPath(key).parent_path()).size(), 2u);
+}
+
+//===----------------------------------------------------------------------===//
+// Size cap (LRU eviction) and stale temporaries: [Note: eviction]
+//===----------------------------------------------------------------------===//
+
+struct DiskCacheEvictionTest : ::testing::Test {
+  TempDir tmp;
+  static constexpr size_t kCubinBytes = 10000;
+  /// Room for about `entries` entries of kCubinBytes (manifests are ~300 bytes).
+  static DiskCache::Limits capFor(int entries) {
+    DiskCache::Limits l;
+    l.maxBytes = entries * int64_t(kCubinBytes + kCubinHeaderBytes + 600);
+    return l;
+  }
+  static std::string key(int i) { return someKey("entry " + std::to_string(i)); }
+  static std::vector<uint8_t> cubinOf(int i) { return payloadOf(kCubinBytes, uint8_t(i)); }
+  /// Stores entry i and makes it look last used `secondsAgo` seconds ago.
+  void storeAged(DiskCache &c, int i, int64_t secondsAgo) {
+    ASSERT_TRUE(c.store(key(i), cubinOf(i), nlohmann::json::object()));
+    age(c.cubinPath(key(i)), secondsAgo);
+    age(c.manifestPath(key(i)), secondsAgo);
+  }
+  bool present(DiskCache &c, int i) {
+    return fs::exists(c.cubinPath(key(i))) || fs::exists(c.manifestPath(key(i)));
+  }
+};
+
+TEST_F(DiskCacheEvictionTest, OverTheCapTheLeastRecentlyUsedEntriesGo) {
+  DiskCache c(tmp.path(), capFor(3));
+  storeAged(c, 0, 400);
+  storeAged(c, 1, 300);
+  storeAged(c, 2, 200);
+  EXPECT_EQ(c.stats().evictions, 0) << "three entries fit";
+  ASSERT_TRUE(c.store(key(3), cubinOf(3), nlohmann::json::object()));
+  EXPECT_EQ(c.stats().evictions, 1);
+  EXPECT_FALSE(present(c, 0)) << "the oldest goes, cubin and manifest";
+  EXPECT_TRUE(present(c, 1) && present(c, 2) && present(c, 3));
+  EXPECT_LE(entryBytes(tmp.path()), c.limits().maxBytes);
+  EXPECT_FALSE(c.load(key(0)).has_value());
+  EXPECT_EQ(c.stats().corrupt, 0) << "an evicted entry is a plain miss";
+}
+
+TEST_F(DiskCacheEvictionTest, AHitMakesAnEntryRecent) {
+  DiskCache c(tmp.path(), capFor(3));
+  storeAged(c, 0, 400);
+  storeAged(c, 1, 300);
+  storeAged(c, 2, 200);
+  ASSERT_TRUE(c.load(key(0)).has_value()); // the oldest store, but used now
+  ASSERT_TRUE(c.store(key(3), cubinOf(3), nlohmann::json::object()));
+  EXPECT_TRUE(present(c, 0)) << "a hit must refresh the entry's recency";
+  EXPECT_FALSE(present(c, 1)) << "the least recently used one goes instead";
+  EXPECT_TRUE(present(c, 2) && present(c, 3));
+}
+
+TEST_F(DiskCacheEvictionTest, EvictsAsManyAsNeededButNeverTheEntryJustStored) {
+  DiskCache c(tmp.path(), capFor(4));
+  for (int i = 0; i < 4; ++i)
+    storeAged(c, i, 100 * (4 - i));
+  // An entry of five ordinary ones' size: everything else must go, and even alone it is
+  // over the cap; it stays.
+  DiskCache small(tmp.path(), capFor(1));
+  std::vector<uint8_t> big = payloadOf(5 * kCubinBytes, 7);
+  ASSERT_TRUE(small.store(key(9), big, nlohmann::json::object()));
+  EXPECT_EQ(small.stats().evictions, 4);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_FALSE(present(c, i)) << i;
+  auto e = small.load(key(9));
+  ASSERT_TRUE(e.has_value()) << "the entry just stored is never evicted";
+  EXPECT_EQ(e->cubin, big);
+}
+
+TEST_F(DiskCacheEvictionTest, ZeroMeansNoCap) {
+  DiskCache::Limits unlimited;
+  unlimited.maxBytes = 0;
+  DiskCache c(tmp.path(), unlimited);
+  for (int i = 0; i < 20; ++i)
+    ASSERT_TRUE(c.store(key(i), cubinOf(i), nlohmann::json::object()));
+  EXPECT_EQ(c.stats().evictions, 0);
+  for (int i = 0; i < 20; ++i)
+    EXPECT_TRUE(present(c, i)) << i;
+}
+
+TEST_F(DiskCacheEvictionTest, OtherFormatVersionsCountAndAgeOut) {
+  // An entry of an older format version (never read by this build) and a foreign file.
+  fs::path old = tmp.path() / "v1" / "ab";
+  fs::create_directories(old);
+  fs::path oldCubin = old / (std::string(64, 'a') + ".cubin");
+  fs::path oldManifest = old / (std::string(64, 'a') + ".json");
+  writeBytes(oldCubin, payloadOf(3 * kCubinBytes, 1));
+  writeBytes(oldManifest, {'{', '}'});
+  age(oldCubin, 10000);
+  fs::path foreign = old / "README";
+  writeBytes(foreign, {'h', 'i'});
+  DiskCache c(tmp.path(), capFor(2));
+  ASSERT_TRUE(c.store(key(0), cubinOf(0), nlohmann::json::object()));
+  EXPECT_FALSE(fs::exists(oldCubin)) << "the old version's entry counted and was evicted";
+  EXPECT_FALSE(fs::exists(oldManifest));
+  EXPECT_TRUE(fs::exists(foreign)) << "files that are not entries are left alone";
+  EXPECT_TRUE(present(c, 0));
+}
+
+TEST_F(DiskCacheEvictionTest, StaleTemporariesAreRemovedFreshOnesKept) {
+  DiskCache::Limits limits;
+  limits.staleTempAge = std::chrono::seconds(60);
+  DiskCache c(tmp.path(), limits);
+  ASSERT_TRUE(c.store(key(0), cubinOf(0), nlohmann::json::object()));
+  fs::path dir = c.cubinPath(key(0)).parent_path();
+  // What a writer killed mid-write leaves behind (the uniqueTempName() pattern).
+  fs::path stale = dir / ("." + key(0) + ".cubin.tmp.12345.0.00000000deadbeef");
+  fs::path staleJson = dir / ("." + key(1) + ".json.tmp.12345.1.00000000deadbeef");
+  fs::path fresh = dir / ("." + key(0) + ".cubin.tmp.12346.0.00000000feedbeef");
+  writeBytes(stale, payloadOf(100, 1));
+  writeBytes(staleJson, payloadOf(10, 1));
+  writeBytes(fresh, payloadOf(100, 2));
+  age(stale, 61);
+  age(staleJson, 3600);
+  age(fresh, 30); // a live writer's, younger than the limit
+  ASSERT_TRUE(c.store(key(2), cubinOf(2), nlohmann::json::object()));
+  // key(2) may live in another subdirectory: sweep covers every one.
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists(staleJson));
+  EXPECT_TRUE(fs::exists(fresh));
+  EXPECT_EQ(c.stats().staleTemps, 2);
+  EXPECT_TRUE(c.load(key(0)).has_value()) << "entries are untouched by the temp sweep";
+  DiskCache::SweepResult r = c.sweep();
+  EXPECT_EQ(r.staleTemps, 0);
+  EXPECT_EQ(r.entries, 2);
+  EXPECT_EQ(r.evicted, 0);
+}
+
+TEST_F(DiskCacheEvictionTest, AManifestWithoutItsCubinIsAStoreInProgressUntilStale) {
+  // Two half-done stores (manifest renamed, cubin not yet): one young, one from a writer
+  // that died long ago. Under pressure the young one must survive (its cubin is about to
+  // arrive), the stale one goes.
+  DiskCache::Limits unlimited;
+  unlimited.maxBytes = 0;
+  DiskCache setup(tmp.path(), unlimited);
+  for (int i = 0; i < 3; ++i)
+    storeAged(setup, i, 100);
+  storeAged(setup, 3, 500);
+  fs::remove(setup.cubinPath(key(0)));
+  fs::remove(setup.cubinPath(key(1)));
+  age(setup.manifestPath(key(0)), 30);
+  age(setup.manifestPath(key(1)), 3600);
+  DiskCache::Limits limits = capFor(1);
+  limits.staleTempAge = std::chrono::seconds(60);
+  DiskCache c(tmp.path(), limits);
+  DiskCache::SweepResult r = c.sweep(key(3));
+  EXPECT_EQ(r.orphans, 1);
+  EXPECT_TRUE(fs::exists(c.manifestPath(key(0)))) << "young: a store in progress";
+  EXPECT_FALSE(fs::exists(c.manifestPath(key(1)))) << "stale: a dead writer's";
+  EXPECT_EQ(r.entries, 2) << "complete entries only";
+  EXPECT_EQ(r.evicted, 1);
+  EXPECT_FALSE(present(c, 2)) << "evicted: key(3) is kept even though it is older";
+  EXPECT_TRUE(present(c, 3));
+}
+
+TEST_F(DiskCacheEvictionTest, DefaultLimits) {
+  DiskCache c(tmp.path());
+  EXPECT_EQ(c.limits().maxBytes, int64_t(1024) << 20);
+  EXPECT_EQ(c.limits().staleTempAge, std::chrono::seconds(3600));
+}
+
+TEST_F(DiskCacheEvictionTest, ConcurrentProcessesUnderATinyCap) {
+  // Four processes store and load distinct entries into one cache capped at about three
+  // entries: every store succeeds, every hit is intact, no entry reads as corrupt, and
+  // the cache ends within the cap plus the entries the last sweeps had to keep.
+  fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int p = 0; p < 4; ++p) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      DiskCache c(tmp.path(), capFor(3));
+      bool ok = true;
+      for (int i = 0; i < 15; ++i) {
+        int k = p * 100 + i;
+        ok = c.store(key(k), cubinOf(k), nlohmann::json::object()) && ok;
+        for (int j = std::max(0, i - 3); j <= i; ++j) {
+          int kj = p * 100 + j;
+          if (auto e = c.load(key(kj)); e && e->cubin != cubinOf(kj))
+            ok = false;
+        }
+      }
+      DiskCache::Stats st = c.stats();
+      if (!ok || st.corrupt != 0 || st.storeFailures != 0)
+        fprintf(stderr, "child %d: ok=%d corrupt=%lld store failures=%lld\n", p, int(ok),
+                (long long)st.corrupt, (long long)st.storeFailures);
+      _exit(ok && st.corrupt == 0 && st.storeFailures == 0 ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+  }
+  DiskCache c(tmp.path(), capFor(3));
+  DiskCache::SweepResult r = c.sweep();
+  EXPECT_LE(r.bytesAfter, c.limits().maxBytes);
+  EXPECT_LE(r.bytesBefore, capFor(3 + 4).maxBytes);
 }
 
 } // namespace

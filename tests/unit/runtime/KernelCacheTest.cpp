@@ -2,6 +2,7 @@
 
 #include "TestSupport.h"
 
+#include "compiler/support/BuildId.h"
 #include "runtime/KernelCache.h"
 
 #include <fstream>
@@ -22,6 +23,7 @@ namespace {
 struct KernelCacheTest : ::testing::Test {
   TempDir dir;
   ScopedEnv env{{"LCEJIT_CACHE", std::nullopt},
+                {"LCEJIT_CACHE_MAX_MB", std::nullopt},
                 {"LCEJIT_ALWAYS_COMPILE", std::nullopt},
                 {"LCEJIT_ASSERT_NO_COMPILE", std::nullopt},
                 {"LCEJIT_LOG", std::nullopt}};
@@ -247,6 +249,109 @@ TEST_F(KernelCacheTest, UnwritableDiskStillServesFromMemory) {
   std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("warning"), std::string::npos) << err;
   EXPECT_EQ(cache.compileCount(), 1);
+}
+
+//===----------------------------------------------------------------------===//
+// What the key covers ([Note: cache keys] in DiskCache.h)
+//===----------------------------------------------------------------------===//
+
+TEST_F(KernelCacheTest, KeyInputsAreTheRealComponents) {
+  KernelRequest r = request();
+  r.deviceHeaderHash = std::string(64, '7');
+  CacheKeyInputs in = KernelCache::keyInputsFor(r);
+  EXPECT_EQ(in.formatVersion, kDiskCacheFormatVersion);
+  EXPECT_EQ(in.buildId, buildId());
+  EXPECT_EQ(in.source, r.source);
+  EXPECT_EQ(in.nvrtcVersion, nvrtcFullVersion());
+  EXPECT_EQ(in.options, nvrtcOptions(r.arch, r.extraOptions));
+  EXPECT_EQ(in.arch, r.arch);
+  EXPECT_EQ(in.deviceHeaderHash, r.deviceHeaderHash);
+  EXPECT_EQ(in.includeHash, includedHeaders(r.source, knobs::cudaIncludeDirs()).hash);
+  EXPECT_EQ(KernelCache::keyFor(r), cacheKey(in));
+}
+
+TEST_F(KernelCacheTest, OtherDeviceHeadersAreAMiss) {
+  KernelRequest r = request();
+  r.deviceHeaderHash = std::string(64, '1');
+  { KernelCache(options()).get(r); }
+  EXPECT_EQ(KernelCache(options()).get(r).origin, CacheOrigin::Disk);
+  r.deviceHeaderHash = std::string(64, '2');
+  KernelCache fresh(options());
+  EXPECT_EQ(fresh.get(r).origin, CacheOrigin::Compiled);
+  EXPECT_EQ(fresh.compileCount(), 1);
+}
+
+TEST_F(KernelCacheTest, EditedIncludedHeaderIsAMissAndChangesTheCubin) {
+  // Same source, same options (the -I dirs are unchanged), other header bytes: the old
+  // key would hand out a cubin built from the old header.
+  TempDir inc;
+  auto writeHeader = [&](const char *value) {
+    fs::path p = inc.path() / "lcejit_test_scale.h";
+    std::ofstream(p.string() + ".new") << "#define LCEJIT_TEST_SCALE " << value << "\n";
+    fs::rename(p.string() + ".new", p);
+  };
+  std::string dirs = inc.path().string();
+  for (const std::string &d : knobs::cudaIncludeDirs())
+    dirs += ":" + d;
+  env.set("LCEJIT_CUDA_INCLUDE", dirs);
+  KernelRequest r = request();
+  r.source = "#include <lcejit_test_scale.h>\n" + r.source;
+  size_t at = r.source.find("3.f");
+  ASSERT_NE(at, std::string::npos);
+  r.source.replace(at, 3, "LCEJIT_TEST_SCALE");
+  writeHeader("3.f");
+  std::shared_ptr<const CompiledBinary> first;
+  {
+    KernelCache cache(options());
+    first = cache.get(r).binary;
+  }
+  EXPECT_EQ(KernelCache(options()).get(r).origin, CacheOrigin::Disk);
+  std::string oldKey = KernelCache::keyFor(r);
+  writeHeader("5.f");
+  EXPECT_NE(KernelCache::keyFor(r), oldKey);
+  KernelCache fresh(options());
+  KernelLookup again = fresh.get(r);
+  EXPECT_EQ(again.origin, CacheOrigin::Compiled);
+  EXPECT_NE(again.binary->cubin, first->cubin) << "the header did change the code";
+  nlohmann::json m = fresh.disk().load(again.binary->key)->manifest;
+  ASSERT_TRUE(m.at("included_headers").is_array());
+  EXPECT_EQ(m.at("included_headers").at(0), (inc.path() / "lcejit_test_scale.h").string());
+  EXPECT_EQ(m.at("nvrtc_full_version"), nvrtcFullVersion());
+}
+
+TEST_F(KernelCacheTest, DiskCapComesFromTheKnob) {
+  EXPECT_EQ(KernelCache(options()).disk().limits().maxBytes, int64_t(1024) << 20);
+  env.set("LCEJIT_CACHE_MAX_MB", "3");
+  EXPECT_EQ(KernelCache(options()).disk().limits().maxBytes, int64_t(3) << 20);
+  env.set("LCEJIT_CACHE_MAX_MB", "0");
+  EXPECT_EQ(KernelCache(options()).disk().limits().maxBytes, 0) << "no cap";
+  env.set("LCEJIT_CACHE_MAX_MB", "lots");
+  std::string msg = expectError(ErrorKind::InvalidArgument, [&] { KernelCache c(options()); });
+  EXPECT_NE(msg.find("LCEJIT_CACHE_MAX_MB='lots'"), std::string::npos) << msg;
+}
+
+TEST_F(KernelCacheTest, TinyCapEvictsOldKernels) {
+  // Capped at one entry: each new kernel evicts the previous one from disk (memory keeps
+  // them), and the evicted one recompiles in a fresh process.
+  KernelCache::Options o = options();
+  o.diskLimits = DiskCache::Limits{};
+  o.diskLimits->maxBytes = 1;
+  {
+    KernelCache cache(o);
+    cache.get(request("a"));
+    cache.get(request("b"));
+    EXPECT_EQ(cache.disk().stats().evictions, 1);
+    EXPECT_EQ(diskEntries(), 1u);
+  }
+  KernelCache fresh(o);
+  EXPECT_EQ(fresh.get(request("b")).origin, CacheOrigin::Disk);
+  EXPECT_EQ(fresh.get(request("a")).origin, CacheOrigin::Compiled);
+}
+
+TEST(BuildIdTest, IsAContentHashNotATimeStamp) {
+  std::string id(buildId());
+  EXPECT_TRUE(std::regex_match(id, std::regex(R"(\d+\.\d+\.\d+-src\.[0-9a-f]{16})"))) << id;
+  EXPECT_GT(buildIdFileCount(), 20) << "compiler/**, runtime/device/*.cuh, runtime caches";
 }
 
 } // namespace

@@ -35,6 +35,7 @@ TEST_F(KnobsTest, Defaults) {
   EXPECT_FALSE(knobs::dumpDirIsSet());
   EXPECT_EQ(knobs::dumpDir(), "lcejit-dump");
   EXPECT_FALSE(knobs::workspaceMB().has_value());
+  EXPECT_EQ(knobs::cacheMaxMB(), 1024);
 }
 
 TEST_F(KnobsTest, DefaultCudaIncludeDirsHoldTheCudaHeaders) {
@@ -135,6 +136,23 @@ TEST_F(KnobsTest, WorkspaceMB) {
   }
 }
 
+TEST_F(KnobsTest, CacheMaxMB) {
+  EXPECT_EQ(knobs::cacheMaxMB(), 1024) << "default";
+  env.set("LCEJIT_CACHE_MAX_MB", " 64 ");
+  EXPECT_EQ(knobs::cacheMaxMB(), 64);
+  env.set("LCEJIT_CACHE_MAX_MB", "0");
+  EXPECT_EQ(knobs::cacheMaxMB(), 0) << "0 = no limit";
+  env.set("LCEJIT_CACHE_MAX_MB", "");
+  EXPECT_EQ(knobs::cacheMaxMB(), 1024) << "empty = unset";
+  for (const char *bad : {"-1", "abc", "1.5", "64MB", "1e3", "99999999999999"}) {
+    env.set("LCEJIT_CACHE_MAX_MB", bad);
+    std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::cacheMaxMB(); });
+    EXPECT_NE(msg.find("LCEJIT_CACHE_MAX_MB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+    EXPECT_NE(msg.find("0 = no limit"), std::string::npos) << msg;
+  }
+}
+
 TEST_F(KnobsTest, GemmTile) {
   EXPECT_FALSE(knobs::gemmTile().has_value());
   env.set("LCEJIT_GEMM_TILE", " 128x256x32:2x4:3 ");
@@ -192,7 +210,7 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
     EXPECT_FALSE(k.defaultValue.empty()) << k.name;
   }
   std::set<std::string> expected = {
-      "LCEJIT_CACHE_DIR",      "LCEJIT_CACHE",        "LCEJIT_DUMP",
+      "LCEJIT_CACHE_DIR",      "LCEJIT_CACHE",        "LCEJIT_CACHE_MAX_MB", "LCEJIT_DUMP",
       "LCEJIT_DUMP_DIR",       "LCEJIT_ALWAYS_COMPILE", "LCEJIT_ASSERT_NO_COMPILE",
       "LCEJIT_LOG",            "LCEJIT_CUDA_INCLUDE", "LCEJIT_WORKSPACE_MB",
       "LCEJIT_GEMM_TILE"};

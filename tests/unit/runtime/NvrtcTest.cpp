@@ -211,4 +211,94 @@ TEST(NvrtcTest, NvccCommandQuotesAndDropsNvrtcOnlyOptions) {
                  "/tmp/k.cubin");
 }
 
+//===----------------------------------------------------------------------===//
+// Identity for the disk cache key: [Note: NVRTC identity], includedHeaders()
+//===----------------------------------------------------------------------===//
+
+TEST(NvrtcIdentityTest, FullVersionHasReleaseBuildAndLibraryFile) {
+  const std::string &v = nvrtcFullVersion();
+  EXPECT_EQ(v.rfind(nvrtcVersion() + " (", 0), 0u) << v;
+  // e.g. "13.0 (V13.0.88, CL-36424714, NVVM 7.0.1; libnvrtc.so.13 109338064 bytes)"
+  std::regex full(R"(\d+\.\d+ \(V\d+\.\d+\.\d+, \S+, NVVM [0-9.]+; libnvrtc\S* \d+ bytes\))");
+  EXPECT_TRUE(std::regex_match(v, full)) << v;
+  EXPECT_NE(v.find("V" + nvrtcVersion() + "."), std::string::npos)
+      << "the patch release belongs to the same major.minor: " << v;
+  EXPECT_EQ(&v, &nvrtcFullVersion()) << "computed once per process";
+}
+
+struct IncludedHeadersTest : ::testing::Test {
+  TempDir inc, inc2;
+  void write(const fs::path &p, const std::string &text) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+  }
+  /// Replaces a file the way editors and package managers do (a new inode), so the
+  /// change is seen even within one time stamp tick at the same size.
+  void replace(const fs::path &p, const std::string &text) {
+    write(fs::path(p.string() + ".new"), text);
+    fs::rename(p.string() + ".new", p);
+  }
+  std::vector<std::string> dirs() const { return {inc.path().string(), inc2.path().string()}; }
+  void SetUp() override {
+    write(inc.path() / "top.h", "#pragma once\n#include \"sub/mid.h\"\n#include <utility>\n");
+    write(inc.path() / "sub" / "mid.h", "  #  include \"leaf.h\" // next to mid.h\n");
+    write(inc.path() / "sub" / "leaf.h", "int leaf = 1;\n");
+    write(inc2.path() / "other.h", "#if 0\n#include <top.h>\n#endif\n");
+  }
+};
+
+TEST_F(IncludedHeadersTest, FollowsIncludesTransitively) {
+  IncludedHeaders h = includedHeaders("#include <top.h>\n__global__ void k() {}\n", dirs());
+  EXPECT_EQ(h.files, (std::vector<std::string>{(inc.path() / "top.h").string(),
+                                               (inc.path() / "sub" / "mid.h").string(),
+                                               (inc.path() / "sub" / "leaf.h").string()}));
+  EXPECT_EQ(h.builtin, (std::vector<std::string>{"utility"}));
+  EXPECT_EQ(h.hash.size(), 64u);
+  EXPECT_EQ(h.hash, includedHeaders("#include <top.h>\n__global__ void k() {}\n", dirs()).hash);
+  // Includes under #if 0 count too: the set may be larger, never smaller.
+  IncludedHeaders o = includedHeaders("#include \"other.h\"\n", dirs());
+  EXPECT_EQ(o.files.size(), 4u);
+  // Comments (the prelude's "// #include ..." lines) do not.
+  IncludedHeaders none = includedHeaders("// #include <top.h>\nint x;\n", dirs());
+  EXPECT_TRUE(none.files.empty());
+  EXPECT_NE(none.hash, h.hash);
+}
+
+TEST_F(IncludedHeadersTest, AnyHeaderContentChangesTheHash) {
+  const std::string src = "#include <top.h>\n";
+  std::string h0 = includedHeaders(src, dirs()).hash;
+  replace(inc.path() / "sub" / "leaf.h", "int leaf = 2;\n"); // same size, other bytes
+  std::string h1 = includedHeaders(src, dirs()).hash;
+  EXPECT_NE(h1, h0) << "a leaf header two levels down changed";
+  replace(inc.path() / "sub" / "leaf.h", "int leaf = 1;\n");
+  EXPECT_EQ(includedHeaders(src, dirs()).hash, h0) << "content, not time stamps";
+  write(inc.path() / "top.h", "#pragma once\n#include \"sub/mid.h\"\n#include <utility>\n\n");
+  EXPECT_NE(includedHeaders(src, dirs()).hash, h0);
+}
+
+TEST_F(IncludedHeadersTest, SearchOrderDecides) {
+  // top.h in the first dir shadows one in the second; a change to the shadowed copy does
+  // not matter, a copy placed earlier does.
+  write(inc2.path() / "top.h", "int shadowed;\n");
+  const std::string src = "#include <top.h>\n";
+  std::string h0 = includedHeaders(src, dirs()).hash;
+  write(inc2.path() / "top.h", "int shadowed2;\n");
+  EXPECT_EQ(includedHeaders(src, dirs()).hash, h0);
+  std::vector<std::string> swapped = {inc2.path().string(), inc.path().string()};
+  EXPECT_NE(includedHeaders(src, swapped).hash, h0);
+}
+
+TEST(IncludedHeadersRealTest, TheToolkitHeadersOfTheDevicePreludeAreHashed) {
+  IncludedHeaders h = includedHeaders("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n",
+                                      knobs::cudaIncludeDirs());
+  auto has = [&](const std::string &name) {
+    for (const std::string &f : h.files)
+      if (fs::path(f).filename() == name)
+        return true;
+    return false;
+  };
+  for (const char *name : {"cuda_bf16.h", "cuda_bf16.hpp", "cuda_fp16.h", "cuda_fp16.hpp"})
+    EXPECT_TRUE(has(name)) << name << " not among " << h.files.size() << " files";
+}
+
 } // namespace
