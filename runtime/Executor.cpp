@@ -36,6 +36,13 @@ KernelArg KernelArg::makeI32(int32_t v) {
   return a;
 }
 
+KernelArg KernelArg::makeTensorMap(int64_t mapIndex) {
+  KernelArg a;
+  a.type = Type::TensorMap;
+  a.value.i64 = mapIndex;
+  return a;
+}
+
 int64_t workspaceBytes(const Program &program, int64_t n) {
   int64_t total = 0;
   program.workspaceOffsets(n, &total);
@@ -118,6 +125,43 @@ private:
   std::vector<int64_t> offsets_;
 };
 
+/// The two operands of a WgmmaBF16 GEMM launch (see the table in Executor.h).
+std::vector<Sm90Operand> wgmmaOperands(const Program &program, const BufferResolver &resolver,
+                                       const plan::Kernel &kernel, const plan::LaunchItem &item) {
+  const int32_t bn = plan::gemmTile(kernel).bn;
+  auto at = [&](const BufferRef &b) { return resolver.resolve(b, kernel, item.rowBegin); };
+  const int64_t rows = item.rows, cc = item.chunkCols;
+  switch (kernel.kind()) {
+  case plan::KernelKind::GemmReduce: {
+    const auto &g = std::get<plan::GemmReduceKernel>(kernel.body).gemm;
+    return {Sm90Operand{at(g.a), true, rows, g.k, g.k, 128},
+            Sm90Operand{at(g.b), true, g.cols, g.k, g.k, bn}};
+  }
+  case plan::KernelKind::GemmDz: {
+    const auto &g = std::get<plan::GemmDzKernel>(kernel.body).gemm;
+    const CUdeviceptr b =
+        at(g.b) + static_cast<CUdeviceptr>(item.chunkBegin * g.k * dtypeSize(g.abType));
+    return {Sm90Operand{at(g.a), true, rows, g.k, g.k, 128},
+            Sm90Operand{b, true, cc, g.k, g.k, bn}};
+  }
+  case plan::KernelKind::GemmDLhs: {
+    const auto &d = std::get<plan::GemmDLhsKernel>(kernel.body);
+    const CUdeviceptr b =
+        at(d.b) + static_cast<CUdeviceptr>(item.chunkBegin * d.k * dtypeSize(d.bType));
+    return {Sm90Operand{at(d.dz), true, rows, cc, cc, 128},
+            Sm90Operand{b, false, d.k, cc, d.k, bn}};
+  }
+  case plan::KernelKind::GemmDRhs: {
+    const auto &d = std::get<plan::GemmDRhsKernel>(kernel.body);
+    return {Sm90Operand{at(d.dz), false, cc, rows, cc, 128},
+            Sm90Operand{at(d.a), false, d.k, rows, d.k, bn}};
+  }
+  default: break;
+  }
+  LCEJIT_CHECK(false, "kernel '{}' is not a GEMM", kernel.name);
+  return {};
+}
+
 void appendLaunch(const Program &program, const BufferResolver &resolver,
                   const plan::LaunchItem &item, int64_t n, ExecutionPlan &plan) {
   const int32_t k = item.kernel;
@@ -143,8 +187,15 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
   LCEJIT_CHECK(rec.dims.block > 0 && rec.dims.block <= 1024 && rec.dims.sharedBytes >= 0,
                "kernel '{}': block {} shared {}", kernel.name, rec.dims.block,
                rec.dims.sharedBytes);
+  const bool wgmma = kernel.kind() != plan::KernelKind::Row &&
+                     kernel.kind() != plan::KernelKind::Cast &&
+                     plan::gemmMath(kernel) == plan::MathMode::WgmmaBF16;
+  if (wgmma)
+    rec.maps = wgmmaOperands(program, resolver, kernel, item);
   for (const Param &p : plan::kernelParams(kernel)) {
     switch (p.kind) {
+    case Param::Kind::TensorMapA: rec.args.push_back(KernelArg::makeTensorMap(0)); break;
+    case Param::Kind::TensorMapB: rec.args.push_back(KernelArg::makeTensorMap(1)); break;
     case Param::Kind::Pointer:
       rec.args.push_back(
           KernelArg::makePointer(resolver.resolve(p.buf, kernel, item.rowBegin)));
@@ -232,12 +283,18 @@ void Executor::run(const ProgramBuffers &buffers, int64_t n, CUstream stream) co
   for (const MemsetRecord &m : plan.memsets)
     LCEJIT_CU(d.memsetD8Async(m.pointer, 0, static_cast<size_t>(m.bytes), stream));
   std::vector<void *> params;
+  std::vector<CUtensorMap> maps;
   for (LaunchRecord &rec : plan.launches) {
     CUfunction f = functions_[static_cast<size_t>(rec.kernel)];
     module_->reserveDynamicShared(f, rec.dims.sharedBytes);
+    maps.clear();
+    for (const Sm90Operand &op : rec.maps)
+      maps.push_back(encodeSm90Operand(op));
     params.clear();
     for (KernelArg &a : rec.args)
-      params.push_back(a.address());
+      params.push_back(a.type == KernelArg::Type::TensorMap
+                           ? static_cast<void *>(&maps[static_cast<size_t>(a.value.i64)])
+                           : a.address());
     CUlaunchConfig cfg{};
     cfg.gridDimX = static_cast<unsigned>(rec.dims.grid[0]);
     cfg.gridDimY = static_cast<unsigned>(rec.dims.grid[1]);

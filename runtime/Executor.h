@@ -14,7 +14,12 @@
 // CUdeviceptr of the buffer (inputs and outputs as given, workspace buffers at base +
 // workspaceOffsets(N)[index]), each offset by rowBegin * rowStrideBytes() inside a row
 // block; N (the launch's rows), TotalRows (the call's N), ChunkBegin, ChunkCols,
-// ChunkIndex, RowBlock -> int64_t; Splits -> int32_t (Program::splits). A Launch step (outside any chunk loop) gets chunkBegin 0,
+// ChunkIndex, RowBlock -> int64_t; Splits -> int32_t (Program::splits); TensorMapA/B -> the
+// operand of a WgmmaBF16 GEMM kind, described as in its kernel template (lcejit_sm90.cuh):
+//   GemmReduce  A = a [n, k] K-major                B = b [cols, k] K-major
+//   GemmDz      A = a [n, k] K-major                B = b rows of the chunk [chunk, k] K-major
+//   GemmDLhs    A = dz [n, chunk] K-major           B = b rows of the chunk, MN-major (rows k)
+//   GemmDRhs    A = dz^T: dz [n, chunk] MN-major    B = a [n, k] MN-major (rows k), K = n A Launch step (outside any chunk loop) gets chunkBegin 0,
 // chunkCols = loopCols and chunkIndex 0: it is the single chunk that covers everything.
 //
 // planExecution() computes all of this as plain data with no GPU, so unit tests check the
@@ -26,6 +31,7 @@
 
 #include "compiler/plan/Program.h"
 #include "runtime/Module.h"
+#include "runtime/TensorMap.h"
 
 #include <cstdint>
 #include <vector>
@@ -48,7 +54,9 @@ int64_t errorWordOffset(const plan::Program &program, int64_t n);
 
 /// One packed kernel argument. See [Note: argument packing].
 struct KernelArg {
-  enum class Type : uint8_t { Pointer, I64, I32 };
+  /// TensorMap: value.i64 indexes LaunchRecord::maps; run() encodes the map and passes
+  /// the 128-byte CUtensorMap by value.
+  enum class Type : uint8_t { Pointer, I64, I32, TensorMap };
   Type type = Type::I64;
   union {
     CUdeviceptr pointer;
@@ -59,6 +67,7 @@ struct KernelArg {
   static KernelArg makePointer(CUdeviceptr p);
   static KernelArg makeI64(int64_t v);
   static KernelArg makeI32(int32_t v);
+  static KernelArg makeTensorMap(int64_t mapIndex);
   /// What cuLaunchKernelEx's kernelParams[i] points to.
   void *address() { return &value; }
 };
@@ -69,6 +78,9 @@ struct LaunchRecord {
   int64_t rowBlock = 0; ///< row block (0 when rows are not blocked)
   plan::LaunchDims dims;
   std::vector<KernelArg> args;
+  /// The operands of a WgmmaBF16 GEMM as plain data ([Note: sm90 operand maps]); encoded
+  /// into tensor maps only by run(), so planExecution stays a pure host computation.
+  std::vector<Sm90Operand> maps;
 };
 
 struct MemsetRecord {

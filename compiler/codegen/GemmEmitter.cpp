@@ -68,6 +68,8 @@ const char *mathEnum(MathMode m) {
     return "lcejit::MATH_TC_F16";
   case MathMode::SimtF32:
     return "lcejit::MATH_SIMT_F32";
+  case MathMode::WgmmaBF16:
+    break; // lcejit::sm90::GemmConfig has no math parameter
   }
   return "?";
 }
@@ -105,6 +107,23 @@ struct GemmShape {
 /// static_asserts say the same, later and less clearly).
 void checkShape(const GemmShape &s, const std::string &what) {
   const TileConfig &t = s.tile;
+  if (s.math == MathMode::WgmmaBF16) {
+    LCEJIT_CHECK(t.bm == 128 && t.bk == 64 && t.warpsM == 3 && t.warpsN == 4,
+                 "{}: the wgmma mainloop runs 128 x bn x 64 tiles on 3 x 4 warps, not "
+                 "{}x{}x{} on {}x{}",
+                 what, t.bm, t.bn, t.bk, t.warpsM, t.warpsN);
+    LCEJIT_CHECK(t.bn == 64 || t.bn == 128 || t.bn == 192 || t.bn == 256,
+                 "{}: wgmma tile width bn = {} (64, 128, 192 or 256)", what, t.bn);
+    LCEJIT_CHECK(t.stages >= 2 && t.stages <= 8, "{}: {} stages (2 to 8)", what, t.stages);
+    LCEJIT_CHECK(plan::wgmmaSharedBytes(t) <= 232448,
+                 "{}: {} bytes of shared memory for bn = {} and {} stages", what,
+                 plan::wgmmaSharedBytes(t), t.bn, t.stages);
+    LCEJIT_CHECK(s.aElem == DType::BF16 && s.bElem == DType::BF16 && s.numA == 1,
+                 "{}: the wgmma mainloop takes one bf16 A operand and a bf16 B, not {} x{} "
+                 "and {}",
+                 what, dtypeName(s.aElem), s.numA, dtypeName(s.bElem));
+    return;
+  }
   LCEJIT_CHECK(t.bm > 0 && t.bn > 0 && t.bk > 0 && t.warpsM > 0 && t.warpsN > 0,
                "{}: tile {}x{}x{} warps {}x{}", what, t.bm, t.bn, t.bk,
                t.warpsM, t.warpsN);
@@ -144,6 +163,21 @@ void checkShape(const GemmShape &s, const std::string &what) {
 void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
   const TileConfig &t = s.tile;
   const std::string cfg = ctx.name() + "_config";
+  if (s.math == MathMode::WgmmaBF16) {
+    w.line("#if !defined(LCEJIT_SM90)");
+    w.line("#error \"kernel {} runs the sm_90a mainloop: compile with "
+           "--gpu-architecture=sm_90a\"",
+           ctx.name());
+    w.line("#endif");
+    w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}> {};", t.bn,
+           t.stages, s.aKMajor ? "K_MAJOR" : "MN_MAJOR", s.bKMajor ? "K_MAJOR" : "MN_MAJOR",
+           cfg);
+    w.line("static_assert({}::SMEM_BYTES == {}, \"shared-memory layout must match "
+           "plan::wgmmaSharedBytes\");",
+           cfg, ctx.launchDims().sharedBytes);
+    w.blank();
+    return;
+  }
   w.line("typedef lcejit::GemmConfig<{}, {}, {}, {}, {}, {}, {},", t.bm, t.bn,
          t.bk, t.warpsM, t.warpsN, t.stages, mathEnum(s.math));
   w.line("                           {}, {}, lcejit::{},", elemTag(s.aElem),
@@ -160,6 +194,10 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
 
 std::string tileText(const GemmShape &s) {
   const TileConfig &t = s.tile;
+  if (s.math == MathMode::WgmmaBF16)
+    return fmt::format("math {}, tile {}x{}x{}, 384 threads (TMA producer warpgroup + 2 "
+                       "wgmma consumer warpgroups), {} stages",
+                       plan::mathModeName(s.math), t.bm, t.bn, t.bk, t.stages);
   return fmt::format(
       "math {}, tile {}x{}x{}, warps {}x{} ({} threads), {} stages",
       plan::mathModeName(s.math), t.bm, t.bn, t.bk, t.warpsM, t.warpsN,
@@ -167,8 +205,27 @@ std::string tileText(const GemmShape &s) {
 }
 
 std::string smemText(const KernelContext &ctx) {
-  return fmt::format("dynamic shared memory: {} bytes (plan::gemmSharedBytes)",
-                     ctx.launchDims().sharedBytes);
+  const bool wgmma = plan::gemmMath(ctx.kernel()) == MathMode::WgmmaBF16;
+  return fmt::format("dynamic shared memory: {} bytes (plan::{})",
+                     ctx.launchDims().sharedBytes,
+                     wgmma ? "wgmmaSharedBytes" : "gemmSharedBytes");
+}
+
+bool isWgmma(const KernelContext &ctx) {
+  return plan::gemmMath(ctx.kernel()) == MathMode::WgmmaBF16;
+}
+
+/// The grid line of a kernel's header comment.
+std::string gridText(const KernelContext &ctx, const char *mmaGrid) {
+  return isWgmma(ctx) ? "grid: persistent, min(output tiles, SMs) CTAs walking the tiles in "
+                        "groups of 8 tile rows"
+                      : mmaGrid;
+}
+
+/// The kernel's opening line: 384 threads at one CTA per SM for wgmma (setmaxnreg needs
+/// the register count fixed at entry).
+CodeWriter::Block openGemmKernel(CodeWriter &w, const KernelContext &ctx, int threads) {
+  return isWgmma(ctx) ? openKernel(w, ctx, 384, 1) : openKernel(w, ctx, threads);
 }
 
 //===----------------------------------------------------------------------===//
@@ -425,7 +482,7 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
                g.cols);
   const int32_t slots = k.slotsPerRow();
   LCEJIT_CHECK(
-      int64_t(g.tile.warpsN) * g.tile.bm * slots * 4 <=
+      isWgmma(ctx) || int64_t(g.tile.warpsN) * g.tile.bm * slots * 4 <=
           ctx.launchDims().sharedBytes,
       "{}: the cross-warp exchange of {} slots does not fit in shared memory",
       what, slots);
@@ -501,13 +558,19 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
     }
   });
   w.blank();
-  auto kb = openKernel(w, ctx, g.tile.threads());
+  auto kb = openGemmKernel(w, ctx, g.tile.threads());
   emitEpilogueSetup(w, epi);
-  w.line("lcejit::gemm_reduce_kernel<{}_config>(epi, {}, {}, {}, {}, {}LL, "
-         "{}LL, {});",
-         ctx.name(), ctx.bufferName(g.a), ctx.bufferName(g.b),
-         ctx.bufferName(k.partials), epi.n(), g.cols, g.k,
-         ctx.scalarParamName(Param::Kind::Splits));
+  if (isWgmma(ctx))
+    w.line("lcejit::sm90::gemm_reduce_kernel<{}_config>(map_a, map_b, epi, {}, {}, {}LL, "
+           "{}LL, {});",
+           ctx.name(), ctx.bufferName(k.partials), epi.n(), g.cols, g.k,
+           ctx.scalarParamName(Param::Kind::Splits));
+  else
+    w.line("lcejit::gemm_reduce_kernel<{}_config>(epi, {}, {}, {}, {}, {}LL, "
+           "{}LL, {});",
+           ctx.name(), ctx.bufferName(g.a), ctx.bufferName(g.b),
+           ctx.bufferName(k.partials), epi.n(), g.cols, g.k,
+           ctx.scalarParamName(Param::Kind::Splits));
 }
 
 void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
@@ -541,7 +604,8 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
       fmt::format("acc = A * B[chunk]^T, k = {}, cols = {}; {} of A and B, f32 "
                   "accumulate",
                   g.k, g.cols, dtypeName(g.abType)),
-      tileText(s), smemText(ctx), "grid (ceil(N / bm), ceil(chunk_cols / bn))",
+      tileText(s), smemText(ctx),
+      gridText(ctx, "grid (ceil(N / bm), ceil(chunk_cols / bn))"),
       fmt::format("dZ = epilogue(acc) stored as {}",
                   plan::dzFormatName(k.format))};
   epi.describe(roles, about);
@@ -557,8 +621,17 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
            convertValue(results[0], epi.resultType(0), DType::F32));
   });
   w.blank();
-  auto kb = openKernel(w, ctx, g.tile.threads());
+  auto kb = openGemmKernel(w, ctx, g.tile.threads());
   emitEpilogueSetup(w, epi);
+  if (isWgmma(ctx)) {
+    LCEJIT_CHECK(!split, "{}: the wgmma mainloop takes one dZ operand", what);
+    w.line("lcejit::sm90::gemm_dz_kernel<{}_config, lcejit::{}>(map_a, map_b, epi, {}, {}, "
+           "{}LL, {}, {});",
+           ctx.name(), dzFormatTag(k.format), ctx.bufferName(k.dz), epi.n(), g.k,
+           ctx.scalarParamName(Param::Kind::ChunkBegin),
+           ctx.scalarParamName(Param::Kind::ChunkCols));
+    return;
+  }
   w.line("lcejit::gemm_dz_kernel<{}_config, lcejit::{}>(epi, {}, {}, {}, {}, "
          "{}, {}LL, {}, {});",
          ctx.name(), dzFormatTag(k.format), ctx.bufferName(g.a),
@@ -601,12 +674,19 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
       fmt::format(
           "out[r][j] (+)= sum_c dz[r][c] * B[chunk_begin + c][j], k = {}{}",
           k.k, split ? "; dz = hi + lo, each multiplied" : ""),
-      tileText(s), smemText(ctx), "grid (ceil(N / bm), ceil(k / bn))",
+      tileText(s), smemText(ctx), gridText(ctx, "grid (ceil(N / bm), ceil(k / bn))"),
       "out is overwritten for chunk_index == 0 and accumulated for later "
       "chunks"};
   emitKernelHeader(w, ctx, about, roles);
   emitConfig(w, ctx, s);
-  auto kb = openKernel(w, ctx, k.tile.threads());
+  auto kb = openGemmKernel(w, ctx, k.tile.threads());
+  if (isWgmma(ctx)) {
+    w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config>(map_a, map_b, {}, {}, {}LL, {}, {});",
+           ctx.name(), ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
+           ctx.scalarParamName(Param::Kind::ChunkCols),
+           ctx.scalarParamName(Param::Kind::ChunkIndex));
+    return;
+  }
   w.line("lcejit::gemm_dlhs_kernel<{}_config>({}, {}, {}, {}, {}, {}LL, {}, "
          "{}, {});",
          ctx.name(), ctx.bufferName(k.dz),
@@ -653,7 +733,8 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
       fmt::format(
           "out[chunk_begin + c][j] = sum_r dz[r][c] * A[r][j], k = {}{}", k.k,
           split ? "; dz = hi + lo, each multiplied" : ""),
-      tileText(s), smemText(ctx), "grid (ceil(chunk_cols / bm), ceil(k / bn))",
+      tileText(s), smemText(ctx),
+      gridText(ctx, "grid (ceil(chunk_cols / bm), ceil(k / bn))"),
       k.accumulateRowBlocks
           ? fmt::format("written as {} by row block 0, accumulated (f32) by later "
                         "row blocks",
@@ -662,10 +743,22 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
                         dtypeName(k.outType))};
   emitKernelHeader(w, ctx, about, roles);
   emitConfig(w, ctx, s);
-  auto kb = openKernel(w, ctx, k.tile.threads());
+  auto kb = openGemmKernel(w, ctx, k.tile.threads());
   LCEJIT_CHECK(!k.accumulateRowBlocks || k.outType == DType::F32,
                "{}: row blocks accumulate into an f32 output only, not {}", what,
                dtypeName(k.outType));
+  if (isWgmma(ctx)) {
+    w.line("lcejit::sm90::gemm_drhs_kernel<{}_config, {}>(map_a, map_b, {}, {}, {}LL, {}, "
+           "{}, {});",
+           ctx.name(), elemTag(k.outType), ctx.bufferName(k.out),
+           ctx.scalarParamName(Param::Kind::N), k.k,
+           ctx.scalarParamName(Param::Kind::ChunkBegin),
+           ctx.scalarParamName(Param::Kind::ChunkCols),
+           k.accumulateRowBlocks
+               ? fmt::format("{} > 0", ctx.scalarParamName(Param::Kind::RowBlock))
+               : std::string("false"));
+    return;
+  }
   w.line("lcejit::gemm_drhs_kernel<{}_config, {}>({}, {}, {}, {}, {}, {}LL, "
          "{}, {}, {});",
          ctx.name(), elemTag(k.outType), ctx.bufferName(k.dz),

@@ -46,6 +46,9 @@ const char *paramCType(const Param &p) {
     return p.buf.space == Space::Input ? "const void *" : "void *";
   case Param::Kind::Splits:
     return "int ";
+  case Param::Kind::TensorMapA:
+  case Param::Kind::TensorMapB:
+    return "const __grid_constant__ lcejit::sm90::TensorMap ";
   default:
     return "long long ";
   }
@@ -175,6 +178,12 @@ void emitKernelHeader(CodeWriter &w, const KernelContext &ctx,
     case Param::Kind::Splits:
       role = role.empty() ? "column splits (gridDim.y)" : role;
       break;
+    case Param::Kind::TensorMapA:
+      role = role.empty() ? "TMA map of the A operand (encoded by the executor)" : role;
+      break;
+    case Param::Kind::TensorMapB:
+      role = role.empty() ? "TMA map of the B operand (encoded by the executor)" : role;
+      break;
     }
     w.comment(fmt::format("  {:<{}}  {}", p.name, width, role));
   }
@@ -182,10 +191,12 @@ void emitKernelHeader(CodeWriter &w, const KernelContext &ctx,
 }
 
 CodeWriter::Block openKernel(CodeWriter &w, const KernelContext &ctx,
-                             int threads) {
+                             int threads, int minBlocks) {
+  const std::string bounds = minBlocks > 0 ? fmt::format("{}, {}", threads, minBlocks)
+                                           : fmt::format("{}", threads);
   return w.block(
       fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({})",
-                  threads, ctx.name(), ctx.signature()));
+                  bounds, ctx.name(), ctx.signature()));
 }
 
 } // namespace lcejit::codegen::detail

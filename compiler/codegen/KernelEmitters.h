@@ -89,7 +89,7 @@ void emitKernelHeader(CodeWriter &w, const KernelContext &ctx,
 /// Opens `extern "C" __global__ void __launch_bounds__(threads)
 /// <name>(<signature>)`.
 [[nodiscard]] CodeWriter::Block
-openKernel(CodeWriter &w, const KernelContext &ctx, int threads);
+openKernel(CodeWriter &w, const KernelContext &ctx, int threads, int minBlocks = 0);
 
 void emitRowKernel(CodeWriter &w, const KernelContext &ctx);
 void emitGemmKernel(CodeWriter &w, const KernelContext &ctx);

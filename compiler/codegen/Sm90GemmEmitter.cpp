@@ -101,7 +101,7 @@ EmittedModule emitSm90GemmModule(const std::vector<Sm90GemmSpec> &specs) {
     w.line("    const __grid_constant__ lcejit::sm90::TensorMap map_b, void *out,");
     w.line("    long long ld_out, long long m, long long n, long long k, int group) {{");
     w.indent();
-    w.line("const lcejit::sm90::StoreEpilogue<{}> epi{{out, ld_out, m, n}};", outTag(s.out));
+    w.line("lcejit::sm90::StoreEpilogue<{}> epi{{out, ld_out, m, n}};", outTag(s.out));
     w.line("lcejit::sm90::gemm<{}>(map_a, map_b, epi, m, n, k, group);", configName(s));
     w.dedent();
     w.line("}}");

@@ -690,7 +690,15 @@ private:
     g.a = BufferRef{Space::Input, static_cast<int32_t>(cast<BlockArgument>(lhs).getArgNumber())};
     g.b = BufferRef{Space::Input, static_cast<int32_t>(cast<BlockArgument>(rhs).getArgNumber())};
     switch (g.abType) {
-    case DType::BF16: g.math = MathMode::TensorCoreBF16; g.tile = tcTile(); break;
+    case DType::BF16:
+      if (wgmmaFor(g.k, g.cols)) {
+        g.math = MathMode::WgmmaBF16;
+        g.tile = wgmmaTile();
+      } else {
+        g.math = MathMode::TensorCoreBF16;
+        g.tile = tcTile();
+      }
+      break;
     case DType::F16: g.math = MathMode::TensorCoreF16; g.tile = tcTile(); break;
     case DType::F32: g.math = MathMode::SimtF32; g.tile = simtTile(); break;
     default: return fail(op, fmt::format("GEMM operands of type {} are not supported",
@@ -700,6 +708,30 @@ private:
       return fail(op, fmt::format("K = {} must be a multiple of 8 (16-byte rows)", g.k));
     return true;
   }
+
+  /// [Note: the Hopper mainloop] bf16 GEMMs run on the sm_90a wgmma mainloop when the
+  /// target is sm_90, the caller did not ask for mma.sync (or an mma.sync tile), dZ is one
+  /// bf16 operand (fast precision; exact mode's hi + lo stay on mma.sync), and every row
+  /// pitch a tensor map needs is a multiple of 16 bytes: K (rows of A and B) and the
+  /// vocabulary (the dZ chunk pitch of the last chunk).
+  bool wgmmaFor(int64_t k, int64_t cols) const {
+    if (opt_.mainloop == Mainloop::MmaSync || opt_.tensorCoreTile)
+      return false;
+    return opt_.target.smVersion == 90 && !opt_.exactGradients && k % 8 == 0 && cols % 8 == 0;
+  }
+  std::string wgmmaDecision() const {
+    if (opt_.mainloop == Mainloop::MmaSync)
+      return "mainloop: mma.sync (asked for by the caller)";
+    if (opt_.tensorCoreTile)
+      return "mainloop: mma.sync (a tensor-core tile was given)";
+    if (opt_.target.smVersion != 90)
+      return fmt::format("mainloop: mma.sync (sm_{} has no wgmma)", opt_.target.smVersion);
+    if (opt_.exactGradients)
+      return "mainloop: mma.sync (exact precision: dZ is two bf16 operands)";
+    return "";
+  }
+  /// 128 x 256 x 64, 4 stages: the fastest of the gemm-only sweep (docs/performance.md).
+  static TileConfig wgmmaTile() { return TileConfig{128, 256, 64, 3, 4, 4}; }
 
   TileConfig tcTile() const {
     if (opt_.tensorCoreTile)
@@ -755,6 +787,19 @@ private:
 
   void decideSplits(const FusedGemm &g) {
     int64_t tiles = (g.cols + g.tile.bn - 1) / g.tile.bn;
+    if (g.math == MathMode::WgmmaBF16) {
+      // One CTA per (row tile, split), each over about 8 column tiles: short enough that
+      // ceil(N / 128) * splits CTAs fill the SMs in many waves at any N, long enough that
+      // the pipeline fill of a CTA is under 1 % of its work.
+      int32_t splits = static_cast<int32_t>(std::clamp<int64_t>((tiles + 7) / 8, 1, tiles));
+      prog_.splits = std::max(prog_.splits, splits);
+      prog_.decisions.push_back(fmt::format(
+          "forward GEMM: tile {}x{}x{} ({}, {} stages, 384 threads), {} column tiles -> {} "
+          "column splits of about 8 tiles, one CTA per (row tile, split)",
+          g.tile.bm, g.tile.bn, g.tile.bk, mathModeName(g.math), g.tile.stages, tiles,
+          prog_.splits));
+      return;
+    }
     int64_t rowBlocks = std::max<int64_t>(1, (std::max<int64_t>(bucketLow_, 1) + g.tile.bm - 1) / g.tile.bm);
     int64_t want = (2 * int64_t(opt_.target.numSMs) + rowBlocks - 1) / rowBlocks;
     int32_t splits = static_cast<int32_t>(std::clamp<int64_t>(want, 1, tiles));
@@ -776,8 +821,11 @@ private:
       return false;
     bool bf16 = dz.gemm.abType == DType::BF16;
     dz.format = !bf16 ? DzFormat::F32 : opt_.exactGradients ? DzFormat::SplitBF16 : DzFormat::BF16;
-    MathMode bwdMath = bf16 ? MathMode::TensorCoreBF16 : MathMode::SimtF32;
-    TileConfig bwdTile = bf16 ? tcLargeTile() : simtTile();
+    const bool wgmma = dz.gemm.math == MathMode::WgmmaBF16;
+    MathMode bwdMath = wgmma  ? MathMode::WgmmaBF16
+                       : bf16 ? MathMode::TensorCoreBF16
+                              : MathMode::SimtF32;
+    TileConfig bwdTile = wgmma ? wgmmaTile() : bf16 ? tcLargeTile() : simtTile();
     // Which gradients are used, and as which outputs.
     auto outputOf = [&](Value v, DType *type) -> int32_t {
       for (OpOperand &u : v.getUses()) {
@@ -912,6 +960,13 @@ private:
           "tensor-core tile {}x{}x{} ({}x{} warps, {} stages) given by the caller "
           "(LCEJIT_GEMM_TILE), not chosen",
           t->bm, t->bn, t->bk, t->warpsM, t->warpsN, t->stages));
+    if (std::string why = wgmmaDecision(); !why.empty())
+      prog_.decisions.push_back(why);
+    else
+      prog_.decisions.push_back(fmt::format(
+          "mainloop: wgmma for bf16 GEMMs whose K and column count are multiples of 8 (TMA "
+          "operands, 128x{}x64 tiles, {} stages, producer + 2 consumer warpgroups)",
+          wgmmaTile().bn, wgmmaTile().stages));
     Block &body = func_.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     if (!decideSplits(body))

@@ -31,6 +31,13 @@ struct InputCheck {
   std::optional<int64_t> exempt; ///< ... or exactly this one
 };
 
+/// Which GEMM mainloop bf16 GEMMs use ([Note: the Hopper mainloop] in docs/hopper.md).
+enum class Mainloop : uint8_t {
+  Auto,    ///< wgmma on sm_90 when the shapes and precision allow it, else mma.sync
+  MmaSync, ///< always the portable mma.sync mainloop
+  Wgmma,   ///< wgmma wherever it can run (the plan's decisions say where it could not)
+};
+
 struct PlanOptions {
   std::string name = "lce";
   int64_t tokens = 8192; ///< any N of the bucket to plan for
@@ -43,6 +50,7 @@ struct PlanOptions {
   int64_t fixedChunkCols = 0;
   /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).
   std::optional<TileConfig> tensorCoreTile;
+  Mainloop mainloop = Mainloop::Auto;
   /// Element type each function result is written as; empty = the result's own type
   /// (a float result that is a tx.cast of a gradient keeps the cast's type).
   std::vector<std::optional<DType>> outputTypes;

@@ -61,6 +61,7 @@ const char *mathModeName(MathMode m) {
   case MathMode::TensorCoreBF16: return "mma.sync.bf16";
   case MathMode::TensorCoreF16: return "mma.sync.f16";
   case MathMode::SimtF32: return "simt.f32";
+  case MathMode::WgmmaBF16: return "wgmma.bf16";
   }
   return "?";
 }
@@ -329,6 +330,11 @@ struct ParamList {
 
 std::vector<Param> kernelParams(const Kernel &kernel) {
   ParamList pl;
+  if (kernel.kind() != KernelKind::Row && kernel.kind() != KernelKind::Cast &&
+      gemmMath(kernel) == MathMode::WgmmaBF16) {
+    pl.add(Param::Kind::TensorMapA, "map_a");
+    pl.add(Param::Kind::TensorMapB, "map_b");
+  }
   const BufferRef scalars{Space::Workspace, kScalarSlotsBuffer};
   const BufferRef errors{Space::Workspace, kErrorBuffer};
   switch (kernel.kind()) {
@@ -416,6 +422,36 @@ static int64_t tileElems(int64_t x, int64_t bk) {
   // (MN contiguous); lcejit_gemm.cuh swizzles 16-byte chunks within rows instead of
   // padding them ([Note: swizzle]).
   return x * bk;
+}
+
+int32_t wgmmaSharedBytes(const TileConfig &t) {
+  const int64_t stage = int64_t(128) * 64 * 2 + int64_t(t.bn) * 64 * 2;
+  return static_cast<int32_t>(1024 + t.stages * stage + 2 * t.stages * 8);
+}
+
+MathMode gemmMath(const Kernel &kernel) {
+  switch (kernel.kind()) {
+  case KernelKind::GemmReduce: return std::get<GemmReduceKernel>(kernel.body).gemm.math;
+  case KernelKind::GemmDz: return std::get<GemmDzKernel>(kernel.body).gemm.math;
+  case KernelKind::GemmDLhs: return std::get<GemmDLhsKernel>(kernel.body).math;
+  case KernelKind::GemmDRhs: return std::get<GemmDRhsKernel>(kernel.body).math;
+  default: break;
+  }
+  LCEJIT_CHECK(false, "kernel '{}' is not a GEMM", kernel.name);
+  return MathMode::SimtF32;
+}
+
+const TileConfig &gemmTile(const Kernel &kernel) {
+  switch (kernel.kind()) {
+  case KernelKind::GemmReduce: return std::get<GemmReduceKernel>(kernel.body).gemm.tile;
+  case KernelKind::GemmDz: return std::get<GemmDzKernel>(kernel.body).gemm.tile;
+  case KernelKind::GemmDLhs: return std::get<GemmDLhsKernel>(kernel.body).tile;
+  case KernelKind::GemmDRhs: return std::get<GemmDRhsKernel>(kernel.body).tile;
+  default: break;
+  }
+  LCEJIT_CHECK(false, "kernel '{}' is not a GEMM", kernel.name);
+  static const TileConfig none;
+  return none;
 }
 
 int32_t gemmSharedBytes(const TileConfig &t, int64_t aBytes, int64_t bBytes, int32_t numA) {
@@ -507,6 +543,27 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc) const {
   LCEJIT_CHECK(idx >= 0 && idx < static_cast<int32_t>(kernels.size()), "kernel index {}", idx);
   LaunchDims d;
   const Kernel &kernel = kernels[static_cast<size_t>(idx)];
+  if (kernel.kind() != KernelKind::Row && kernel.kind() != KernelKind::Cast &&
+      gemmMath(kernel) == MathMode::WgmmaBF16) {
+    // [Note: the Hopper mainloop]: 384 threads; GemmReduce runs one CTA per (row tile,
+    // split), the others are persistent over their output tiles.
+    const TileConfig &t = gemmTile(kernel);
+    d.block = 384;
+    d.sharedBytes = wgmmaSharedBytes(t);
+    int64_t rows = 0, cols = 0;
+    switch (kernel.kind()) {
+    case KernelKind::GemmReduce:
+      d.grid[0] = ceilDiv(n, 128) * splits; // one CTA per (row tile, split), grouped order
+      return d;
+    case KernelKind::GemmDz: rows = n; cols = cc; break;
+    case KernelKind::GemmDLhs: rows = n; cols = std::get<GemmDLhsKernel>(kernel.body).k; break;
+    case KernelKind::GemmDRhs: rows = cc; cols = std::get<GemmDRhsKernel>(kernel.body).k; break;
+    default: break;
+    }
+    const int64_t tiles = ceilDiv(rows, 128) * ceilDiv(cols, t.bn);
+    d.grid[0] = std::min<int64_t>(tiles, std::max<int32_t>(target.numSMs, 1));
+    return d;
+  }
   switch (kernel.kind()) {
   case KernelKind::Row:
     d.block = 256;

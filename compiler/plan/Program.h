@@ -165,6 +165,11 @@ enum class MathMode : uint8_t {
   TensorCoreBF16, ///< mma.sync m16n8k16 bf16 x bf16 -> f32
   TensorCoreF16,  ///< mma.sync m16n8k16 f16 x f16 -> f32
   SimtF32,        ///< FFMA in f32 (operands converted to f32 on load)
+  /// sm_90a: wgmma m64nNk16 bf16 x bf16 -> f32 on the warp-specialized TMA mainloop of
+  /// runtime/device/lcejit_sm90.cuh ([Note: the Hopper mainloop] in docs/hopper.md). The
+  /// tile is 128 x bn x 64 with 3 warpgroups (TileConfig warpsM = 3, warpsN = 4: one
+  /// TMA producer, two consumers); operands come as tensor maps (Param::TensorMapA/B).
+  WgmmaBF16,
 };
 const char *mathModeName(MathMode m);
 
@@ -301,6 +306,8 @@ struct Param {
     Splits,     ///< int32 column splits of a GemmReduce
     TotalRows,  ///< int64 N of the whole call (ScalarOp::RowCount); `n` is the launch's rows
     RowBlock,   ///< int64 index of the row block (0 = first)
+    TensorMapA, ///< WgmmaBF16 GEMMs: the TMA map of the A operand (128-byte CUtensorMap)
+    TensorMapB, ///< ... and of the B operand. See [Note: sm90 operand maps].
   };
   Kind kind = Kind::Pointer;
   BufferRef buf;
@@ -422,6 +429,16 @@ struct Program {
 /// The shared-memory bytes a GEMM tile config needs for its operand dtype size.
 int32_t gemmSharedBytes(const TileConfig &tile, int64_t aBytes, int64_t bBytes,
                         int32_t numA);
+
+/// The shared memory of a WgmmaBF16 GEMM (lcejit::sm90::GemmConfig::SMEM_BYTES): 1024
+/// bytes of alignment slack, stages of [128 x 64 A][bn x 64 B] bf16, 16 bytes of
+/// barriers per stage.
+int32_t wgmmaSharedBytes(const TileConfig &tile);
+
+/// The math mode of a GEMM kernel (kernel must be one of the four GEMM kinds).
+MathMode gemmMath(const Kernel &kernel);
+/// The tile of a GEMM kernel.
+const TileConfig &gemmTile(const Kernel &kernel);
 
 /// Shape buckets: N in (b/4, b] with b a power of four, b >= 256; N <= 256 -> 256.
 int64_t bucketOf(int64_t n);

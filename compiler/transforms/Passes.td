@@ -88,6 +88,8 @@ def TxPrintPlan : Pass<"tx-print-plan", "::mlir::ModuleOp"> {
     Option<"budgetMb", "budget-mb", "int64_t", "512", "workspace budget in MiB">,
     Option<"exact", "exact", "bool", "false",
            "bf16 gradients: split dZ into hi + lo (exact) instead of one bf16 operand">,
+    Option<"mainloop", "mainloop", "std::string", "\"auto\"",
+           "bf16 GEMM mainloop: auto (wgmma on sm_90 where it can run), mma or wgmma">,
     ListOption<"outputTypes", "output-types", "std::string",
                "dtype each function result is written as (f32, bf16, f16, ...; '-' keeps it)">,
   ];

@@ -33,6 +33,14 @@ struct PrintPlanPass : lcejit::tx::impl::TxPrintPlanBase<PrintPlanPass> {
       }
       o.workspaceBudgetBytes = budgetMb * (int64_t(1) << 20);
       o.exactGradients = exact;
+      if (mainloop == "mma")
+        o.mainloop = lcejit::plan::Mainloop::MmaSync;
+      else if (mainloop == "wgmma")
+        o.mainloop = lcejit::plan::Mainloop::Wgmma;
+      else if (mainloop != "auto") {
+        func.emitError() << "mainloop must be auto, mma or wgmma, got '" << mainloop << "'";
+        return signalPassFailure();
+      }
       o.outputTypes.resize(func.getNumResults());
       for (size_t i = 0; i < outputTypes.size() && i < o.outputTypes.size(); ++i) {
         if (outputTypes[i] == "-")

@@ -49,6 +49,8 @@
 
 #include "lcejit_common.cuh"
 #include "lcejit_gemm.cuh"
+#include "lcejit_kernels.cuh"
+#include "lcejit_reduce.cuh"
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define LCEJIT_SM90 1
@@ -330,16 +332,54 @@ struct TileOrder {
   }
 };
 
+/// The tiles of a persistent launch: CTA b takes t = b, b + grid, ... < count.
+struct PersistentTiles {
+  TileOrder order;
+  __device__ __forceinline__ i64 first() const { return blockIdx.x; }
+  __device__ __forceinline__ i64 stride() const { return gridDim.x; }
+  __device__ __forceinline__ i64 end() const {
+    return order.tiles_m * order.tiles_n;
+  }
+  __device__ __forceinline__ void tile(i64 t, i64 &tm, i64 &tn) const {
+    order.tile(t, tm, tn);
+  }
+};
+
+/// Column tiles [begin, end) of one row tile (GemmReduce: a CTA per row tile
+/// and split).
+struct RowOfTiles {
+  i64 row, begin, last;
+  __device__ __forceinline__ i64 first() const { return begin; }
+  __device__ __forceinline__ i64 stride() const { return 1; }
+  __device__ __forceinline__ i64 end() const { return last; }
+  __device__ __forceinline__ void tile(i64 t, i64 &tm, i64 &tn) const {
+    tm = row;
+    tn = t;
+  }
+};
+
+/// Persistent tiles of an m x n output, grouped `group` tile rows at a time.
+template <class Cfg>
+__device__ __forceinline__ PersistentTiles persistent_tiles(i64 m, i64 n,
+                                                            int group) {
+  return PersistentTiles{TileOrder{(m + Cfg::BM - 1) / Cfg::BM,
+                                   (n + Cfg::BN - 1) / Cfg::BN,
+                                   group > 0 ? static_cast<i64>(group) : 1}};
+}
+
 //===----------------------------------------------------------------------===//
-// The kernel body. Epi::store(acc, row0, col0, t) gets consumer thread t's
-// accumulators of the 64-row slice at (row0, col0) ([Note: sm90 accumulator]);
-// it must mask rows >= m and columns >= n itself.
+// The mainloop. For every tile of `tiles`, Epi::tile(acc, row0, col0, t)
+// gets consumer thread t's accumulators of the 64-row slice at (row0, col0)
+// ([Note: sm90 accumulator]) and must mask rows and columns out of range
+// itself. Consumer g's threads call Epi::begin(g, t) before the first tile and
+// Epi::finish(g, t) after the last (also when the CTA has no tile).
 //===----------------------------------------------------------------------===//
 
-template <class Cfg, class Epi>
-__device__ __forceinline__ void gemm(const TensorMap &map_a,
-                                     const TensorMap &map_b, const Epi &epi,
-                                     i64 m, i64 n, i64 k, int group) {
+template <class Cfg, class Tiles, class Epi>
+__device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
+                                           const TensorMap &map_b,
+                                           const Tiles &tiles, Epi &epi,
+                                           i64 k) {
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
   require_launch(Cfg::SMEM_BYTES, Cfg::THREADS);
   const u32 raw = smem_addr(lcejit_dynamic_smem);
@@ -361,9 +401,6 @@ __device__ __forceinline__ void gemm(const TensorMap &map_a,
   }
   __syncthreads();
 
-  const TileOrder order{(m + BM - 1) / BM, (n + BN - 1) / BN,
-                        group > 0 ? static_cast<i64>(group) : 1};
-  const i64 tiles = order.tiles_m * order.tiles_n;
   const i64 kblocks = (k + BK - 1) / BK;
 
   if (wg == 0) {
@@ -371,9 +408,9 @@ __device__ __forceinline__ void gemm(const TensorMap &map_a,
     if (t == 0) {
       int s = 0;
       u32 phase = 0;
-      for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      for (i64 tile = tiles.first(); tile < tiles.end(); tile += tiles.stride()) {
         i64 tm, tn;
-        order.tile(tile, tm, tn);
+        tiles.tile(tile, tm, tn);
         const int m0 = static_cast<int>(tm * BM), n0 = static_cast<int>(tn * BN);
         for (i64 kb = 0; kb < kblocks; ++kb) {
           const int k0 = static_cast<int>(kb * BK);
@@ -436,9 +473,10 @@ __device__ __forceinline__ void gemm(const TensorMap &map_a,
         phase ^= 1u;
       }
     };
-    for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    epi.begin(g, t);
+    for (i64 tile = tiles.first(); tile < tiles.end(); tile += tiles.stride()) {
       i64 tm, tn;
-      order.tile(tile, tm, tn);
+      tiles.tile(tile, tm, tn);
       if (kblocks == 0) {
 #pragma unroll
         for (int i = 0; i < Cfg::ACC; ++i)
@@ -459,9 +497,18 @@ __device__ __forceinline__ void gemm(const TensorMap &map_a,
         fence_acc(acc);
         mbar_arrive_if(empty + 8 * prev, warp_leader);
       }
-      epi.store(acc, tm * BM + 64 * g, tn * BN, t);
+      epi.tile(acc, tm * BM + 64 * g, tn * BN, t);
     }
+    epi.finish(g, t);
   }
+}
+
+/// A plain GEMM over an m x n output (persistent tiles).
+template <class Cfg, class Epi>
+__device__ __forceinline__ void gemm(const TensorMap &map_a,
+                                     const TensorMap &map_b, Epi &epi, i64 m,
+                                     i64 n, i64 k, int group) {
+  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(m, n, group), epi, k);
 }
 
 //===----------------------------------------------------------------------===//
@@ -489,9 +536,11 @@ __device__ __forceinline__ void store_f32_pair(void *p, i64 i, float x,
 template <class OutElem> struct StoreEpilogue {
   void *out;
   i64 ld, m, n;
+  __device__ __forceinline__ void begin(int, int) const {}
+  __device__ __forceinline__ void finish(int, int) const {}
   template <int R>
-  __device__ __forceinline__ void store(const float (&acc)[R], i64 row0,
-                                        i64 col0, int t) const {
+  __device__ __forceinline__ void tile(const float (&acc)[R], i64 row0,
+                                       i64 col0, int t) const {
     const int w = t / 32, l = t % 32;
     const bool pairs = (ld % 2) == 0;
 #pragma unroll
@@ -511,6 +560,267 @@ template <class OutElem> struct StoreEpilogue {
     }
   }
 };
+
+
+//===----------------------------------------------------------------------===//
+// The fused GEMM kinds of plan::Program on the sm_90a mainloop. Same contracts
+// as their mma.sync twins in lcejit_kernels.cuh (docs/program.md); only the
+// operands come as tensor maps, encoded by the executor
+// ([Note: sm90 operand maps] in runtime/TensorMap.h).
+//===----------------------------------------------------------------------===//
+
+/// Row (within the 64-row slice) and column (within the tile) of accumulator
+/// register i of consumer thread t ([Note: sm90 accumulator]).
+__device__ __forceinline__ int acc_row(int i, int t) {
+  return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2);
+}
+__device__ __forceinline__ int acc_col(int i, int t) {
+  return 8 * (i / 4) + 2 * (t % 4) + (i % 2);
+}
+
+/// GemmReduce: every thread keeps the partials of its two rows over all the
+/// column tiles of its split; the four lanes of a quad hold all columns of
+/// those rows ([Note: sm90 accumulator]), so two shuffles finish a row.
+template <class Cfg, class Epi> struct ReduceEpilogue {
+  static constexpr int SLOTS = Epi::SLOTS;
+  const Epi &epi;
+  void *partials;
+  i64 n, cols, row_tile;
+  int splits, split;
+  typename Epi::Row rows[2];
+  float part[2][SLOTS];
+
+  __device__ __forceinline__ void begin(int g, int t) {
+    const i64 row0 = row_tile * Cfg::BM + 64 * g;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const i64 row = row0 + acc_row(2 * h, t);
+      rows[h] = row < n ? epi.load_row(row) : typename Epi::Row();
+      Epi::init(part[h]);
+    }
+  }
+  template <int R>
+  __device__ __forceinline__ void tile(const float (&acc)[R], i64 row0,
+                                       i64 col0, int t) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const i64 col = col0 + acc_col(i, t);
+      if (col < cols) {
+        const int h = (i / 2) % 2;
+        const typename Epi::Col c = epi.load_col(col);
+        epi.accumulate(part[h], acc[i], row0 + acc_row(i, t), col, rows[h], c);
+      }
+    }
+  }
+  __device__ __forceinline__ void finish(int g, int t) {
+    const i64 row0 = row_tile * Cfg::BM + 64 * g;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int mask = 1; mask < 4; mask <<= 1) {
+        float other[SLOTS];
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s)
+          other[s] = shfl_xor(part[h][s], mask);
+        Epi::combine(part[h], other);
+      }
+      const i64 row = row0 + acc_row(2 * h, t);
+      if (t % 4 == 0 && row < n) {
+        float *out = static_cast<float *>(partials) +
+                     (row * splits + split) * SLOTS;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s)
+          out[s] = part[h][s];
+      }
+    }
+  }
+};
+
+/// grid ceil(n / 128) * splits CTAs, one per (row tile, split), in the
+/// grouped order of TileOrder (8 row tiles at a time), so that the CTAs
+/// resident together share their A tiles and their current B tiles in L2.
+/// Split s reduces the column tiles [s * per, (s + 1) * per) of per =
+/// ceil(ceil(cols / BN) / splits) into partials[row][s][0 .. SLOTS); an empty
+/// range writes empty partials.
+template <class Cfg, class Epi>
+__device__ __forceinline__ void
+gemm_reduce_kernel(const TensorMap &map_a, const TensorMap &map_b,
+                   const Epi &epi, void *partials, i64 n, i64 cols, i64 k,
+                   int splits) {
+  const i64 row_tiles = (n + Cfg::BM - 1) / Cfg::BM;
+  if (gridDim.x != static_cast<u32>(row_tiles * splits) || gridDim.y != 1)
+    __trap(); // partials[row][s] assume this grid
+  const TileOrder order{row_tiles, static_cast<i64>(splits), 8};
+  i64 row_tile, split64;
+  order.tile(static_cast<i64>(blockIdx.x), row_tile, split64);
+  const int split = static_cast<int>(split64);
+  const i64 tiles = (cols + Cfg::BN - 1) / Cfg::BN;
+  const i64 per = (tiles + splits - 1) / splits;
+  const i64 t_begin = min_i64(static_cast<i64>(split) * per, tiles);
+  const i64 t_end = min_i64(t_begin + per, tiles);
+  ReduceEpilogue<Cfg, Epi> e{epi, partials, n, cols, row_tile, splits, split};
+  gemm_tiles<Cfg>(map_a, map_b, RowOfTiles{row_tile, t_begin, t_end}, e, k);
+}
+
+/// GemmDz: dz[row][c] = Epi::value(acc) for the columns of one chunk, bf16
+/// (fast precision) or f32.
+template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
+  static_assert(FORMAT == DZ_BF16 || FORMAT == DZ_F32,
+                "sm90 gemm_dz: one dZ operand (bf16 or f32)");
+  const Epi &epi;
+  void *dz;
+  i64 n, chunk_begin, chunk_cols;
+
+  __device__ __forceinline__ void begin(int, int) const {}
+  __device__ __forceinline__ void finish(int, int) const {}
+  template <int R>
+  __device__ __forceinline__ void tile(const float (&acc)[R], i64 row0,
+                                       i64 col0, int t) const {
+    typename Epi::Row rv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const i64 row = row0 + acc_row(2 * h, t);
+      rv[h] = row < n ? epi.load_row(row) : typename Epi::Row();
+    }
+    const bool pairs = (chunk_cols % 2) == 0;
+#pragma unroll
+    for (int i = 0; i < R; i += 2) {
+      const int h = (i / 2) % 2;
+      const i64 row = row0 + acc_row(i, t);
+      const i64 c = col0 + acc_col(i, t);
+      if (row >= n || c >= chunk_cols)
+        continue;
+      const float v0 = epi.value(acc[i], row, chunk_begin + c, rv[h],
+                                 epi.load_col(chunk_begin + c));
+      const i64 idx = row * chunk_cols + c;
+      if (c + 1 < chunk_cols) {
+        const float v1 = epi.value(acc[i + 1], row, chunk_begin + c + 1, rv[h],
+                                   epi.load_col(chunk_begin + c + 1));
+        if (FORMAT == DZ_BF16) {
+          if (pairs)
+            store_f32_pair<elem_bf16>(dz, idx, v0, v1);
+          else {
+            store_f32<elem_bf16>(dz, idx, v0);
+            store_f32<elem_bf16>(dz, idx + 1, v1);
+          }
+        } else {
+          if (pairs)
+            store_f32_pair<elem_f32>(dz, idx, v0, v1);
+          else {
+            store_f32<elem_f32>(dz, idx, v0);
+            store_f32<elem_f32>(dz, idx + 1, v1);
+          }
+        }
+      } else if (FORMAT == DZ_BF16) {
+        store_f32<elem_bf16>(dz, idx, v0);
+      } else {
+        store_f32<elem_f32>(dz, idx, v0);
+      }
+    }
+  }
+};
+
+/// grid: persistent over the n x chunk_cols tiles; B's map covers the chunk's
+/// rows of the weight.
+template <class Cfg, int FORMAT, class Epi>
+__device__ __forceinline__ void
+gemm_dz_kernel(const TensorMap &map_a, const TensorMap &map_b, const Epi &epi,
+               void *dz, i64 n, i64 k, i64 chunk_begin, i64 chunk_cols) {
+  DzEpilogue<Cfg, FORMAT, Epi> e{epi, dz, n, chunk_begin, chunk_cols};
+  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(n, chunk_cols, 8), e, k);
+}
+
+/// f32 out[row][col] (+)= acc over an rows x cols output with ld columns;
+/// `accumulate` adds to what is there.
+struct F32OutEpilogue {
+  float *out;
+  i64 rows, cols, ld, row_offset;
+  bool accumulate;
+  __device__ __forceinline__ void begin(int, int) const {}
+  __device__ __forceinline__ void finish(int, int) const {}
+  template <int R>
+  __device__ __forceinline__ void tile(const float (&acc)[R], i64 row0,
+                                       i64 col0, int t) const {
+    const bool pairs = (ld % 2) == 0;
+#pragma unroll
+    for (int i = 0; i < R; i += 2) {
+      const i64 row = row0 + acc_row(i, t);
+      const i64 col = col0 + acc_col(i, t);
+      if (row >= rows || col >= cols)
+        continue;
+      float *p = out + (row_offset + row) * ld + col;
+      if (pairs && col + 1 < cols) {
+        float2 v = make_float2(acc[i], acc[i + 1]);
+        if (accumulate) {
+          const float2 o = *reinterpret_cast<const float2 *>(p);
+          v.x += o.x;
+          v.y += o.y;
+        }
+        *reinterpret_cast<float2 *>(p) = v;
+      } else {
+        p[0] = accumulate ? p[0] + acc[i] : acc[i];
+        if (col + 1 < cols)
+          p[1] = accumulate ? p[1] + acc[i + 1] : acc[i + 1];
+      }
+    }
+  }
+};
+
+/// GemmDLhs: out [n, k] f32 (+)= dZ [n, chunk_cols] * W[chunk rows] ([chunk,
+/// k], MN-major): overwritten when chunk_index == 0, accumulated after.
+template <class Cfg>
+__device__ __forceinline__ void
+gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
+                 i64 n, i64 k, i64 chunk_cols, i64 chunk_index) {
+  F32OutEpilogue e{static_cast<float *>(out), n, k, k, 0, chunk_index > 0};
+  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(n, k, 8), e,
+                  chunk_cols);
+}
+
+/// GemmDRhs, OutElem output: out[chunk_begin + c][j] = acc (c < chunk_cols,
+/// j < k).
+template <class OutElem> struct DRhsStoreEpilogue {
+  void *out;
+  i64 rows, cols, row_offset;
+  __device__ __forceinline__ void begin(int, int) const {}
+  __device__ __forceinline__ void finish(int, int) const {}
+  template <int R>
+  __device__ __forceinline__ void tile(const float (&acc)[R], i64 row0,
+                                       i64 col0, int t) const {
+#pragma unroll
+    for (int i = 0; i < R; i += 2) {
+      const i64 row = row0 + acc_row(i, t);
+      const i64 col = col0 + acc_col(i, t);
+      if (row >= rows || col >= cols)
+        continue;
+      const i64 idx = (row_offset + row) * cols + col;
+      if (col + 1 < cols)
+        store_f32_pair<OutElem>(out, idx, acc[i], acc[i + 1]);
+      else
+        store_f32<OutElem>(out, idx, acc[i]);
+    }
+  }
+};
+
+/// GemmDRhs: out [cols, k] rows [chunk_begin, + chunk_cols) = dZ^T * A, K = n
+/// (A operand dZ [n, chunk_cols] MN-major, B operand the forward A [n, k]
+/// MN-major). `accumulate` (row blocks after the first) adds to an f32 out.
+template <class Cfg, class OutElem>
+__device__ __forceinline__ void
+gemm_drhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
+                 i64 n, i64 k, i64 chunk_begin, i64 chunk_cols,
+                 bool accumulate) {
+  if (accumulate) {
+    F32OutEpilogue e{static_cast<float *>(out), chunk_cols, k, k, chunk_begin,
+                     true};
+    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
+                    n);
+  } else {
+    DRhsStoreEpilogue<OutElem> e{out, chunk_cols, k, chunk_begin};
+    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
+                    n);
+  }
+}
 
 } // namespace sm90
 } // namespace lcejit

@@ -1,4 +1,5 @@
-// RUN: lcejit-opt %s --tx-fuse --tx-print-plan="tokens=100" -o /dev/null | FileCheck %s
+// RUN: lcejit-opt %s --tx-fuse --tx-print-plan="mainloop=mma tokens=100" -o /dev/null | FileCheck %s
+// RUN: lcejit-opt %s --tx-fuse --tx-print-plan="tokens=100" -o /dev/null | FileCheck %s --check-prefix=WG
 //
 // Regression test: with two gemm_reduce ops of different
 // widths, the planner sizes each partials buffer with the split count known when that
@@ -11,6 +12,19 @@
 //
 // Correct behaviour checked here (the single Program::splits model): every partials
 // buffer holds splits x slots f32 per row.
+
+// The same on the wgmma mainloop (splits of about 8 column tiles of 256: 1 for 1000
+// columns, 2 for 4000): both partials buffers hold 2 splits x 2 slots.
+// WG-LABEL: // plan @two_heads
+// WG: "splits": 2,
+// WG: "bytes_per_row": 16,
+// WG-NEXT: "bytes_per_row_col": 0,
+// WG-NEXT: "init": "none",
+// WG-NEXT: "name": "partials0"
+// WG: "bytes_per_row": 16,
+// WG-NEXT: "bytes_per_row_col": 0,
+// WG-NEXT: "init": "none",
+// WG-NEXT: "name": "partials1"
 
 // CHECK-LABEL: // plan @two_heads
 // CHECK: "splits": 32,

@@ -2,40 +2,70 @@
 // an f32 variant (@simt), after the whole pass pipeline, under several options.
 //
 // RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
-// RUN:   --tx-print-plan -o /dev/null | FileCheck %s --check-prefix=CHECK
+// RUN:   --tx-print-plan="mainloop=mma" -o /dev/null | FileCheck %s --check-prefix=CHECK
 // RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
-// RUN:   --tx-print-plan="tokens=100" -o /dev/null | FileCheck %s --check-prefix=T100
+// RUN:   --tx-print-plan -o /dev/null | FileCheck %s --check-prefix=WGMMA
 // RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
-// RUN:   --tx-print-plan="tokens=5000" -o /dev/null | FileCheck %s --check-prefix=T5000
+// RUN:   --tx-print-plan="mainloop=mma tokens=100" -o /dev/null | FileCheck %s --check-prefix=T100
 // RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
-// RUN:   --tx-print-plan="tokens=100000" -o /dev/null | FileCheck %s --check-prefix=T100K
+// RUN:   --tx-print-plan="mainloop=mma tokens=5000" -o /dev/null | FileCheck %s --check-prefix=T5000
 // RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
-// RUN:   --tx-print-plan="tokens=5000 budget-mb=1" -o /dev/null | FileCheck %s --check-prefix=TIGHT
+// RUN:   --tx-print-plan="mainloop=mma tokens=100000" -o /dev/null | FileCheck %s --check-prefix=T100K
 // RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
-// RUN:   --tx-print-plan="tokens=100 budget-mb=1" -o /dev/null | FileCheck %s --check-prefix=SMALL
+// RUN:   --tx-print-plan="mainloop=mma tokens=5000 budget-mb=1" -o /dev/null | FileCheck %s --check-prefix=TIGHT
+// RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
+// RUN:   --tx-print-plan="mainloop=mma tokens=100 budget-mb=1" -o /dev/null | FileCheck %s --check-prefix=SMALL
 // RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
 // RUN:   --tx-print-plan="arch=80" -o /dev/null | FileCheck %s --check-prefix=SM80
 // RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
-// RUN:   --tx-print-plan="output-types=-,bf16,bf16" -o /dev/null | FileCheck %s --check-prefix=BF16OUT
+// RUN:   --tx-print-plan="mainloop=mma output-types=-,bf16,bf16" -o /dev/null | FileCheck %s --check-prefix=BF16OUT
 // RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse \
 // RUN:   --tx-print-plan="exact=true" -o /dev/null | FileCheck %s --check-prefix=EXACT
 //
 // The pass does not change the IR (it must not fire on the IR):
 // RUN: lcejit-opt %s --tx-autodiff --tx-simplify --cse --tx-fuse --tx-simplify --cse > %t.fused.mlir
-// RUN: lcejit-opt %t.fused.mlir --tx-print-plan="tokens=100" -o %t.after.mlir > /dev/null
+// RUN: lcejit-opt %t.fused.mlir --tx-print-plan="mainloop=mma tokens=100" -o %t.after.mlir > /dev/null
 // RUN: diff %t.fused.mlir %t.after.mlir
 //
 // Kernel names of the backward use one GEMM counter shared with the forward; the checks
 // below capture them (tx-print-plan-kernel-names.mlir checks the names that
 // docs/architecture.md promises).
 
-// The default options: N = 8192 (bucket (4096, 16384]), sm_90a, 512 MiB, fast precision
-// (dZ as one bf16 operand), f32 outputs.
+// The default options on sm_90a: every bf16 GEMM on the wgmma mainloop (TMA operands,
+// 128x256x64 tiles, 384 threads), the forward GEMM one CTA per (row tile, split) with
+// splits of about 8 column tiles; the f32 function (@simt) stays on the SIMT path.
+// WGMMA-LABEL: // plan @lce{{$}}
+// WGMMA-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
+// WGMMA-NEXT: // decision: mainloop: wgmma for bf16 GEMMs whose K and column count are multiples of 8 (TMA operands, 128x256x64 tiles, 4 stages, producer + 2 consumer warpgroups)
+// WGMMA-NEXT: // decision: forward GEMM: tile 128x256x64 (wgmma.bf16, 4 stages, 384 threads), 4 column tiles -> 1 column splits of about 8 tiles, one CTA per (row tile, split)
+// WGMMA: "math": "wgmma.bf16",
+// WGMMA-NEXT: "tile": {
+// WGMMA-NEXT: "bk": 64,
+// WGMMA-NEXT: "bm": 128,
+// WGMMA-NEXT: "bn": 256,
+// WGMMA-NEXT: "stages": 4,
+// WGMMA-NEXT: "warps_m": 3,
+// WGMMA-NEXT: "warps_n": 4
+// WGMMA: "kind": "gemm_reduce",
+// WGMMA-NEXT: "name": "lce_fwd0"
+// WGMMA: "math": "wgmma.bf16",
+// WGMMA: "kind": "gemm_dz",
+// WGMMA: "math": "wgmma.bf16",
+// WGMMA: "kind": "gemm_dlhs",
+// WGMMA: "math": "wgmma.bf16",
+// WGMMA: "kind": "gemm_drhs",
+// WGMMA: "splits": 1,
+// WGMMA-LABEL: // plan @simt{{$}}
+// WGMMA: "math": "simt.f32",
+
+// The default options with the mma.sync mainloop: N = 8192 (bucket (4096, 16384]),
+// sm_90a, 512 MiB, fast precision (dZ as one bf16 operand), f32 outputs.
 // The schedule of the LCE: row kernel 0 (valid count, clamped target), the forward
 // GEMM, row kernel 1 (lse, row losses, gradient scales), the chunk loop dZ -> dH, dW,
 // and the last row kernel (the loss).
 // CHECK-LABEL: // plan @lce{{$}}
 // CHECK-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
+// CHECK-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // CHECK-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
 // CHECK-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'){{$}}
 // CHECK-NEXT: // decision: rows: steps 1..3 may run per block of rows (at least 1024 rows) when the budget needs it
@@ -115,6 +145,7 @@
 // CHECK: // plan @simt
 // The f32 variant runs on SIMT cores with a 64x64 tile, and its dZ chunk is plain f32.
 // CHECK-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
+// CHECK-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // CHECK-NEXT: // decision: forward GEMM: tile 64x64x16 (8 warps, 2 stages, simt.f32), 16 column tiles; 65 row blocks at N = 4097 (bucket low) -> 5 column splits to fill 132 SMs twice
 // CHECK-NEXT: // decision: backward: vocab-chunked recompute; dZ as f32 (f32 operands, SIMT backward); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'){{$}}
 // CHECK: "format": "f32",
@@ -127,6 +158,7 @@
 // tokens=100 lands in the first bucket [0, 256]: the small tile, and splits chosen for
 // N = 1 (every column tile its own split).
 // T100: // decision: bucket: N in [0, 256] (powers of four from 256)
+// T100-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // T100-NEXT: // decision: forward GEMM: tile 64x128x32 (4 warps, 3 stages, mma.sync.bf16), 8 column tiles; 1 row blocks at N = 1 (bucket low) -> 8 column splits to fill 132 SMs twice
 // T100-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16
 // T100: // decision: run schedule (example): N = 1: 1 row block of 1 rows, 1 chunk of 1024 columns; workspace 0.0 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
@@ -136,6 +168,7 @@
 
 // tokens=5000 is in the same bucket as the default (the Program would be reused).
 // T5000: // decision: bucket: N in [4097, 16384] (powers of four from 256)
+// T5000-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // T5000-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
 // T5000-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16
 
@@ -143,6 +176,7 @@
 // N = 262144 the 512 MiB budget no longer holds all rows with all 1000 columns of dZ, so
 // such a call runs in two row blocks.
 // T100K: // decision: bucket: N in [65537, 262144] (powers of four from 256)
+// T100K-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // T100K-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 513 row blocks at N = 65537 (bucket low) -> 1 column splits to fill 132 SMs twice
 // T100K: // decision: run schedule (example): N = 65537: 1 row block of 65537 rows, 1 chunk of 1024 columns; workspace 130.1 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // T100K-NEXT: // decision: run schedule (example): N = 262144: 2 row blocks of 131072 rows, 1 chunk of 1024 columns; workspace 264.3 MiB of the 512.0 MiB budget; rows blocked to leave room for wide chunks
@@ -160,6 +194,7 @@
 
 // exact=true: dZ is split into bf16 hi + lo (two arrays of 2 bytes per element), and
 // the backward GEMMs take both.
+// EXACT: // decision: mainloop: mma.sync (exact precision: dZ is two bf16 operands)
 // EXACT: // decision: backward: vocab-chunked recompute; dZ as split_bf16 (exact: bf16 hi + lo, each backward GEMM twice)
 // EXACT: "format": "split_bf16",
 // EXACT: "kind": "gemm_dz",
@@ -176,6 +211,7 @@
 
 // arch=80: the target is sm_80; the decisions do not depend on it yet (mma.sync runs
 // on both).
+// SM80: // decision: mainloop: mma.sync (sm_80 has no wgmma)
 // SM80: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16)
 // SM80: "arch": "sm_80",
 

@@ -421,6 +421,7 @@ TEST(Emulation, PlannedProgramRowBlocksAndChunks) {
     po.name = exact ? "planned_exact" : "planned_fast";
     po.tokens = 100;
     po.exactGradients = exact;
+    po.mainloop = plan::Mainloop::MmaSync; // the host emulation runs the portable mainloop
     po.outputTypes = {DType::F32, o.dhType, o.dwType};
     Program p = fg->plan(po);
     ASSERT_GE(p.schedule.firstBlockedStep, 0) << "the LCE Program's rows are blockable";

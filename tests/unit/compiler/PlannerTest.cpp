@@ -16,11 +16,20 @@ using plan::Param;
 
 namespace {
 
+/// Options on the portable mma.sync mainloop (the decisions most tests here check);
+/// wgmmaOptions() for the sm_90a mainloop.
 plan::PlanOptions options(int64_t tokens, int64_t budget = int64_t(1) << 30, int32_t sms = 132) {
   plan::PlanOptions o;
   o.tokens = tokens;
   o.workspaceBudgetBytes = budget;
   o.target.numSMs = sms;
+  o.mainloop = plan::Mainloop::MmaSync;
+  return o;
+}
+
+plan::PlanOptions wgmmaOptions(int64_t tokens) {
+  plan::PlanOptions o = options(tokens);
+  o.mainloop = plan::Mainloop::Auto;
   return o;
 }
 
@@ -144,6 +153,65 @@ TEST(Planner, SplitsFollowBucketAndDevice) {
   EXPECT_EQ(fg->plan(options(1, int64_t(1) << 30, 1)).splits, 2); // 1 SM, filled twice
   // f32 operands use the SIMT tile (bn = 64): 16 column tiles.
   EXPECT_EQ(lceFused(24, 1000, DType::F32)->plan(options(1)).splits, 16);
+}
+
+/// [Note: the Hopper mainloop]: on sm_90 with fast precision every bf16 GEMM kind runs
+/// the wgmma mainloop; exact precision, sm_80, a caller's mma.sync request, f32 operands
+/// and a vocabulary that is not a multiple of 8 keep the portable path.
+TEST(Planner, WgmmaMainloopWhereItCanRun) {
+  auto mathOf = [](const plan::Program &p) {
+    std::vector<plan::MathMode> m;
+    for (const plan::Kernel &k : p.kernels)
+      if (k.kind() != KernelKind::Row && k.kind() != KernelKind::Cast)
+        m.push_back(plan::gemmMath(k));
+    return m;
+  };
+  auto llama = lceFused(4096, 128256, DType::BF16, std::nullopt);
+  plan::Program p = llama->plan(wgmmaOptions(8192));
+  std::vector<plan::MathMode> m = mathOf(p);
+  ASSERT_EQ(m.size(), 4u) << "fwd, dz, dlhs, drhs";
+  for (plan::MathMode mm : m)
+    EXPECT_EQ(mm, plan::MathMode::WgmmaBF16);
+  // 501 column tiles of 256 -> 63 splits of about 8 tiles.
+  EXPECT_EQ(p.splits, 63);
+  for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k) {
+    const plan::Kernel &kernel = p.kernels[static_cast<size_t>(k)];
+    if (kernel.kind() == KernelKind::Row || kernel.kind() == KernelKind::Cast)
+      continue;
+    const plan::TileConfig &t = plan::gemmTile(kernel);
+    EXPECT_EQ(t, (plan::TileConfig{128, 256, 64, 3, 4, 4})) << kernel.name;
+    std::vector<plan::Param> params = plan::kernelParams(kernel);
+    ASSERT_GE(params.size(), 2u);
+    EXPECT_EQ(params[0].kind, plan::Param::Kind::TensorMapA) << kernel.name;
+    EXPECT_EQ(params[1].kind, plan::Param::Kind::TensorMapB) << kernel.name;
+    plan::LaunchDims d = p.launchDims(k, 8192, 8192);
+    EXPECT_EQ(d.block, 384);
+    EXPECT_EQ(d.sharedBytes, 1024 + 4 * (16384 + 32768) + 64);
+    if (kernel.kind() == KernelKind::GemmReduce) {
+      EXPECT_EQ(d.grid[0], 64 * 63) << "one CTA per (row tile, split)";
+      EXPECT_EQ(d.grid[1], 1);
+    } else {
+      EXPECT_EQ(d.grid[0], 132) << kernel.name << ": persistent, one CTA per SM";
+    }
+  }
+  // A short launch gets one CTA per tile.
+  for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k)
+    if (p.kernels[static_cast<size_t>(k)].kind() == KernelKind::GemmDLhs)
+      EXPECT_EQ(p.launchDims(k, 128, 8192).grid[0], 16); // 1 row tile x 4096 / 256
+
+  auto allMma = [&](const plan::Program &q) {
+    for (plan::MathMode mm : mathOf(q))
+      EXPECT_NE(mm, plan::MathMode::WgmmaBF16);
+  };
+  plan::PlanOptions exact = wgmmaOptions(8192);
+  exact.exactGradients = true;
+  allMma(llama->plan(exact));
+  plan::PlanOptions sm80 = wgmmaOptions(8192);
+  sm80.target.smVersion = 80;
+  allMma(llama->plan(sm80));
+  allMma(llama->plan(options(8192)));
+  allMma(lceFused(4096, 128255, DType::BF16, std::nullopt)->plan(wgmmaOptions(8192)));
+  allMma(lceFused(64, 1000, DType::F32)->plan(wgmmaOptions(8192)));
 }
 
 TEST(Planner, ChunkSizeFollowsBudget) {

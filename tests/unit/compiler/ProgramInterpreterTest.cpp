@@ -138,7 +138,9 @@ TEST(ProgramInterpreter, EmptySplitsAndLargeLogits) {
   auto g = fe::buildLceGraph(s);
   Module ref = unfused(*g);
   auto fg = pipeline::compileGraph(*g);
-  plan::Program p = fg->plan(options(33, int64_t(1) << 30, 2));
+  plan::PlanOptions o = options(33, int64_t(1) << 30, 2);
+  o.mainloop = plan::Mainloop::MmaSync; // the mma.sync tile: 128 columns per tile
+  plan::Program p = fg->plan(o);
   ASSERT_EQ(p.splits, 4);
   for (double scale : {0.7, 4.0}) { // logits up to ~±100 at scale 4
     auto in = lceInputs(s, 33, 8, scale);
