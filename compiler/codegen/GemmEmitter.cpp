@@ -114,6 +114,8 @@ void checkShape(const GemmShape &s, const std::string &what) {
                  what, t.bm, t.bn, t.bk, t.warpsM, t.warpsN);
     LCEJIT_CHECK(t.bn == 64 || t.bn == 128 || t.bn == 192 || t.bn == 256,
                  "{}: wgmma tile width bn = {} (64, 128, 192 or 256)", what, t.bn);
+    LCEJIT_CHECK(!t.pingpong || t.bn <= 128,
+                 "{}: a ping-pong wgmma tile is at most 128 wide, not {}", what, t.bn);
     LCEJIT_CHECK(t.stages >= 2 && t.stages <= 8, "{}: {} stages (2 to 8)", what, t.stages);
     LCEJIT_CHECK(plan::wgmmaSharedBytes(t) <= 232448,
                  "{}: {} bytes of shared memory for bn = {} and {} stages", what,
@@ -124,6 +126,7 @@ void checkShape(const GemmShape &s, const std::string &what) {
                  what, dtypeName(s.aElem), s.numA, dtypeName(s.bElem));
     return;
   }
+  LCEJIT_CHECK(!t.pingpong, "{}: ping-pong consumers exist only on the wgmma mainloop", what);
   LCEJIT_CHECK(t.bm > 0 && t.bn > 0 && t.bk > 0 && t.warpsM > 0 && t.warpsN > 0,
                "{}: tile {}x{}x{} warps {}x{}", what, t.bm, t.bn, t.bk,
                t.warpsM, t.warpsN);
@@ -169,9 +172,9 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
            "--gpu-architecture=sm_90a\"",
            ctx.name());
     w.line("#endif");
-    w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}> {};", t.bn,
+    w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}{}> {};", t.bn,
            t.stages, s.aKMajor ? "K_MAJOR" : "MN_MAJOR", s.bKMajor ? "K_MAJOR" : "MN_MAJOR",
-           cfg);
+           t.pingpong ? ", 1" : "", cfg);
     w.line("static_assert({}::SMEM_BYTES == {}, \"shared-memory layout must match "
            "plan::wgmmaSharedBytes\");",
            cfg, ctx.launchDims().sharedBytes);
@@ -196,8 +199,9 @@ std::string tileText(const GemmShape &s) {
   const TileConfig &t = s.tile;
   if (s.math == MathMode::WgmmaBF16)
     return fmt::format("math {}, tile {}x{}x{}, 384 threads (TMA producer warpgroup + 2 "
-                       "wgmma consumer warpgroups), {} stages",
-                       plan::mathModeName(s.math), t.bm, t.bn, t.bk, t.stages);
+                       "wgmma consumer warpgroups, {}), {} stages",
+                       plan::mathModeName(s.math), t.bm, t.bn, t.bk,
+                       t.pingpong ? "ping-pong: alternate tiles" : "cooperative", t.stages);
   return fmt::format(
       "math {}, tile {}x{}x{}, warps {}x{} ({} threads), {} stages",
       plan::mathModeName(s.math), t.bm, t.bn, t.bk, t.warpsM, t.warpsN,

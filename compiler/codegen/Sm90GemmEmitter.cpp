@@ -47,6 +47,8 @@ void checkSm90GemmSpec(const Sm90GemmSpec &s) {
                    "sm90 GEMM '{}': bn = {} (64, 128, 192 or 256)", s.name, s.bn);
   LCEJIT_CHECK_ARG(s.stages >= 2 && s.stages <= 8, "sm90 GEMM '{}': stages = {} (2 to 8)",
                    s.name, s.stages);
+  LCEJIT_CHECK_ARG(!s.pingpong || s.bn <= 128,
+                   "sm90 GEMM '{}': bn = {} with ping-pong consumers (at most 128)", s.name, s.bn);
   LCEJIT_CHECK_ARG(outTag(s.out) != nullptr, "sm90 GEMM '{}': output type {} (bf16, f16, f32)",
                    s.name, dtypeName(s.out));
   LCEJIT_CHECK_ARG(sm90GemmSharedBytes(s) <= 232448,
@@ -58,12 +60,12 @@ void checkSm90GemmSpec(const Sm90GemmSpec &s) {
 int32_t sm90GemmSharedBytes(const Sm90GemmSpec &s) {
   // Mirrors lcejit::sm90::GemmConfig: alignment slack, stages of A and B, barriers.
   const int32_t stage = 128 * 64 * 2 + s.bn * 64 * 2;
-  return 1024 + s.stages * stage + 2 * s.stages * 8;
+  return 1024 + s.stages * stage + 2 * s.stages * 8 + (s.pingpong ? 128 * 8 * 4 : 0);
 }
 
 std::string describe(const Sm90GemmSpec &s) {
-  return fmt::format("tile 128x{}x64, {} stages, A {}, B {}, out {}, {} bytes shared", s.bn,
-                     s.stages, s.aKMajor ? "K-major" : "MN-major",
+  return fmt::format("tile 128x{}x64, {} stages{}, A {}, B {}, out {}, {} bytes shared", s.bn,
+                     s.stages, s.pingpong ? ", ping-pong" : "", s.aKMajor ? "K-major" : "MN-major",
                      s.bKMajor ? "K-major" : "MN-major", dtypeName(s.out),
                      sm90GemmSharedBytes(s));
 }
@@ -90,9 +92,9 @@ EmittedModule emitSm90GemmModule(const std::vector<Sm90GemmSpec> &specs) {
   for (const Sm90GemmSpec &s : specs) {
     w.blank();
     w.comment(fmt::format("{}: {}", s.name, describe(s)));
-    w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}> {};", s.bn, s.stages,
-           s.aKMajor ? "K_MAJOR" : "MN_MAJOR", s.bKMajor ? "K_MAJOR" : "MN_MAJOR",
-           configName(s));
+    w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}{}> {};", s.bn,
+           s.stages, s.aKMajor ? "K_MAJOR" : "MN_MAJOR", s.bKMajor ? "K_MAJOR" : "MN_MAJOR",
+           s.pingpong ? ", 1" : "", configName(s));
     w.line("static_assert({}::SMEM_BYTES == {}, \"shared memory must match "
            "codegen::sm90GemmSharedBytes\");",
            configName(s), sm90GemmSharedBytes(s));

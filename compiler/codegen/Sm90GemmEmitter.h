@@ -35,6 +35,7 @@ struct Sm90GemmSpec {
   bool aKMajor = true;    ///< A(m, k) at a[m * ld + k] (else a[k * ld + m])
   bool bKMajor = true;    ///< B(n, k) at b[n * ld + k] (else b[k * ld + n])
   DType out = DType::BF16; ///< BF16, F16 or F32
+  bool pingpong = false;   ///< consumers take alternate tiles ([Note: sm90 ping-pong]), bn <= 128
   bool operator==(const Sm90GemmSpec &) const = default;
 };
 

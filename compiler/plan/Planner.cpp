@@ -693,7 +693,7 @@ private:
     case DType::BF16:
       if (wgmmaFor(g.k, g.cols)) {
         g.math = MathMode::WgmmaBF16;
-        g.tile = wgmmaTile();
+        g.tile = wgmmaPingPongTile();
       } else {
         g.math = MathMode::TensorCoreBF16;
         g.tile = tcTile();
@@ -730,8 +730,17 @@ private:
       return "mainloop: mma.sync (exact precision: dZ is two bf16 operands)";
     return "";
   }
-  /// 128 x 256 x 64, 4 stages: the fastest of the gemm-only sweep (docs/performance.md).
+  /// 128 x 256 x 64, 4 stages, cooperative: the fastest plain GEMM of the gemm-only sweep
+  /// (docs/performance.md); the backward dA and dB GEMMs, whose epilogues are stores.
   static TileConfig wgmmaTile() { return TileConfig{128, 256, 64, 3, 4, 4}; }
+  /// The forward-reduce and dZ GEMMs evaluate the loss's function per element: 128 x 128
+  /// x 64 tiles, 6 stages, ping-pong consumers, so that one consumer's epilogue runs under
+  /// the other's mainloop.
+  static TileConfig wgmmaPingPongTile() {
+    TileConfig t{128, 128, 64, 3, 4, 6};
+    t.pingpong = true;
+    return t;
+  }
 
   TileConfig tcTile() const {
     if (opt_.tensorCoreTile)
@@ -788,16 +797,19 @@ private:
   void decideSplits(const FusedGemm &g) {
     int64_t tiles = (g.cols + g.tile.bn - 1) / g.tile.bn;
     if (g.math == MathMode::WgmmaBF16) {
-      // One CTA per (row tile, split), each over about 8 column tiles: short enough that
-      // ceil(N / 128) * splits CTAs fill the SMs in many waves at any N, long enough that
-      // the pipeline fill of a CTA is under 1 % of its work.
-      int32_t splits = static_cast<int32_t>(std::clamp<int64_t>((tiles + 7) / 8, 1, tiles));
+      // One CTA per (row tile, split), each over about 32 column tiles (16 per ping-pong
+      // consumer): short enough that ceil(N / 128) * splits CTAs fill the SMs in many
+      // waves at most N, long enough that a CTA's pipeline fill and first tile (when the
+      // second consumer waits) stay a few percent of its work.
+      const int64_t perSplit = g.tile.pingpong ? 32 : 8;
+      int32_t splits = static_cast<int32_t>(
+          std::clamp<int64_t>((tiles + perSplit - 1) / perSplit, 1, tiles));
       prog_.splits = std::max(prog_.splits, splits);
       prog_.decisions.push_back(fmt::format(
-          "forward GEMM: tile {}x{}x{} ({}, {} stages, 384 threads), {} column tiles -> {} "
-          "column splits of about 8 tiles, one CTA per (row tile, split)",
-          g.tile.bm, g.tile.bn, g.tile.bk, mathModeName(g.math), g.tile.stages, tiles,
-          prog_.splits));
+          "forward GEMM: tile {}x{}x{} ({}, {} stages, 384 threads{}), {} column tiles -> {} "
+          "column splits of about {} tiles, one CTA per (row tile, split)",
+          g.tile.bm, g.tile.bn, g.tile.bk, mathModeName(g.math), g.tile.stages,
+          g.tile.pingpong ? ", ping-pong consumers" : "", tiles, prog_.splits, perSplit));
       return;
     }
     int64_t rowBlocks = std::max<int64_t>(1, (std::max<int64_t>(bucketLow_, 1) + g.tile.bm - 1) / g.tile.bm);
@@ -862,7 +874,8 @@ private:
                                   "one chunk loop geometry per Program is supported",
                                   cols, prog_.loopCols));
     prog_.loopCols = cols;
-    prog_.schedule.chunkAlign = std::max<int64_t>(prog_.schedule.chunkAlign, dz.gemm.tile.bn);
+    prog_.schedule.chunkAlign =
+        std::max<int64_t>({prog_.schedule.chunkAlign, dz.gemm.tile.bn, bwdTile.bn});
     bool lhsAcc = lhsOut >= 0 && lhsType != DType::F32;
     prog_.decisions.push_back(fmt::format(
         "backward: vocab-chunked recompute; dZ as {} ({}); chunk width and row blocks chosen "
@@ -965,8 +978,10 @@ private:
     else
       prog_.decisions.push_back(fmt::format(
           "mainloop: wgmma for bf16 GEMMs whose K and column count are multiples of 8 (TMA "
-          "operands, 128x{}x64 tiles, {} stages, producer + 2 consumer warpgroups)",
-          wgmmaTile().bn, wgmmaTile().stages));
+          "operands, producer + 2 consumer warpgroups): forward and dZ 128x{}x64, {} stages, "
+          "ping-pong; dA and dB 128x{}x64, {} stages, cooperative",
+          wgmmaPingPongTile().bn, wgmmaPingPongTile().stages, wgmmaTile().bn,
+          wgmmaTile().stages));
     Block &body = func_.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     if (!decideSplits(body))

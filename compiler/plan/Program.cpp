@@ -164,8 +164,11 @@ static json toJ(const Operand &o) {
 }
 
 static json toJ(const TileConfig &t) {
-  return json{{"bm", t.bm}, {"bn", t.bn}, {"bk", t.bk}, {"warps_m", t.warpsM},
-              {"warps_n", t.warpsN}, {"stages", t.stages}};
+  json j{{"bm", t.bm}, {"bn", t.bn}, {"bk", t.bk}, {"warps_m", t.warpsM},
+         {"warps_n", t.warpsN}, {"stages", t.stages}};
+  if (t.pingpong)
+    j["pingpong"] = true;
+  return j;
 }
 
 static json toJ(const FusedGemm &g) {
@@ -426,7 +429,8 @@ static int64_t tileElems(int64_t x, int64_t bk) {
 
 int32_t wgmmaSharedBytes(const TileConfig &t) {
   const int64_t stage = int64_t(128) * 64 * 2 + int64_t(t.bn) * 64 * 2;
-  return static_cast<int32_t>(1024 + t.stages * stage + 2 * t.stages * 8);
+  const int64_t scratch = t.pingpong ? 128 * 8 * 4 : 0;
+  return static_cast<int32_t>(1024 + t.stages * stage + 2 * t.stages * 8 + scratch);
 }
 
 MathMode gemmMath(const Kernel &kernel) {

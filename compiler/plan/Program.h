@@ -177,6 +177,10 @@ struct TileConfig {
   int32_t bm = 128, bn = 128, bk = 32; ///< CTA tile
   int32_t warpsM = 2, warpsN = 4;      ///< warp grid; warp tile = bm/warpsM x bn/warpsN
   int32_t stages = 2;                  ///< shared-memory pipeline depth
+  /// WgmmaBF16 only: the two consumer warpgroups take alternate tiles whole instead of
+  /// splitting each tile, so one's epilogue overlaps the other's mainloop ([Note: sm90
+  /// ping-pong] in lcejit_sm90.cuh); bn is then at most 128.
+  bool pingpong = false;
   int32_t threads() const { return 32 * warpsM * warpsN; }
   bool operator==(const TileConfig &) const = default;
 };

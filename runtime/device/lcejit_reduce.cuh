@@ -86,8 +86,20 @@ __device__ __forceinline__ void lse_combine(float &m, float &t, float m2,
   }
 }
 
+/// lse_combine(m, t, x, 0.f), without branches: the GEMM epilogues call it per
+/// element, and a data-dependent branch there makes ptxas serialize the wgmma
+/// pipeline of the sm_90a mainloop (C7518). Same results in every case: NaN in
+/// m, t or x gives NaN; x = -inf changes nothing; an empty pair takes (x, 0);
+/// otherwise t grows by exp(x - m) or is rescaled by exp(m - x).
 __device__ __forceinline__ void lse_add(float &m, float &t, float x) {
-  lse_combine(m, t, x, 0.f);
+  const bool nan = (m != m) || (t != t) || (x != x);
+  const bool skip = x == -f32_inf();
+  const bool ge = m >= x;
+  const float e = expf(ge ? x - m : m - x);
+  const float t_new = ge ? t + e : (1.f + t) * e;
+  const float m_new = ge ? m : x;
+  t = nan ? f32_nan() : (skip ? t : t_new);
+  m = nan ? f32_nan() : (skip ? m : m_new);
 }
 
 __device__ __forceinline__ float lse_value(float m, float t) {

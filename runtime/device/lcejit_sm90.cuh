@@ -156,6 +156,15 @@ template <int R> __device__ __forceinline__ void fence_acc(float (&d)[R]) {
     asm volatile("" : "+f"(d[i])::"memory");
 }
 
+/// Named barriers (0 is __syncthreads): `sync` waits until `count` threads
+/// arrived; `arrive` counts this warp in without waiting.
+__device__ __forceinline__ void named_bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
 template <int REGS> __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
 }
@@ -300,18 +309,30 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[BN / 2], u64 desc_a,
 // Configuration and tile order
 //===----------------------------------------------------------------------===//
 
-template <int BN_, int STAGES_, int MAJOR_A_, int MAJOR_B_> struct GemmConfig {
+template <int BN_, int STAGES_, int MAJOR_A_, int MAJOR_B_, int PINGPONG_ = 0>
+struct GemmConfig {
   static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
   static constexpr int MAJOR_A = MAJOR_A_, MAJOR_B = MAJOR_B_;
+  /// [Note: sm90 ping-pong] 0: cooperative (both consumers split every tile);
+  /// 1: each consumer takes every other tile whole (two 64-row slices), so one
+  /// consumer's epilogue runs while the other's wgmma keep the tensor cores busy.
+  static constexpr int PINGPONG = PINGPONG_;
+  static constexpr int SLICES = PINGPONG ? 2 : 1; ///< 64-row slices per consumer
   static constexpr int THREADS = 384;
   static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int BAR_OFFSET = STAGES * STAGE_BYTES;
-  /// 1024 bytes of slack to align the base, the stages, the barriers.
-  static constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;
-  static constexpr int ACC = BN / 2; ///< accumulator registers per thread
+  /// Ping-pong: 128 rows x 8 floats for the consumers' final exchange.
+  static constexpr int SCRATCH_OFFSET = BAR_OFFSET + 2 * STAGES * 8;
+  static constexpr int SCRATCH_BYTES = PINGPONG ? 128 * 8 * 4 : 0;
+  /// 1024 bytes of slack to align the base, the stages, the barriers, scratch.
+  static constexpr int SMEM_BYTES = 1024 + SCRATCH_OFFSET + SCRATCH_BYTES;
+  static constexpr int ACC = BN / 2; ///< accumulator registers per slice
+  static constexpr int EMPTY_ARRIVALS = PINGPONG ? 4 : 8; ///< consumer warps per stage
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
                 "sm90 GEMM: BN must be 64, 128, 192 or 256");
+  static_assert(!PINGPONG || BN <= 128,
+                "sm90 GEMM: a ping-pong consumer holds 2 x BN / 2 accumulators");
   static_assert(STAGES >= 2 && STAGES <= 8, "sm90 GEMM: 2 to 8 stages");
   static_assert(SMEM_BYTES <= 232448, "sm90 GEMM: shared memory over 227 KB");
 };
@@ -393,7 +414,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, 8);
+      mbar_init(empty + 8 * s, Cfg::EMPTY_ARRIVALS);
     }
     mbar_fence_init();
     tma_prefetch(&map_a);
@@ -448,24 +469,35 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     constexpr int TB = Cfg::MAJOR_B == K_MAJOR ? 0 : 1;
     constexpr u32 A_STEP = TA ? 2048u : 32u;
     constexpr u32 B_STEP = TB ? 2048u : 32u;
-    float acc[Cfg::ACC];
+    constexpr int SL = Cfg::SLICES;
+    float acc[SL][Cfg::ACC];
     int s = 0;
     u32 phase = 0;
-    // One k-block: wait for its stage, issue its BK / 16 wgmma, commit.
+    // One k-block: wait for its stage, issue its BK / 16 wgmma per slice, commit.
+    // Cooperative: consumer g's slice is rows 64 g.. of the stage's A; ping-pong:
+    // slice j is rows 64 j.. (both layouts keep 64 rows at 8192 bytes).
     auto issue = [&](bool first) {
       mbar_wait(full + 8 * s, phase);
-      const u32 a_s = base + s * Cfg::STAGE_BYTES + g * 8192;
+      const u32 a_s = base + s * Cfg::STAGE_BYTES + (SL == 1 ? g * 8192 : 0);
       const u32 b_s = base + s * Cfg::STAGE_BYTES + Cfg::A_BYTES;
-      fence_acc(acc);
+#pragma unroll
+      for (int j = 0; j < SL; ++j)
+        fence_acc(acc[j]);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk) {
-        const u64 da = sw128_desc(a_s + kk * A_STEP, TA ? 8192u : 16u, 1024u);
         const u64 db = sw128_desc(b_s + kk * B_STEP, TB ? 8192u : 16u, 1024u);
-        wgmma_bf16<BN, TA, TB>(acc, da, db, (first && kk == 0) ? 0 : 1);
+#pragma unroll
+        for (int j = 0; j < SL; ++j) {
+          const u64 da =
+              sw128_desc(a_s + j * 8192 + kk * A_STEP, TA ? 8192u : 16u, 1024u);
+          wgmma_bf16<BN, TA, TB>(acc[j], da, db, (first && kk == 0) ? 0 : 1);
+        }
       }
       wgmma_commit();
-      fence_acc(acc);
+#pragma unroll
+      for (int j = 0; j < SL; ++j)
+        fence_acc(acc[j]);
     };
     auto advance = [&] {
       if (++s == STAGES) {
@@ -474,13 +506,32 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
       }
     };
     epi.begin(g, t);
-    for (i64 tile = tiles.first(); tile < tiles.end(); tile += tiles.stride()) {
+    i64 local = 0; // this CTA's tile count so far
+    for (i64 tile = tiles.first(); tile < tiles.end();
+         tile += tiles.stride(), ++local) {
+      if (Cfg::PINGPONG) {
+        if ((local & 1) != g)
+          continue; // the other consumer's tile
+        // [Note: sm90 ping-pong order] Wait until the other consumer has
+        // issued its whole previous tile: every full barrier of this tile's
+        // k-blocks is then at most one phase behind the one this consumer
+        // waits for (a parity wait cannot tell phase k from phase k - 2).
+        if (local > 0)
+          named_bar_sync(2 + g, 256);
+        // The ring holds the CTA's tiles back to back: this tile's first
+        // k-block is the (local * kblocks)-th load.
+        const i64 pos = local * kblocks;
+        s = static_cast<int>(pos % STAGES);
+        phase = static_cast<u32>((pos / STAGES) & 1);
+      }
       i64 tm, tn;
       tiles.tile(tile, tm, tn);
       if (kblocks == 0) {
 #pragma unroll
-        for (int i = 0; i < Cfg::ACC; ++i)
-          acc[i] = 0.f; // k == 0: the product is empty
+        for (int j = 0; j < SL; ++j)
+#pragma unroll
+          for (int i = 0; i < Cfg::ACC; ++i)
+            acc[j][i] = 0.f; // k == 0: the product is empty
       } else {
         issue(true);
         int prev = s;
@@ -488,18 +539,29 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
         for (i64 kb = 1; kb < kblocks; ++kb) {
           issue(false);
           wgmma_wait<1>(); // k-block kb - 1 has retired: free its stage
-          fence_acc(acc);
+#pragma unroll
+          for (int j = 0; j < SL; ++j)
+            fence_acc(acc[j]);
           mbar_arrive_if(empty + 8 * prev, warp_leader);
           prev = s;
           advance();
         }
         wgmma_wait<0>();
-        fence_acc(acc);
+#pragma unroll
+        for (int j = 0; j < SL; ++j)
+          fence_acc(acc[j]);
         mbar_arrive_if(empty + 8 * prev, warp_leader);
       }
-      epi.tile(acc, tm * BM + 64 * g, tn * BN, t);
+      // Let the other consumer run the next tile's mainloop under this epilogue.
+      if (Cfg::PINGPONG && tile + tiles.stride() < tiles.end())
+        named_bar_arrive(2 + (1 - g), 256);
+#pragma unroll
+      for (int j = 0; j < SL; ++j)
+        epi.tile(acc[j], j, tm * BM + 64 * (SL == 1 ? g : j), tn * BN, t);
     }
-    epi.finish(g, t);
+    float *scratch = reinterpret_cast<float *>(
+        lcejit_dynamic_smem + (base - raw) + Cfg::SCRATCH_OFFSET);
+    epi.finish(g, t, scratch);
   }
 }
 
@@ -537,9 +599,9 @@ template <class OutElem> struct StoreEpilogue {
   void *out;
   i64 ld, m, n;
   __device__ __forceinline__ void begin(int, int) const {}
-  __device__ __forceinline__ void finish(int, int) const {}
+  __device__ __forceinline__ void finish(int, int, float *) const {}
   template <int R>
-  __device__ __forceinline__ void tile(const float (&acc)[R], i64 row0,
+  __device__ __forceinline__ void tile(const float (&acc)[R], int, i64 row0,
                                        i64 col0, int t) const {
     const int w = t / 32, l = t % 32;
     const bool pairs = (ld % 2) == 0;
@@ -583,24 +645,31 @@ __device__ __forceinline__ int acc_col(int i, int t) {
 /// those rows ([Note: sm90 accumulator]), so two shuffles finish a row.
 template <class Cfg, class Epi> struct ReduceEpilogue {
   static constexpr int SLOTS = Epi::SLOTS;
+  static constexpr int SL = Cfg::SLICES;
+  static_assert(SLOTS <= 8, "sm90 gemm_reduce: at most 8 partial slots per row");
   const Epi &epi;
   void *partials;
   i64 n, cols, row_tile;
   int splits, split;
-  typename Epi::Row rows[2];
-  float part[2][SLOTS];
+  typename Epi::Row rows[SL][2];
+  float part[SL][2][SLOTS];
 
+  /// First row of slice j of consumer g.
+  __device__ __forceinline__ i64 slice_row0(int g, int j) const {
+    return row_tile * Cfg::BM + 64 * (SL == 1 ? g : j);
+  }
   __device__ __forceinline__ void begin(int g, int t) {
-    const i64 row0 = row_tile * Cfg::BM + 64 * g;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const i64 row = row0 + acc_row(2 * h, t);
-      rows[h] = row < n ? epi.load_row(row) : typename Epi::Row();
-      Epi::init(part[h]);
-    }
+    for (int j = 0; j < SL; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const i64 row = slice_row0(g, j) + acc_row(2 * h, t);
+        rows[j][h] = row < n ? epi.load_row(row) : typename Epi::Row();
+        Epi::init(part[j][h]);
+      }
   }
   template <int R>
-  __device__ __forceinline__ void tile(const float (&acc)[R], i64 row0,
+  __device__ __forceinline__ void tile(const float (&acc)[R], int j, i64 row0,
                                        i64 col0, int t) {
 #pragma unroll
     for (int i = 0; i < R; ++i) {
@@ -608,31 +677,64 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       if (col < cols) {
         const int h = (i / 2) % 2;
         const typename Epi::Col c = epi.load_col(col);
-        epi.accumulate(part[h], acc[i], row0 + acc_row(i, t), col, rows[h], c);
+        epi.accumulate(part[j][h], acc[i], row0 + acc_row(i, t), col,
+                       rows[j][h], c);
       }
     }
   }
-  __device__ __forceinline__ void finish(int g, int t) {
-    const i64 row0 = row_tile * Cfg::BM + 64 * g;
+  /// Quad shuffles finish each row of a consumer; with ping-pong both
+  /// consumers hold partials of all 128 rows (for alternate column tiles), so
+  /// consumer 1 hands its rows to consumer 0 through `scratch`.
+  __device__ __forceinline__ void finish(int g, int t, float *scratch) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int j = 0; j < SL; ++j)
 #pragma unroll
-      for (int mask = 1; mask < 4; mask <<= 1) {
-        float other[SLOTS];
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int s = 0; s < SLOTS; ++s)
-          other[s] = shfl_xor(part[h][s], mask);
-        Epi::combine(part[h], other);
+        for (int mask = 1; mask < 4; mask <<= 1) {
+          float other[SLOTS];
+#pragma unroll
+          for (int q = 0; q < SLOTS; ++q)
+            other[q] = shfl_xor(part[j][h][q], mask);
+          Epi::combine(part[j][h], other);
+        }
+    if (Cfg::PINGPONG) {
+      if (g == 1 && t % 4 == 0) {
+#pragma unroll
+        for (int j = 0; j < SL; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int q = 0; q < SLOTS; ++q)
+              scratch[(64 * j + acc_row(2 * h, t)) * 8 + q] = part[j][h][q];
       }
-      const i64 row = row0 + acc_row(2 * h, t);
-      if (t % 4 == 0 && row < n) {
-        float *out = static_cast<float *>(partials) +
-                     (row * splits + split) * SLOTS;
+      named_bar_sync(1, 256); // the two consumers
+      if (g == 0 && t % 4 == 0) {
 #pragma unroll
-        for (int s = 0; s < SLOTS; ++s)
-          out[s] = part[h][s];
+        for (int j = 0; j < SL; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float other[SLOTS];
+#pragma unroll
+            for (int q = 0; q < SLOTS; ++q)
+              other[q] = scratch[(64 * j + acc_row(2 * h, t)) * 8 + q];
+            Epi::combine(part[j][h], other);
+          }
       }
     }
+#pragma unroll
+    for (int j = 0; j < SL; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const i64 row = slice_row0(g, j) + acc_row(2 * h, t);
+        if (t % 4 == 0 && row < n && (!Cfg::PINGPONG || g == 0)) {
+          float *out = static_cast<float *>(partials) +
+                       (row * splits + split) * SLOTS;
+#pragma unroll
+          for (int q = 0; q < SLOTS; ++q)
+            out[q] = part[j][h][q];
+        }
+      }
   }
 };
 
@@ -672,9 +774,9 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
   i64 n, chunk_begin, chunk_cols;
 
   __device__ __forceinline__ void begin(int, int) const {}
-  __device__ __forceinline__ void finish(int, int) const {}
+  __device__ __forceinline__ void finish(int, int, float *) const {}
   template <int R>
-  __device__ __forceinline__ void tile(const float (&acc)[R], i64 row0,
+  __device__ __forceinline__ void tile(const float (&acc)[R], int, i64 row0,
                                        i64 col0, int t) const {
     typename Epi::Row rv[2];
 #pragma unroll
@@ -737,9 +839,9 @@ struct F32OutEpilogue {
   i64 rows, cols, ld, row_offset;
   bool accumulate;
   __device__ __forceinline__ void begin(int, int) const {}
-  __device__ __forceinline__ void finish(int, int) const {}
+  __device__ __forceinline__ void finish(int, int, float *) const {}
   template <int R>
-  __device__ __forceinline__ void tile(const float (&acc)[R], i64 row0,
+  __device__ __forceinline__ void tile(const float (&acc)[R], int, i64 row0,
                                        i64 col0, int t) const {
     const bool pairs = (ld % 2) == 0;
 #pragma unroll
@@ -783,9 +885,9 @@ template <class OutElem> struct DRhsStoreEpilogue {
   void *out;
   i64 rows, cols, row_offset;
   __device__ __forceinline__ void begin(int, int) const {}
-  __device__ __forceinline__ void finish(int, int) const {}
+  __device__ __forceinline__ void finish(int, int, float *) const {}
   template <int R>
-  __device__ __forceinline__ void tile(const float (&acc)[R], i64 row0,
+  __device__ __forceinline__ void tile(const float (&acc)[R], int, i64 row0,
                                        i64 col0, int t) const {
 #pragma unroll
     for (int i = 0; i < R; i += 2) {

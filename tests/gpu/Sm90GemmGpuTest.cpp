@@ -39,12 +39,15 @@ const Layout kLayouts[] = {{0, true, true, "fwd"}, {1, true, false, "dh"}, {2, f
 struct Config {
   int bn, stages;
   DType out;
+  bool pingpong = false;
 };
 const Config kConfigs[] = {{256, 4, DType::BF16}, {256, 4, DType::F32}, {192, 4, DType::BF16},
-                           {128, 6, DType::F32},  {64, 2, DType::BF16}};
+                           {128, 6, DType::F32},  {64, 2, DType::BF16}, {128, 6, DType::BF16, true},
+                           {64, 3, DType::F32, true}};
 
 std::string specName(const Layout &l, const Config &c) {
-  return fmt::format("t_{}_{}_{}_{}", l.name, c.bn, c.stages, dtypeName(c.out));
+  return fmt::format("t_{}_{}_{}_{}{}", l.name, c.bn, c.stages, dtypeName(c.out),
+                     c.pingpong ? "_pingpong" : "");
 }
 
 /// One module with every kernel of the test, compiled once.
@@ -58,7 +61,8 @@ Sm90Module &sm90Module() {
     auto mm = std::make_unique<Sm90Module>();
     for (const Layout &l : kLayouts)
       for (const Config &c : kConfigs)
-        mm->specs.push_back({specName(l, c), c.bn, c.stages, l.aKMajor, l.bKMajor, c.out});
+        mm->specs.push_back(
+            {specName(l, c), c.bn, c.stages, l.aKMajor, l.bKMajor, c.out, c.pingpong});
     runtime::NvrtcRequest req;
     req.source = codegen::emitSm90GemmModule(mm->specs).source;
     req.arch = "sm_90a";

@@ -32,25 +32,33 @@
 // docs/architecture.md promises).
 
 // The default options on sm_90a: every bf16 GEMM on the wgmma mainloop (TMA operands,
-// 128x256x64 tiles, 384 threads), the forward GEMM one CTA per (row tile, split) with
-// splits of about 8 column tiles; the f32 function (@simt) stays on the SIMT path.
+// 384 threads); the forward and dZ GEMMs on 128x128 ping-pong tiles, dA and dB on
+// 128x256 cooperative ones; the forward GEMM one CTA per (row tile, split) with splits
+// of about 32 column tiles; the f32 function (@simt) stays on the SIMT path.
 // WGMMA-LABEL: // plan @lce{{$}}
 // WGMMA-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
-// WGMMA-NEXT: // decision: mainloop: wgmma for bf16 GEMMs whose K and column count are multiples of 8 (TMA operands, 128x256x64 tiles, 4 stages, producer + 2 consumer warpgroups)
-// WGMMA-NEXT: // decision: forward GEMM: tile 128x256x64 (wgmma.bf16, 4 stages, 384 threads), 4 column tiles -> 1 column splits of about 8 tiles, one CTA per (row tile, split)
+// WGMMA-NEXT: // decision: mainloop: wgmma for bf16 GEMMs whose K and column count are multiples of 8 (TMA operands, producer + 2 consumer warpgroups): forward and dZ 128x128x64, 6 stages, ping-pong; dA and dB 128x256x64, 4 stages, cooperative
+// WGMMA-NEXT: // decision: forward GEMM: tile 128x128x64 (wgmma.bf16, 6 stages, 384 threads, ping-pong consumers), 8 column tiles -> 1 column splits of about 32 tiles, one CTA per (row tile, split)
 // WGMMA: "math": "wgmma.bf16",
 // WGMMA-NEXT: "tile": {
 // WGMMA-NEXT: "bk": 64,
 // WGMMA-NEXT: "bm": 128,
-// WGMMA-NEXT: "bn": 256,
-// WGMMA-NEXT: "stages": 4,
+// WGMMA-NEXT: "bn": 128,
+// WGMMA-NEXT: "pingpong": true,
+// WGMMA-NEXT: "stages": 6,
 // WGMMA-NEXT: "warps_m": 3,
 // WGMMA-NEXT: "warps_n": 4
 // WGMMA: "kind": "gemm_reduce",
 // WGMMA-NEXT: "name": "lce_fwd0"
 // WGMMA: "math": "wgmma.bf16",
+// WGMMA: "pingpong": true,
 // WGMMA: "kind": "gemm_dz",
 // WGMMA: "math": "wgmma.bf16",
+// WGMMA: "tile": {
+// WGMMA-NEXT: "bk": 64,
+// WGMMA-NEXT: "bm": 128,
+// WGMMA-NEXT: "bn": 256,
+// WGMMA-NEXT: "stages": 4,
 // WGMMA: "kind": "gemm_dlhs",
 // WGMMA: "math": "wgmma.bf16",
 // WGMMA: "kind": "gemm_drhs",

@@ -28,7 +28,9 @@ std::vector<Sm90GemmSpec> allLayouts() {
           {"dw", 256, 4, false, false, DType::F32},
           {"dw128", 128, 6, false, false, DType::BF16},
           {"fwd192", 192, 4, true, true, DType::BF16},
-          {"dh64", 64, 2, true, false, DType::F16}};
+          {"dh64", 64, 2, true, false, DType::F16},
+          {"fwdpp", 128, 6, true, true, DType::BF16, true},
+          {"dwpp", 64, 4, false, false, DType::F32, true}};
 }
 
 TEST(Sm90GemmEmitter, CompilesForSm90aWithoutSpillsOrSerializedWgmma) {
@@ -117,6 +119,7 @@ TEST(Sm90GemmEmitter, BadSpecsAreRejectedNamingTheField) {
   expectRejected({"x", 256, 9, true, true, DType::BF16}, "stages = 9");
   expectRejected({"x", 256, 5, true, true, DType::BF16}, "bytes of shared memory");
   expectRejected({"x", 256, 4, true, true, DType::I64}, "output type i64");
+  expectRejected({"x", 256, 4, true, true, DType::BF16, true}, "bn = 256 with ping-pong");
   expectRejected({"1x", 256, 4, true, true, DType::BF16}, "'1x' is not a C identifier");
   expectRejected({"lcejit_x", 256, 4, true, true, DType::BF16}, "reserved prefix");
   EXPECT_THROW(codegen::emitSm90GemmModule({}), Error);

@@ -172,23 +172,30 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
   ASSERT_EQ(m.size(), 4u) << "fwd, dz, dlhs, drhs";
   for (plan::MathMode mm : m)
     EXPECT_EQ(mm, plan::MathMode::WgmmaBF16);
-  // 501 column tiles of 256 -> 63 splits of about 8 tiles.
-  EXPECT_EQ(p.splits, 63);
+  // 1002 column tiles of 128 -> 32 splits of about 32 tiles.
+  EXPECT_EQ(p.splits, 32);
+  plan::TileConfig pingpong{128, 128, 64, 3, 4, 6};
+  pingpong.pingpong = true;
   for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k) {
     const plan::Kernel &kernel = p.kernels[static_cast<size_t>(k)];
     if (kernel.kind() == KernelKind::Row || kernel.kind() == KernelKind::Cast)
       continue;
     const plan::TileConfig &t = plan::gemmTile(kernel);
-    EXPECT_EQ(t, (plan::TileConfig{128, 256, 64, 3, 4, 4})) << kernel.name;
+    const bool fused = kernel.kind() == KernelKind::GemmReduce ||
+                       kernel.kind() == KernelKind::GemmDz;
+    // The function-evaluating kinds ping-pong; dA and dB are cooperative 128x256.
+    const plan::TileConfig coop{128, 256, 64, 3, 4, 4};
+    EXPECT_EQ(t, fused ? pingpong : coop) << kernel.name;
     std::vector<plan::Param> params = plan::kernelParams(kernel);
     ASSERT_GE(params.size(), 2u);
     EXPECT_EQ(params[0].kind, plan::Param::Kind::TensorMapA) << kernel.name;
     EXPECT_EQ(params[1].kind, plan::Param::Kind::TensorMapB) << kernel.name;
     plan::LaunchDims d = p.launchDims(k, 8192, 8192);
     EXPECT_EQ(d.block, 384);
-    EXPECT_EQ(d.sharedBytes, 1024 + 4 * (16384 + 32768) + 64);
+    EXPECT_EQ(d.sharedBytes, fused ? 1024 + 6 * (16384 + 16384) + 96 + 4096
+                                   : 1024 + 4 * (16384 + 32768) + 64);
     if (kernel.kind() == KernelKind::GemmReduce) {
-      EXPECT_EQ(d.grid[0], 64 * 63) << "one CTA per (row tile, split)";
+      EXPECT_EQ(d.grid[0], 64 * 32) << "one CTA per (row tile, split)";
       EXPECT_EQ(d.grid[1], 1);
     } else {
       EXPECT_EQ(d.grid[0], 132) << kernel.name << ": persistent, one CTA per SM";

@@ -439,6 +439,11 @@ TEST_P(OpsNvrtc, EveryGeneratedKernelCompilesForSm90aAndSm80) {
     EXPECT_EQ(out.cubin[0], 0x7f);
     EXPECT_EQ(out.cubin[1], 'E');
     EXPECT_NE(out.ptx.find(".target " + t.archName()), std::string::npos);
+    // ptxas must not have serialized the wgmma pipeline (C7510-C7518) or dropped
+    // setmaxnreg (C7508): both cost the Hopper path its overlap silently.
+    for (const char *code : {"C7508", "C7510", "C7511", "C7515", "C7517", "C7518"})
+      EXPECT_EQ(out.log.find(code), std::string::npos) << code << " on " << t.archName()
+                                                        << ":\n" << out.log;
     for (const plan::Kernel &k : l.compiled->program.kernels) {
       EXPECT_NE(out.ptx.find(".entry " + k.name), std::string::npos) << k.name;
       bool found = false;
