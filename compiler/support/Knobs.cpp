@@ -34,6 +34,7 @@ constexpr std::string_view kLog = "LCEJIT_LOG";
 constexpr std::string_view kCudaInclude = "LCEJIT_CUDA_INCLUDE";
 constexpr std::string_view kWorkspaceMB = "LCEJIT_WORKSPACE_MB";
 constexpr std::string_view kGemmTile = "LCEJIT_GEMM_TILE";
+constexpr std::string_view kMainloop = "LCEJIT_MAINLOOP";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -53,6 +54,7 @@ struct Values {
   std::vector<std::string> cudaIncludeDirs;
   std::optional<int64_t> workspaceMB;
   std::optional<std::array<int32_t, 6>> gemmTile;
+  std::string mainloop = "auto";
 };
 
 /// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
@@ -207,6 +209,13 @@ std::unique_ptr<Values> readAll() {
       split(readEnv(kCudaInclude).value_or(LCEJIT_DEFAULT_CUDA_INCLUDE), ':');
   v->workspaceMB = parsePositiveInt(kWorkspaceMB, readEnv(kWorkspaceMB));
   v->gemmTile = parseTile(kGemmTile, readEnv(kGemmTile));
+  if (std::optional<std::string> m = readEnv(kMainloop)) {
+    std::string t(trim(*m));
+    if (t != "auto" && t != "mma" && t != "wgmma")
+      LCEJIT_THROW(InvalidArgument,
+                   "environment variable {}='{}' must be auto, mma or wgmma", kMainloop, *m);
+    v->mainloop = t;
+  }
   return v;
 }
 
@@ -255,6 +264,9 @@ const std::vector<KnobInfo> &allKnobs() {
        "Workspace budget of ops whose options leave it 0."},
       {kGemmTile, "BMxBNxBK:WMxWN:STAGES", "(planner's choice)",
        "Tensor-core GEMM tile for every GEMM of a plan (tuning; part of the cache key)."},
+      {kMainloop, "auto | mma | wgmma", "auto",
+       "bf16 GEMM mainloop: auto takes the sm_90a wgmma path where it can run, mma keeps "
+       "the portable mma.sync one (comparisons; part of the cache key)."},
   };
   return knobs;
 }
@@ -293,6 +305,7 @@ bool logEnabled(LogTopic topic) { return current().log[static_cast<size_t>(topic
 const std::vector<std::string> &cudaIncludeDirs() { return current().cudaIncludeDirs; }
 std::optional<int64_t> workspaceMB() { return current().workspaceMB; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
+const std::string &mainloop() { return current().mainloop; }
 
 void reloadForTesting() {
   std::lock_guard<std::mutex> lock(snapshotMutex());

@@ -85,6 +85,10 @@ std::optional<int64_t> workspaceMB();
 /// stages}. Unset: the planner's choice.
 std::optional<std::array<int32_t, 6>> gemmTile();
 
+/// LCEJIT_MAINLOOP: "auto" (default; wgmma on sm_90 where it can run), "mma" or "wgmma"
+/// (plan::Mainloop). Anything else is Error(InvalidArgument) naming the variable.
+const std::string &mainloop();
+
 /// Makes the next accessor call read the environment again. For tests only.
 void reloadForTesting();
 

@@ -75,6 +75,10 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.exactGradients = options_.precision == Precision::Exact;
   if (auto t = knobs::gemmTile())
     p.tensorCoreTile = plan::TileConfig{(*t)[0], (*t)[1], (*t)[2], (*t)[3], (*t)[4], (*t)[5]};
+  const std::string &mainloop = knobs::mainloop();
+  p.mainloop = mainloop == "mma"     ? plan::Mainloop::MmaSync
+               : mainloop == "wgmma" ? plan::Mainloop::Wgmma
+                                     : plan::Mainloop::Auto;
   p.outputTypes = {DType::F32, options_.dtype, options_.gradWeightDType};
   plan::InputCheck check;
   check.input = 2; // y
@@ -90,6 +94,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
   std::string tile;
   if (auto t = knobs::gemmTile())
     tile = fmt::format("|tile={}", fmt::join(*t, ","));
+  if (knobs::mainloop() != "auto")
+    tile += "|mainloop=" + knobs::mainloop();
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice.
   static_assert(sizeof(plan::Target) == 3 * sizeof(int32_t),

@@ -167,6 +167,23 @@ TEST_F(KnobsTest, GemmTile) {
   }
 }
 
+TEST_F(KnobsTest, Mainloop) {
+  EXPECT_EQ(knobs::mainloop(), "auto");
+  for (const char *ok : {"mma", "wgmma", " auto "}) {
+    env.set("LCEJIT_MAINLOOP", ok);
+    std::string want = ok;
+    want.erase(0, want.find_first_not_of(' '));
+    want.erase(want.find_last_not_of(' ') + 1);
+    EXPECT_EQ(knobs::mainloop(), want);
+  }
+  for (const char *bad : {"WGMMA", "hopper", "mma.sync"}) {
+    env.set("LCEJIT_MAINLOOP", bad);
+    std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::mainloop(); });
+    EXPECT_NE(msg.find("LCEJIT_MAINLOOP"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'" + std::string(bad) + "'"), std::string::npos) << msg;
+  }
+}
+
 TEST_F(KnobsTest, ReadOnceUntilReload) {
   env.set("LCEJIT_ALWAYS_COMPILE", "1");
   EXPECT_TRUE(knobs::alwaysCompile());
@@ -213,7 +230,7 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_CACHE_DIR",      "LCEJIT_CACHE",        "LCEJIT_CACHE_MAX_MB", "LCEJIT_DUMP",
       "LCEJIT_DUMP_DIR",       "LCEJIT_ALWAYS_COMPILE", "LCEJIT_ASSERT_NO_COMPILE",
       "LCEJIT_LOG",            "LCEJIT_CUDA_INCLUDE", "LCEJIT_WORKSPACE_MB",
-      "LCEJIT_GEMM_TILE"};
+      "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();
