@@ -271,10 +271,27 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
 //===----------------------------------------------------------------------===//
 
 Executor::Executor(Program program, const Module &module)
-    : program_(std::move(program)), module_(&module) {
+    : Executor(std::move(program), std::vector<const Module *>()) {
   LCEJIT_CHECK(module.loaded(), "Executor for '{}' given an unloaded module", program_.name);
-  for (const plan::Kernel &k : program_.kernels)
+  for (const plan::Kernel &k : program_.kernels) {
+    modules_.push_back(&module);
     functions_.push_back(module.function(k.name));
+  }
+}
+
+Executor::Executor(Program program, std::vector<const Module *> moduleOfKernel)
+    : program_(std::move(program)), modules_(std::move(moduleOfKernel)) {
+  if (modules_.empty())
+    return; // the one-module constructor fills both lists
+  LCEJIT_CHECK(modules_.size() == program_.kernels.size(),
+               "Executor for '{}': {} modules for {} kernels", program_.name, modules_.size(),
+               program_.kernels.size());
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    LCEJIT_CHECK(modules_[i] && modules_[i]->loaded(),
+                 "Executor for '{}': kernel '{}' has no loaded module", program_.name,
+                 program_.kernels[i].name);
+    functions_.push_back(modules_[i]->function(program_.kernels[i].name));
+  }
 }
 
 void Executor::run(const ProgramBuffers &buffers, int64_t n, CUstream stream) const {
@@ -286,7 +303,7 @@ void Executor::run(const ProgramBuffers &buffers, int64_t n, CUstream stream) co
   std::vector<CUtensorMap> maps;
   for (LaunchRecord &rec : plan.launches) {
     CUfunction f = functions_[static_cast<size_t>(rec.kernel)];
-    module_->reserveDynamicShared(f, rec.dims.sharedBytes);
+    modules_[static_cast<size_t>(rec.kernel)]->reserveDynamicShared(f, rec.dims.sharedBytes);
     maps.clear();
     for (const Sm90Operand &op : rec.maps)
       maps.push_back(encodeSm90Operand(op));

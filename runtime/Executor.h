@@ -108,6 +108,9 @@ public:
   /// Resolves every kernel of `program` in `module` (fails early if one is missing).
   /// `module` must outlive the Executor; the Program is copied.
   Executor(plan::Program program, const Module &module);
+  /// The same with each kernel in its own module: moduleOfKernel[k] holds kernel k
+  /// ([Note: module parts] in compiler/codegen/Emitter.h). The modules must outlive it.
+  Executor(plan::Program program, std::vector<const Module *> moduleOfKernel);
 
   /// Enqueues one run on `stream` (see the file comment). Asynchronous: device checks
   /// raised by kernels land in the error word, read with enqueueErrorReadback().
@@ -123,8 +126,8 @@ public:
 
 private:
   plan::Program program_;
-  const Module *module_;
-  std::vector<CUfunction> functions_; ///< indexed like Program::kernels
+  std::vector<const Module *> modules_; ///< indexed like Program::kernels
+  std::vector<CUfunction> functions_;   ///< indexed like Program::kernels
 };
 
 } // namespace lcejit::runtime

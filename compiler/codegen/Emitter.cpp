@@ -7,6 +7,8 @@
 #include "compiler/codegen/KernelEmitters.h"
 #include "compiler/support/Check.h"
 
+#include <fmt/ranges.h>
+
 #include <cctype>
 #include <set>
 
@@ -66,9 +68,11 @@ std::string emitKernelSource(const plan::Program &program,
   return w.take();
 }
 
-EmittedModule emitCuda(const plan::Program &program) {
-  checkNames(program);
-  EmittedModule m;
+namespace {
+
+/// A module of the given kernels of `program` (all of them: the whole module).
+std::string emitModule(const plan::Program &program, const std::vector<int32_t> &kernels,
+                       const std::string &partNote) {
   CodeWriter w;
   w.rule();
   w.comment(
@@ -80,6 +84,8 @@ EmittedModule emitCuda(const plan::Program &program) {
   for (size_t i = 0; i < program.kernels.size(); ++i)
     w.comment(fmt::format("  {}: {} ({})", i, program.kernels[i].name,
                           plan::kernelKindName(program.kernels[i].kind())));
+  if (!partNote.empty())
+    w.comment(partNote);
   w.comment("Layout: device helpers (runtime/device/*.cuh), then one section "
             "per kernel.");
   w.comment("See docs/codegen.md.");
@@ -88,12 +94,50 @@ EmittedModule emitCuda(const plan::Program &program) {
   w.raw(deviceHeaderPrelude());
   w.comment("==== generated kernels ====");
   w.blank();
-  for (size_t i = 0; i < program.kernels.size(); ++i) {
-    emitKernel(w, program, static_cast<int32_t>(i));
+  for (int32_t i : kernels) {
+    emitKernel(w, program, i);
     w.blank();
-    m.kernelNames.push_back(program.kernels[i].name);
   }
-  m.source = w.take();
+  return w.take();
+}
+
+} // namespace
+
+std::vector<EmittedPart> emitCudaParts(const plan::Program &program) {
+  checkNames(program);
+  std::vector<EmittedPart> parts;
+  EmittedPart rows;
+  for (int32_t i = 0; i < static_cast<int32_t>(program.kernels.size()); ++i) {
+    const plan::Kernel &k = program.kernels[static_cast<size_t>(i)];
+    if (k.kind() == plan::KernelKind::Row || k.kind() == plan::KernelKind::Cast) {
+      rows.kernels.push_back(i);
+      rows.kernelNames.push_back(k.name);
+      continue;
+    }
+    EmittedPart p;
+    p.kernels = {i};
+    p.kernelNames = {k.name};
+    parts.push_back(std::move(p));
+  }
+  if (!rows.kernels.empty())
+    parts.push_back(std::move(rows));
+  for (size_t j = 0; j < parts.size(); ++j)
+    parts[j].source =
+        emitModule(program, parts[j].kernels,
+                   fmt::format("Module part {} of {} (the kernels {}; [Note: module parts]).",
+                               j + 1, parts.size(), fmt::join(parts[j].kernelNames, ", ")));
+  return parts;
+}
+
+EmittedModule emitCuda(const plan::Program &program) {
+  checkNames(program);
+  EmittedModule m;
+  std::vector<int32_t> all;
+  for (int32_t i = 0; i < static_cast<int32_t>(program.kernels.size()); ++i) {
+    all.push_back(i);
+    m.kernelNames.push_back(program.kernels[static_cast<size_t>(i)].name);
+  }
+  m.source = emitModule(program, all, "");
   return m;
 }
 

@@ -34,6 +34,18 @@ struct EmittedModule {
 /// reason).
 EmittedModule emitCuda(const plan::Program &program);
 
+/// [Note: module parts] The unit of NVRTC compilation. The whole module (emitCuda) is
+/// what dumps show; the op compiles a Program as several smaller modules, each the
+/// prelude plus some kernels, in parallel threads: every GEMM kernel alone (their
+/// unrolled epilogues dominate ptxas time), and all row and cast kernels together. The
+/// first call of a bucket then waits for the slowest kernel, not for the sum.
+struct EmittedPart {
+  std::string source;                   ///< prelude + this part's kernels
+  std::vector<int32_t> kernels;         ///< Program kernel indices, in Program order
+  std::vector<std::string> kernelNames; ///< their entry points
+};
+std::vector<EmittedPart> emitCudaParts(const plan::Program &program);
+
 /// Only the generated part of kernel `kernelIndex` (no prelude): for dumps and
 /// tests.
 std::string emitKernelSource(const plan::Program &program, int32_t kernelIndex);

@@ -11,7 +11,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -125,6 +128,11 @@ plan::Target LceJit::targetForDevice(const runtime::DeviceInfo &info) {
 }
 
 namespace {
+std::atomic<int64_t> &programCompiles() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
 struct ProgramCache {
   std::mutex mu;
   std::map<std::string, std::shared_ptr<CompiledProgram>> programs;
@@ -151,6 +159,7 @@ ProgramLookup LceJit::lookup(int64_t n, const plan::Target &target, bool compile
     auto fresh = std::make_shared<CompiledProgram>();
     fresh->program = fused_->plan(planOptions(n, target));
     fresh->source = codegen::emitCuda(fresh->program).source;
+    fresh->parts = codegen::emitCudaParts(fresh->program);
     fresh->cacheKey = key;
     if (trace_) {
       trace_.emit(pipeline::Stage::Plan, fmt::format("plan for N = {}", n), fresh->program.toJson(2));
@@ -162,22 +171,60 @@ ProgramLookup LceJit::lookup(int64_t n, const plan::Target &target, bool compile
     result.planned = inserted;
   }
   if (compile) {
-    // One thread compiles; KernelCache serializes requests for the same key.
-    runtime::KernelRequest req;
-    req.label = entry->program.name;
-    req.bucket = fmt::format("[{},{}]", entry->program.bucketLow, entry->program.bucket);
-    req.source = entry->source;
-    req.arch = target.archName();
-    req.deviceHeaderHash = codegen::deviceHeaderHash();
-    runtime::KernelLookup k = runtime::KernelCache::global().get(req);
-    result.binaryOrigin = k.origin;
-    std::lock_guard<std::mutex> lock(cache.mu);
-    if (!entry->binary)
-      entry->binary = k.binary;
+    bool done = false;
+    {
+      std::lock_guard<std::mutex> lock(cache.mu);
+      done = !entry->binaries.empty();
+    }
+    if (!done) {
+      // [Note: module parts]: one NVRTC program per part, in parallel threads; the
+      // KernelCache makes concurrent requests for one key wait for a single compile.
+      const size_t parts = entry->parts.size();
+      std::vector<runtime::KernelLookup> got(parts);
+      std::vector<std::thread> threads;
+      std::vector<std::exception_ptr> errors(parts);
+      for (size_t i = 0; i < parts; ++i)
+        threads.emplace_back([&, i] {
+          try {
+            runtime::KernelRequest req;
+            req.label = fmt::format("{}.{}", entry->program.name,
+                                    fmt::join(entry->parts[i].kernelNames, "+"));
+            req.bucket = fmt::format("[{},{}]", entry->program.bucketLow, entry->program.bucket);
+            req.source = entry->parts[i].source;
+            req.arch = target.archName();
+            req.deviceHeaderHash = codegen::deviceHeaderHash();
+            got[i] = runtime::KernelCache::global().get(req);
+          } catch (...) {
+            errors[i] = std::current_exception();
+          }
+        });
+      for (std::thread &t : threads)
+        t.join();
+      for (const std::exception_ptr &e : errors)
+        if (e)
+          std::rethrow_exception(e);
+      std::vector<std::shared_ptr<const runtime::CompiledBinary>> binaries;
+      bool compiled = false, disk = false;
+      for (const runtime::KernelLookup &k : got) {
+        binaries.push_back(k.binary);
+        compiled |= k.origin == runtime::CacheOrigin::Compiled;
+        disk |= k.origin == runtime::CacheOrigin::Disk;
+      }
+      result.binaryOrigin = compiled ? runtime::CacheOrigin::Compiled
+                            : disk   ? runtime::CacheOrigin::Disk
+                                     : runtime::CacheOrigin::Memory;
+      if (compiled)
+        programCompiles().fetch_add(1);
+      std::lock_guard<std::mutex> lock(cache.mu);
+      if (entry->binaries.empty())
+        entry->binaries = std::move(binaries);
+    }
   }
   result.compiled = entry;
   return result;
 }
+
+int64_t LceJit::programCompileCount() { return programCompiles().load(); }
 
 void throwBadTarget(const LinearCrossEntropyOptions &o, int64_t row, int64_t value) {
   std::string ignore =

@@ -27,11 +27,13 @@
 #include "compiler/pipeline/Pipeline.h"
 #include "compiler/plan/Program.h"
 #include "lcejit/LinearCrossEntropy.h"
+#include "compiler/codegen/Emitter.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/KernelCache.h"
 
 #include <memory>
 #include <mutex>
+#include <vector>
 #include <string>
 
 namespace lcejit::ops {
@@ -39,9 +41,12 @@ namespace lcejit::ops {
 /// A planned, emitted and compiled Program for one bucket.
 struct CompiledProgram {
   plan::Program program;
-  std::string source;   ///< CUDA C++ (device headers included)
+  std::string source;   ///< the whole CUDA module (device headers included), for dumps
   std::string cacheKey; ///< plan-level key (see [Note: cache keys])
-  std::shared_ptr<const runtime::CompiledBinary> binary;
+  /// What is compiled: the module parts ([Note: module parts] in codegen/Emitter.h) and,
+  /// once compiled, one binary per part.
+  std::vector<codegen::EmittedPart> parts;
+  std::vector<std::shared_ptr<const runtime::CompiledBinary>> binaries;
 };
 
 /// What a lookup did, for logs and `lcejit-dump --n-series`.
@@ -71,6 +76,10 @@ public:
 
   /// The target to plan for when no GPU is present (the H200 of docs/performance.md).
   static plan::Target defaultTarget();
+
+  /// Programs compiled in this process: lookups that had to run NVRTC for at least one
+  /// module part (so one new bucket counts once, however many parts it has).
+  static int64_t programCompileCount();
   /// The target of the current CUDA device (requires a GPU; see targetForDevice).
   static plan::Target deviceTarget();
   /// The target for a device, or Error(Unsupported) naming the GPU when lcejit cannot

@@ -53,7 +53,7 @@ plan::Target callTarget() {
 
 /// A Program loaded into the current context.
 struct LoadedProgram {
-  runtime::Module module;
+  std::vector<runtime::Module> modules; ///< one per module part
   std::unique_ptr<runtime::Executor> executor;
 };
 
@@ -109,8 +109,17 @@ struct LinearCrossEntropy::Impl {
     if (it != loaded.end())
       return *it->second;
     auto lp = std::make_unique<LoadedProgram>();
-    lp->module = runtime::Module(cp.binary->cubin);
-    lp->executor = std::make_unique<runtime::Executor>(cp.program, lp->module);
+    LCEJIT_CHECK(cp.binaries.size() == cp.parts.size() && !cp.parts.empty(),
+                 "program '{}' has {} binaries for {} module parts", cp.program.name,
+                 cp.binaries.size(), cp.parts.size());
+    lp->modules.reserve(cp.parts.size());
+    std::vector<const runtime::Module *> moduleOfKernel(cp.program.kernels.size(), nullptr);
+    for (size_t i = 0; i < cp.parts.size(); ++i) {
+      lp->modules.emplace_back(cp.binaries[i]->cubin);
+      for (int32_t k : cp.parts[i].kernels)
+        moduleOfKernel[static_cast<size_t>(k)] = &lp->modules.back();
+    }
+    lp->executor = std::make_unique<runtime::Executor>(cp.program, std::move(moduleOfKernel));
     return *loaded.emplace(&cp, std::move(lp)).first->second;
   }
 
@@ -144,7 +153,7 @@ int64_t LinearCrossEntropy::bucketOf(int64_t n) {
   return plan::bucketOf(n);
 }
 
-int64_t LinearCrossEntropy::compileCount() { return runtime::KernelCache::global().compileCount(); }
+int64_t LinearCrossEntropy::compileCount() { return ops::LceJit::programCompileCount(); }
 
 bool LinearCrossEntropy::prepare(int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);

@@ -280,7 +280,8 @@ std::string sassOf(const std::vector<uint8_t> &cubin) {
 int runSeries(const Args &a) {
   ops::LceJit jit(a.options);
   plan::Target target = targetFor(a);
-  int64_t before = runtime::KernelCache::global().compileCount();
+  int64_t before = ops::LceJit::programCompileCount();
+  int64_t modulesBefore = runtime::KernelCache::global().compileCount();
   std::set<int64_t> buckets;
   for (int64_t n : a.nSeries) {
     ops::ProgramLookup l = jit.lookup(n, target, /*compile=*/true);
@@ -290,8 +291,10 @@ int runSeries(const Args &a) {
                              p.bucket, l.planned ? "planned" : "cached",
                              runtime::cacheOriginName(l.binaryOrigin));
   }
-  int64_t compiles = runtime::KernelCache::global().compileCount() - before;
-  std::cout << fmt::format("compiles: {} buckets: {}\n", compiles, buckets.size());
+  int64_t compiles = ops::LceJit::programCompileCount() - before;
+  int64_t modules = runtime::KernelCache::global().compileCount() - modulesBefore;
+  std::cout << fmt::format("compiles: {} (NVRTC modules: {}) buckets: {}\n", compiles, modules,
+                           buckets.size());
   return 0;
 }
 

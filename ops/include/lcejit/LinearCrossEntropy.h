@@ -146,7 +146,9 @@ public:
 
   /// Shape bucket of N: calls with N in the same bucket share one compiled program.
   static int64_t bucketOf(int64_t n);
-  /// NVRTC compiles done in this process (all ops share one kernel cache).
+  /// Programs compiled in this process (all ops share one kernel cache): a call that had
+  /// to run NVRTC for its bucket counts once, although a Program compiles as several
+  /// modules in parallel threads (one per GEMM kernel, one for the row kernels).
   static int64_t compileCount();
 
   struct Impl;

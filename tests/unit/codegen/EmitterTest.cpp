@@ -117,6 +117,42 @@ TEST_P(EmitterPrograms, DeterministicAndKernelSourcesAreSections) {
   }
 }
 
+/// [Note: module parts]: every GEMM kernel is a module alone, the row and cast kernels
+/// share one, every kernel is in exactly one part, and a part's source holds the prelude
+/// and exactly its own kernels' sections.
+TEST_P(EmitterPrograms, ModulePartsCoverEveryKernelOnce) {
+  Program p = makeTestProgram(GetParam());
+  std::vector<codegen::EmittedPart> parts = codegen::emitCudaParts(p);
+  std::vector<int> seen(p.kernels.size(), 0);
+  size_t rowParts = 0;
+  for (const codegen::EmittedPart &part : parts) {
+    ASSERT_FALSE(part.kernels.empty());
+    ASSERT_EQ(part.kernels.size(), part.kernelNames.size());
+    bool rows = false, gemm = false;
+    for (int32_t k : part.kernels) {
+      ++seen[static_cast<size_t>(k)];
+      KernelKind kind = p.kernels[static_cast<size_t>(k)].kind();
+      (kind == KernelKind::Row || kind == KernelKind::Cast ? rows : gemm) = true;
+    }
+    EXPECT_FALSE(rows && gemm) << "a GEMM kernel shares a module with row kernels";
+    if (gemm)
+      EXPECT_EQ(part.kernels.size(), 1u) << "GEMM kernels are compiled alone";
+    rowParts += rows;
+    EXPECT_NE(part.source.find(codegen::deviceHeaderPrelude()), std::string::npos);
+    for (size_t i = 0; i < p.kernels.size(); ++i) {
+      const bool mine = std::find(part.kernels.begin(), part.kernels.end(),
+                                  static_cast<int32_t>(i)) != part.kernels.end();
+      EXPECT_EQ(part.source.find(emitKernelSource(p, static_cast<int32_t>(i))) !=
+                    std::string::npos,
+                mine)
+          << p.kernels[i].name;
+    }
+  }
+  EXPECT_LE(rowParts, 1u);
+  for (size_t i = 0; i < seen.size(); ++i)
+    EXPECT_EQ(seen[i], 1) << p.kernels[i].name;
+}
+
 TEST_P(EmitterPrograms, GemmSharedMemoryMatchesTheLaunch) {
   Program p = makeTestProgram(GetParam());
   for (size_t i = 0; i < p.kernels.size(); ++i) {
