@@ -1,7 +1,7 @@
 //===- lcejit-bench.cpp - The op against three cuBLAS GEMMs, same process ---===//
 //
 //   lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]
-//                [--case A,B,C,Q,S,L | all] [--precision fast|exact] [--budget-mb M]
+//                [--case A,B,C,Q,S,L,W | all] [--precision fast|exact] [--budget-mb M]
 //                [--json FILE] [--series]
 //
 // --series: the 20-N series of issue 5 (20 random N in [4096, 33768], seed 2026, D = 4096,
@@ -12,7 +12,8 @@
 //
 // Cases (issue 5): A N=8192 D=4096 V=128256; B N=8192 D=2304 V=256000 softcap 30;
 // C N=32768 D=4096 V=128256; Q N=4096 D=4096 V=128256; S N=2048 D=4096 V=128256;
-// L N=65536 D=4096 V=128256. Without --case, one case from --tokens/--hidden/--vocab.
+// L N=65536 D=4096 V=128256; W N=2048 D=8192 V=152064 (issue 6 calls it Q). Without --case,
+// one case from --tokens/--hidden/--vocab.
 //
 // Times forward+backward of lcejit::LinearCrossEntropy (bf16 inputs, f32 dW) and the
 // three bf16 cuBLAS GEMMs of the same shapes (Z = H·Wᵀ, dH = dZ·W, dW = dZᵀ·H, bf16 in
@@ -127,6 +128,7 @@ const CaseShape kCases[] = {
     {"A", 8192, 4096, 128256, {}},  {"B", 8192, 2304, 256000, 30.0},
     {"C", 32768, 4096, 128256, {}}, {"Q", 4096, 4096, 128256, {}},
     {"S", 2048, 4096, 128256, {}},  {"L", 65536, 4096, 128256, {}},
+    {"W", 2048, 8192, 152064, {}}, // issue 6's "Q": a wide head (Qwen-like)
 };
 
 struct Result {
@@ -141,7 +143,7 @@ struct Result {
 [[noreturn]] void usage(const std::string &msg) {
   std::cerr << "lcejit-bench: " << msg
             << "\nusage: lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]\n"
-               "                    [--case A,B,C,Q,S,L|all] [--precision fast|exact] [--budget-mb M]\n"
+               "                    [--case A,B,C,Q,S,L,W|all] [--precision fast|exact] [--budget-mb M]\n"
                "                    [--json FILE] [--series] [--gemm-only [--gemm-config BN,STAGES,GROUP/...]]\n";
   std::exit(2);
 }
@@ -191,7 +193,7 @@ Args parse(int argc, char **argv) {
       } else if (f == "--case") {
         std::string rest = v;
         if (rest == "all")
-          rest = "A,B,C,Q,S,L";
+          rest = "A,B,C,Q,S,L,W";
         size_t pos = 0;
         while (pos <= rest.size()) {
           size_t comma = rest.find(',', pos);
@@ -200,7 +202,7 @@ Args parse(int argc, char **argv) {
           for (const CaseShape &k : kCases)
             known |= k.name == c;
           if (!known)
-            usage("--case: unknown case '" + c + "' (A, B, C, Q, S, L or all)");
+            usage("--case: unknown case '" + c + "' (A, B, C, Q, S, L, W or all)");
           a.cases.push_back(c);
           if (comma == std::string::npos)
             break;
