@@ -64,6 +64,7 @@ namespace lcejit::runtime {
   X(streamSynchronize, cuStreamSynchronize, 2000)                              \
   X(eventCreate, cuEventCreate, 2000)                                          \
   X(eventRecord, cuEventRecord, 2000)                                          \
+  X(streamWaitEvent, cuStreamWaitEvent, 3020)                                  \
   X(eventSynchronize, cuEventSynchronize, 2000)                                \
   X(eventElapsedTime, cuEventElapsedTime, 2000)                                \
   X(eventDestroy, cuEventDestroy, 4000)                                        \

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include <map>
+#include <mutex>
 
 namespace lcejit {
 
@@ -74,12 +75,28 @@ struct LinearCrossEntropy::Impl {
   float *hostLoss = nullptr;    ///< pinned f32
   bool errorPending = false;
   int64_t lastN = 0;
+  /// [Note: one op, many threads and streams] Every call holds `mu` while it enqueues
+  /// (forwardBackward for the whole call, readback included), makes its stream wait for
+  /// `lastDone` (recorded at the end of the previous call, on whatever stream that ran),
+  /// and records `lastDone` on its own stream when it is enqueued. So calls on different
+  /// streams run one after the other on the device and never share the workspace, the
+  /// loss scratch or the error word at the same time; memory is freed only after
+  /// `lastDone` has completed.
+  std::mutex mu;
+  CUevent lastDone = nullptr;
+  bool anyCall = false;
 
   ~Impl() {
     if (!deviceReady)
       return;
     const runtime::CudaDriver &d = runtime::cudaDriver();
-    // Best effort: errors while tearing down are not reported.
+    // Best effort: errors while tearing down are not reported. Work still queued may
+    // use the memory below: wait for the last call first.
+    if (lastDone) {
+      if (anyCall)
+        d.eventSynchronize(lastDone);
+      d.eventDestroy(lastDone);
+    }
     if (workspace)
       d.memFree(workspace);
     if (lossScratch)
@@ -95,12 +112,29 @@ struct LinearCrossEntropy::Impl {
       return;
     target = ops::LceJit::deviceTarget(); // ensures the context; rejects old GPUs
     const runtime::CudaDriver &d = runtime::cudaDriver();
-    void *p = nullptr;
-    LCEJIT_CU(d.memAllocHost(&p, 2 * sizeof(int64_t)));
-    hostError = static_cast<int64_t *>(p);
-    LCEJIT_CU(d.memAllocHost(&p, sizeof(float)));
-    hostLoss = static_cast<float *>(p);
-    LCEJIT_CU(d.memAlloc(&lossScratch, 256));
+    // All or nothing: whatever was allocated is freed again if a later step fails, so a
+    // failed first call leaks nothing and the next call starts over.
+    void *err = nullptr, *loss = nullptr;
+    CUdeviceptr scratch = 0;
+    CUevent done = nullptr;
+    try {
+      LCEJIT_CU(d.memAllocHost(&err, 2 * sizeof(int64_t)));
+      LCEJIT_CU(d.memAllocHost(&loss, sizeof(float)));
+      LCEJIT_CU(d.memAlloc(&scratch, 256));
+      LCEJIT_CU(d.eventCreate(&done, CU_EVENT_DISABLE_TIMING));
+    } catch (...) {
+      if (err)
+        d.memFreeHost(err);
+      if (loss)
+        d.memFreeHost(loss);
+      if (scratch)
+        d.memFree(scratch);
+      throw;
+    }
+    hostError = static_cast<int64_t *>(err);
+    hostLoss = static_cast<float *>(loss);
+    lossScratch = scratch;
+    lastDone = done;
     deviceReady = true;
   }
 
@@ -123,13 +157,21 @@ struct LinearCrossEntropy::Impl {
     return *loaded.emplace(&cp, std::move(lp)).first->second;
   }
 
+  /// Marks the end of a call on `stream` ([Note: one op, many threads and streams]).
+  void recordDone(CUstream stream) {
+    LCEJIT_CU(runtime::cudaDriver().eventRecord(lastDone, stream));
+    anyCall = true;
+  }
+
   void ensureWorkspace(int64_t bytes, CUstream stream) {
     if (bytes <= workspaceBytes)
       return;
     const runtime::CudaDriver &d = runtime::cudaDriver();
     if (workspace) {
-      // The old buffer may still be in use by work on the stream.
-      LCEJIT_CU(d.streamSynchronize(stream));
+      // The old buffer may still be in use by the previous call, on any stream.
+      (void)stream;
+      if (anyCall)
+        LCEJIT_CU(d.eventSynchronize(lastDone));
       LCEJIT_CU(d.memFree(workspace));
       workspace = 0;
       workspaceBytes = 0;
@@ -218,11 +260,12 @@ void LinearCrossEntropy::setWorkspace(void *data, int64_t bytes) {
   impl_->userWorkspaceBytes = bytes;
 }
 
-void LinearCrossEntropy::enqueue(const TensorRef &hidden, const TensorRef &weight,
-                                 const TensorRef &targets, const MutableTensorRef &loss,
-                                 const MutableTensorRef &gradHidden,
-                                 const MutableTensorRef &gradWeight, void *stream) {
-  const LinearCrossEntropyOptions &o = options();
+namespace {
+
+void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions &o,
+                   const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
+                   const MutableTensorRef &loss, const MutableTensorRef &gradHidden,
+                   const MutableTensorRef &gradWeight, void *stream) {
   LCEJIT_CHECK_ARG(hidden.shape.size() == 2, "hidden.shape is {}, expected [N, {}]",
                    shapeStr(hidden.shape), o.hidden);
   int64_t n = hidden.shape[0];
@@ -241,12 +284,14 @@ void LinearCrossEntropy::enqueue(const TensorRef &hidden, const TensorRef &weigh
   checkTensor("gradHidden", gradHidden, o.dtype, {n, o.hidden}, 16, empty);
   checkTensor("gradWeight", gradWeight, o.gradWeightDType, {o.vocab, o.hidden}, 16, false);
 
-  Impl &im = *impl_;
   im.ensureDevice();
   auto cu = [](const void *p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); };
   ops::ProgramLookup l = im.jit->lookup(n, im.target);
   LoadedProgram &lp = im.load(*l.compiled);
   CUstream s = static_cast<CUstream>(stream);
+  // [Note: one op, many threads and streams]: after the previous call, on any stream.
+  if (im.anyCall)
+    LCEJIT_CU(runtime::cudaDriver().streamWaitEvent(s, im.lastDone, 0));
   runtime::ProgramBuffers buffers;
   const int64_t need = runtime::workspaceBytes(l.compiled->program, n);
   if (im.userWorkspace) {
@@ -270,29 +315,53 @@ void LinearCrossEntropy::enqueue(const TensorRef &hidden, const TensorRef &weigh
   im.lastN = n;
 }
 
-void LinearCrossEntropy::checkDeviceErrors() {
-  Impl &im = *impl_;
+void checkDeviceErrorsLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions &o) {
   if (!im.errorPending)
     return;
   im.errorPending = false;
   if (im.hostError[0] == 0)
     return;
-  ops::throwBadTarget(options(), im.hostError[0] - 1, im.hostError[1]);
+  ops::throwBadTarget(o, im.hostError[0] - 1, im.hostError[1]);
 }
+
+} // namespace
+
+void LinearCrossEntropy::enqueue(const TensorRef &hidden, const TensorRef &weight,
+                                 const TensorRef &targets, const MutableTensorRef &loss,
+                                 const MutableTensorRef &gradHidden,
+                                 const MutableTensorRef &gradWeight, void *stream) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  enqueueLocked(*impl_, options(), hidden, weight, targets, loss, gradHidden, gradWeight,
+                stream);
+  impl_->recordDone(static_cast<CUstream>(stream));
+}
+
+
+
+void LinearCrossEntropy::checkDeviceErrors() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  checkDeviceErrorsLocked(*impl_, options());
+}
+
 
 float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorRef &weight,
                                           const TensorRef &targets,
                                           const MutableTensorRef &gradHidden,
                                           const MutableTensorRef &gradWeight, void *stream) {
+  // The whole call under the op's lock: the loss scratch, the pinned loss and error
+  // words belong to this call until it returns.
+  std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->ensureDevice();
   MutableTensorRef loss{reinterpret_cast<void *>(static_cast<uintptr_t>(impl_->lossScratch)),
                         DType::F32, {}, {}};
-  enqueue(hidden, weight, targets, loss, gradHidden, gradWeight, stream);
+  enqueueLocked(*impl_, options(), hidden, weight, targets, loss, gradHidden, gradWeight,
+                stream);
   const runtime::CudaDriver &d = runtime::cudaDriver();
   CUstream s = static_cast<CUstream>(stream);
   LCEJIT_CU(d.memcpyDtoHAsync(impl_->hostLoss, impl_->lossScratch, sizeof(float), s));
+  impl_->recordDone(s);
   LCEJIT_CU(d.streamSynchronize(s));
-  checkDeviceErrors();
+  checkDeviceErrorsLocked(*impl_, options());
   return *impl_->hostLoss;
 }
 

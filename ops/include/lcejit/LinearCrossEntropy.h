@@ -103,6 +103,14 @@ public:
 
   /// Asynchronous form: the loss (f32 [1] or rank 0) is written in device memory; call
   /// checkDeviceErrors() after synchronizing the stream to surface bad targets.
+  ///
+  /// Threads and streams: one op may be called from several threads and on several
+  /// streams at once. Calls are ordered: each holds the op's lock while it enqueues
+  /// (forwardBackward for the whole call) and its stream first waits for the previous
+  /// call's work, on whatever stream that ran, so calls never share the op's workspace
+  /// at the same time and every result is that of its own inputs. Calls of one op do
+  /// not overlap on the device; use one op per stream for concurrency. The op stays on
+  /// the device of its first call. checkDeviceErrors() reports the most recent enqueue.
   void enqueue(const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
                const MutableTensorRef &loss, const MutableTensorRef &gradHidden,
                const MutableTensorRef &gradWeight, void *stream = nullptr);
