@@ -42,8 +42,10 @@ std::unique_ptr<Graph> buildLceGraph(const LceSpec &s) {
       loss = total;
     }
   }
-  std::vector<Tensor> grads = g->grad(loss, {H, W});
   g->output("loss", loss);
+  if (!s.gradients)
+    return g;
+  std::vector<Tensor> grads = g->grad(loss, {H, W});
   g->output("dH", grads[0]);
   g->output("dW", grads[1]);
   return g;

@@ -18,6 +18,8 @@ struct LceSpec {
   std::optional<double> softcap;     ///< logits -> c·tanh(z / c)
   std::optional<int64_t> ignoreIndex;///< rows whose target equals it are left out
   LceReduction reduction = LceReduction::Mean;
+  /// false: the loss only (evaluation): no gradient outputs, 2·N·D·V of tensor work.
+  bool gradients = true;
 };
 
 /// loss = reduce_i(lse_i − z_{i, y_i}) over rows whose target is not ignore_index, with

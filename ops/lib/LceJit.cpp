@@ -63,9 +63,12 @@ fe::LceSpec lceSpecOf(const LinearCrossEntropyOptions &o) {
   return s;
 }
 
-LceJit::LceJit(const LinearCrossEntropyOptions &options, pipeline::TraceSink trace)
-    : options_(validateOptions(options)), trace_(std::move(trace)) {
-  graph_ = fe::buildLceGraph(lceSpecOf(options_));
+LceJit::LceJit(const LinearCrossEntropyOptions &options, pipeline::TraceSink trace,
+               bool forwardOnly)
+    : options_(validateOptions(options)), forwardOnly_(forwardOnly), trace_(std::move(trace)) {
+  fe::LceSpec spec = lceSpecOf(options_);
+  spec.gradients = !forwardOnly;
+  graph_ = fe::buildLceGraph(spec);
   fused_ = pipeline::compileGraph(*graph_, trace_);
 }
 
@@ -82,7 +85,10 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.mainloop = mainloop == "mma"     ? plan::Mainloop::MmaSync
                : mainloop == "wgmma" ? plan::Mainloop::Wgmma
                                      : plan::Mainloop::Auto;
-  p.outputTypes = {DType::F32, options_.dtype, options_.gradWeightDType};
+  if (forwardOnly_)
+    p.outputTypes = {DType::F32};
+  else
+    p.outputTypes = {DType::F32, options_.dtype, options_.gradWeightDType};
   plan::InputCheck check;
   check.input = 2; // y
   check.lo = 0;

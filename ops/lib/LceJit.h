@@ -60,7 +60,11 @@ class LceJit {
 public:
   /// Validates options (Error(InvalidArgument) naming the option), builds the graph and
   /// runs the pass pipeline; `trace` sees every stage (dumps).
-  explicit LceJit(const LinearCrossEntropyOptions &options, pipeline::TraceSink trace = {});
+  explicit LceJit(const LinearCrossEntropyOptions &options, pipeline::TraceSink trace = {},
+                  bool forwardOnly = false);
+
+  /// The loss only (LinearCrossEntropy::forward): no gradient outputs.
+  bool forwardOnly() const { return forwardOnly_; }
 
   const LinearCrossEntropyOptions &options() const { return options_; }
   const fe::Graph &graph() const { return *graph_; }
@@ -88,6 +92,7 @@ public:
 
 private:
   LinearCrossEntropyOptions options_;
+  bool forwardOnly_ = false;
   pipeline::TraceSink trace_;
   std::unique_ptr<fe::Graph> graph_;
   std::unique_ptr<pipeline::FusedGraph> fused_;

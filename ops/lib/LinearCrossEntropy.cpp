@@ -62,6 +62,16 @@ struct LoadedProgram {
 
 struct LinearCrossEntropy::Impl {
   std::unique_ptr<ops::LceJit> jit;
+  std::unique_ptr<ops::LceJit> forwardJit; ///< forward(): the loss-only graph, made on first use
+
+  ops::LceJit &jitFor(bool gradients) {
+    if (gradients)
+      return *jit;
+    if (!forwardJit)
+      forwardJit = std::make_unique<ops::LceJit>(jit->options(), ops::dumpSinkFromKnobs("lce-fwd"),
+                                                 /*forwardOnly=*/true);
+    return *forwardJit;
+  }
   // Device state, created on the first GPU call.
   bool deviceReady = false;
   plan::Target target;
@@ -262,10 +272,11 @@ void LinearCrossEntropy::setWorkspace(void *data, int64_t bytes) {
 
 namespace {
 
+/// `gradients` false: forward() (gradHidden and gradWeight are not used).
 void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions &o,
                    const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
                    const MutableTensorRef &loss, const MutableTensorRef &gradHidden,
-                   const MutableTensorRef &gradWeight, void *stream) {
+                   const MutableTensorRef &gradWeight, void *stream, bool gradients = true) {
   LCEJIT_CHECK_ARG(hidden.shape.size() == 2, "hidden.shape is {}, expected [N, {}]",
                    shapeStr(hidden.shape), o.hidden);
   int64_t n = hidden.shape[0];
@@ -281,12 +292,14 @@ void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions
     checkTensor("loss", loss, DType::F32, {}, 4, false);
   else
     checkTensor("loss", loss, DType::F32, {1}, 4, false);
-  checkTensor("gradHidden", gradHidden, o.dtype, {n, o.hidden}, 16, empty);
-  checkTensor("gradWeight", gradWeight, o.gradWeightDType, {o.vocab, o.hidden}, 16, false);
+  if (gradients) {
+    checkTensor("gradHidden", gradHidden, o.dtype, {n, o.hidden}, 16, empty);
+    checkTensor("gradWeight", gradWeight, o.gradWeightDType, {o.vocab, o.hidden}, 16, false);
+  }
 
   im.ensureDevice();
   auto cu = [](const void *p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); };
-  ops::ProgramLookup l = im.jit->lookup(n, im.target);
+  ops::ProgramLookup l = im.jitFor(gradients).lookup(n, im.target);
   LoadedProgram &lp = im.load(*l.compiled);
   CUstream s = static_cast<CUstream>(stream);
   // [Note: one op, many threads and streams]: after the previous call, on any stream.
@@ -307,7 +320,10 @@ void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions
     buffers.workspaceBytes = im.workspaceBytes;
   }
   buffers.inputs = {cu(hidden.data), cu(weight.data), cu(targets.data)};
-  buffers.outputs = {cu(loss.data), cu(gradHidden.data), cu(gradWeight.data)};
+  if (gradients)
+    buffers.outputs = {cu(loss.data), cu(gradHidden.data), cu(gradWeight.data)};
+  else
+    buffers.outputs = {cu(loss.data)};
   lp.executor->run(buffers, n, s);
   im.hostError[0] = im.hostError[1] = 0;
   lp.executor->enqueueErrorReadback(buffers, n, s, im.hostError);
@@ -363,6 +379,32 @@ float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorR
   LCEJIT_CU(d.streamSynchronize(s));
   checkDeviceErrorsLocked(*impl_, options());
   return *impl_->hostLoss;
+}
+
+float LinearCrossEntropy::forward(const TensorRef &hidden, const TensorRef &weight,
+                                  const TensorRef &targets, void *stream) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->ensureDevice();
+  MutableTensorRef loss{reinterpret_cast<void *>(static_cast<uintptr_t>(impl_->lossScratch)),
+                        DType::F32, {}, {}};
+  enqueueLocked(*impl_, options(), hidden, weight, targets, loss, {}, {}, stream,
+                /*gradients=*/false);
+  const runtime::CudaDriver &d = runtime::cudaDriver();
+  CUstream s = static_cast<CUstream>(stream);
+  LCEJIT_CU(d.memcpyDtoHAsync(impl_->hostLoss, impl_->lossScratch, sizeof(float), s));
+  impl_->recordDone(s);
+  LCEJIT_CU(d.streamSynchronize(s));
+  checkDeviceErrorsLocked(*impl_, options());
+  return *impl_->hostLoss;
+}
+
+void LinearCrossEntropy::enqueueForward(const TensorRef &hidden, const TensorRef &weight,
+                                        const TensorRef &targets, const MutableTensorRef &loss,
+                                        void *stream) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  enqueueLocked(*impl_, options(), hidden, weight, targets, loss, {}, {}, stream,
+                /*gradients=*/false);
+  impl_->recordDone(static_cast<CUstream>(stream));
 }
 
 ReferenceResult LinearCrossEntropy::runReference(const std::vector<double> &hidden,

@@ -240,6 +240,51 @@ LinearCrossEntropyOptions smallOptions() {
   return o;
 }
 
+/// forward(): the loss only (one GEMM's work) matches the fp64 reference like the full
+/// call's loss does, and equals it; enqueueForward writes the same loss to device memory.
+/// On the wgmma path (V a multiple of 8) and the mma.sync one (V = 32003).
+TEST(LceGpuForward, LossMatchesTheReferenceAndForwardBackward) {
+  struct Shape {
+    int64_t n, d, v;
+    std::optional<double> softcap;
+  };
+  for (const Shape &sh : {Shape{4097, 4096, 128256, 30.0}, Shape{1000, 256, 32003, {}},
+                          Shape{7, 64, 1000, {}}}) {
+    SCOPED_TRACE(fmt::format("N={} D={} V={}", sh.n, sh.d, sh.v));
+    LinearCrossEntropyOptions o;
+    o.hidden = sh.d;
+    o.vocab = sh.v;
+    o.dtype = DType::BF16;
+    o.softcap = sh.softcap;
+    o.ignoreIndex = -100;
+    LinearCrossEntropy op(o);
+    RefKernels &k = RefKernels::get();
+    const int64_t n = sh.n;
+    DeviceBuffer h(n * o.hidden * 2), w(o.vocab * o.hidden * 2), y(n * 8),
+        dH(n * o.hidden * 2), dW(o.vocab * o.hidden * 4), lossDev(256);
+    k.fillRandom(h, o.dtype, n * o.hidden, 61, 2.0 / std::pow(double(o.hidden), 0.25));
+    k.fillRandom(w, o.dtype, o.vocab * o.hidden, 62, 2.0 / std::pow(double(o.hidden), 0.25));
+    k.fillTargets(y, DType::I64, n, 63, o.vocab, -100, 7);
+    TensorRef H{h.data(), o.dtype, {n, o.hidden}, {}};
+    TensorRef W{w.data(), o.dtype, {o.vocab, o.hidden}, {}};
+    TensorRef Y{y.data(), DType::I64, {n}, {}};
+    const float lossF = op.forward(H, W, Y);
+    lossDev.poison();
+    op.enqueueForward(H, W, Y, MutableTensorRef{lossDev.data(), DType::F32, {}, {}});
+    LCEJIT_CU(runtime::cudaDriver().ctxSynchronize());
+    op.checkDeviceErrors();
+    const float lossE = lossDev.download<float>()[0];
+    const float lossFB = op.forwardBackward(
+        H, W, Y, MutableTensorRef{dH.data(), o.dtype, {n, o.hidden}, {}},
+        MutableTensorRef{dW.data(), DType::F32, {o.vocab, o.hidden}, {}});
+    GpuReference ref = gpuReference(o, h, w, y, n);
+    EXPECT_LE(std::abs(lossF - ref.loss), kLossTolerance * std::abs(ref.loss))
+        << "forward " << lossF << " vs fp64 " << ref.loss;
+    EXPECT_NEAR(lossE, lossF, 1e-6 * std::abs(lossF)) << "enqueueForward and forward";
+    EXPECT_NEAR(lossF, lossFB, 1e-6 * std::abs(lossFB)) << "forward and forwardBackward";
+  }
+}
+
 TEST(LceGpuEdge, EmptyBatchGivesZeroLossAndZeroGradients) {
   LinearCrossEntropyOptions o = smallOptions();
   LinearCrossEntropy op(o);

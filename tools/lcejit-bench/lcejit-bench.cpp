@@ -4,6 +4,8 @@
 //                [--case A,B,C,Q,S,L,W | all] [--precision fast|exact] [--budget-mb M]
 //                [--json FILE] [--series]
 //
+// --forward: forward() (the loss only, 2·N·D·V) against the one cuBLAS GEMM Z = H·Wᵀ.
+//
 // --series: the 20-N series of issue 5 (20 random N in [4096, 33768], seed 2026, D = 4096,
 // V = 128256): each N once through the op (synchronous, host-timed, compiles included)
 // and the three cuBLAS GEMMs; prints the totals and the NVRTC compiles. Run it twice
@@ -115,6 +117,7 @@ struct Args {
   std::string json;     ///< write the results as JSON here
   bool series = false;
   bool gemmOnly = false;
+  bool forward = false; ///< --forward: the loss only (forward()) against the one cuBLAS GEMM Z
   std::vector<std::array<int, 3>> gemmConfigs{{256, 4, 8}}; ///< --gemm-config BN,STAGES,GROUP/...
 };
 
@@ -144,7 +147,7 @@ struct Result {
   std::cerr << "lcejit-bench: " << msg
             << "\nusage: lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]\n"
                "                    [--case A,B,C,Q,S,L,W|all] [--precision fast|exact] [--budget-mb M]\n"
-               "                    [--json FILE] [--series] [--gemm-only [--gemm-config BN,STAGES,GROUP/...]]\n";
+               "                    [--json FILE] [--series] [--forward] [--gemm-only [--gemm-config BN,STAGES,GROUP/...]]\n";
   std::exit(2);
 }
 
@@ -158,6 +161,10 @@ Args parse(int argc, char **argv) {
     }
     if (f == "--gemm-only") {
       a.gemmOnly = true;
+      continue;
+    }
+    if (f == "--forward") {
+      a.forward = true;
       continue;
     }
     if (i + 1 >= argc)
@@ -368,6 +375,22 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *b
   r.workspace = op.workspaceBytes(N);
   r.schedule = op.scheduleSummary(N);
   CUstream s = nullptr;
+  if (a.forward) {
+    r.workspace = 0; // workspaceBytes() is that of forwardBackward; not reported here
+    r.schedule = "forward only";
+    r.opMs = medianMs(a.iters, s, [&] {
+      op.enqueueForward({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
+                        {y.data(), DType::I64, {N}, {}}, {loss.data(), DType::F32, {}, {}}, s);
+    });
+    op.checkDeviceErrors();
+    if (blas) {
+      Mem z(size_t(N * V) * 2);
+      r.blasMs = medianMs(a.iters, s, [&] {
+        blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
+      });
+    }
+    return r;
+  }
   r.opMs = medianMs(a.iters, s, [&] {
     op.enqueue({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
                {y.data(), DType::I64, {N}, {}}, {loss.data(), DType::F32, {}, {}},
@@ -620,7 +643,7 @@ int main(int argc, char **argv) {
                "workspace MiB |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::string json = "[";
     for (const Result &r : results) {
-      double flops = 6.0 * double(r.n) * double(r.d) * double(r.v);
+      double flops = (a.forward ? 2.0 : 6.0) * double(r.n) * double(r.d) * double(r.v);
       double ratio = r.blasMs > 0 ? r.opMs / r.blasMs : 0.0;
       fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {:.0f} | {:.1f} | {:.0f} | {:.2f} | {:.0f} |\n",
                  r.name, r.n, r.d, r.v, r.softcap ? fmt::format("{}", *r.softcap) : "-", r.opMs,

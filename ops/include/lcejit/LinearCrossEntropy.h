@@ -114,6 +114,16 @@ public:
   void enqueue(const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
                const MutableTensorRef &loss, const MutableTensorRef &gradHidden,
                const MutableTensorRef &gradWeight, void *stream = nullptr);
+  /// The loss only, for evaluation: one GEMM's work (2·N·D·V) and no gradient buffers;
+  /// synchronizes `stream` and returns the loss. Same checks, errors and thread rules as
+  /// forwardBackward. Its kernels are compiled on the first call (a separate Program).
+  float forward(const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
+                void *stream = nullptr);
+  /// Asynchronous form of forward(): the loss (f32 [1] or rank 0) in device memory.
+  void enqueueForward(const TensorRef &hidden, const TensorRef &weight,
+                      const TensorRef &targets, const MutableTensorRef &loss,
+                      void *stream = nullptr);
+
   /// Throws Error(DeviceCheck) if the last enqueue() found a bad target (call after the
   /// stream has reached that point).
   void checkDeviceErrors();

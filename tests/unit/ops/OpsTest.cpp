@@ -123,6 +123,48 @@ TEST(OpsWorkspace, QueryScheduleAndInspectWithoutAGpu) {
   expectError([&] { op.inspect(-1, "plan"); }, ErrorKind::InvalidArgument, {"N", "-1"});
 }
 
+/// forward(): the loss-only graph plans one GEMM (2·N·D·V), no gradient kernels and one
+/// output, keys apart from the full Program, and its fp64 interpretation gives the same
+/// loss as the full Program's.
+TEST(OpsForward, LossOnlyProgramHasOneGemmAndTheSameLoss) {
+  LinearCrossEntropyOptions o;
+  o.hidden = 24;
+  o.vocab = 257;
+  o.softcap = 30.0;
+  o.ignoreIndex = -100;
+  ops::LceJit full(o), fwd(o, {}, /*forwardOnly=*/true);
+  const int64_t n = 37;
+  const plan::Program &pf = fwd.lookup(n, ops::LceJit::defaultTarget(), false).compiled->program;
+  const plan::Program &pa = full.lookup(n, ops::LceJit::defaultTarget(), false).compiled->program;
+  EXPECT_NE(fwd.cacheKey(n, ops::LceJit::defaultTarget()),
+            full.cacheKey(n, ops::LceJit::defaultTarget()));
+  ASSERT_EQ(pf.outputs.size(), 1u);
+  EXPECT_EQ(pf.outputs[0].name, pa.outputs[0].name);
+  int gemms = 0;
+  for (const plan::Kernel &k : pf.kernels) {
+    EXPECT_NE(k.kind(), plan::KernelKind::GemmDz) << k.name;
+    EXPECT_NE(k.kind(), plan::KernelKind::GemmDLhs) << k.name;
+    EXPECT_NE(k.kind(), plan::KernelKind::GemmDRhs) << k.name;
+    gemms += k.kind() == plan::KernelKind::GemmReduce;
+  }
+  EXPECT_EQ(gemms, 1);
+  EXPECT_FALSE(pf.hasChunkLoop());
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<double> h(n * o.hidden), w(o.vocab * o.hidden);
+  for (double &x : h)
+    x = nd(rng);
+  for (double &x : w)
+    x = nd(rng);
+  std::vector<int64_t> y(n);
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = i % 5 == 0 ? -100 : (i * 31) % o.vocab;
+  ReferenceResult a = ops::runProgramReference(full, h, w, y);
+  ReferenceResult f = ops::runProgramReference(fwd, h, w, y);
+  EXPECT_NEAR(f.loss, a.loss, 1e-12 * std::abs(a.loss));
+  EXPECT_TRUE(f.gradHidden.empty());
+}
+
 TEST(OpsWorkspace, SetWorkspaceChecksItsArguments) {
   LinearCrossEntropy op(base());
   expectError([&] { op.setWorkspace(nullptr, 5); }, ErrorKind::InvalidArgument,
