@@ -60,6 +60,14 @@ int main(void) {
   EXPECT(lcejit_forward_backward(op, &t, &t, &t, &t, &t, NULL, &loss) ==
          LCEJIT_ERROR_INVALID_ARGUMENT);
   EXPECT(strstr(lcejit_last_error_message(), "hidden.rank = 3") != NULL);
+  /* The loss-only calls check their arguments the same way. */
+  t.rank = 2;
+  EXPECT(lcejit_forward(op, &t, NULL, &t, NULL, &loss) == LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "weight is NULL") != NULL);
+  EXPECT(lcejit_forward(op, &t, &t, &t, NULL, NULL) == LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "loss") != NULL);
+  EXPECT(lcejit_enqueue_forward(op, &t, &t, &t, NULL, NULL) == LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "loss is NULL") != NULL);
   EXPECT(lcejit_set_workspace(op, (void *)16, 100) == LCEJIT_ERROR_INVALID_ARGUMENT);
   EXPECT(strstr(lcejit_last_error_message(), "256-byte aligned") != NULL);
   EXPECT(lcejit_set_workspace(NULL, NULL, 0) == LCEJIT_ERROR_INVALID_ARGUMENT);

@@ -181,6 +181,30 @@ lcejit_status lcejit_enqueue(lcejit_op *op, const lcejit_tensor *hidden,
   });
 }
 
+lcejit_status lcejit_forward(lcejit_op *op, const lcejit_tensor *hidden,
+                             const lcejit_tensor *weight, const lcejit_tensor *targets,
+                             void *stream, float *loss) {
+  return guarded([&] {
+    lcejit::LinearCrossEntropy &o = opOf(op);
+    lcejit::TensorRef h = in(hidden, "hidden"), w = in(weight, "weight"),
+                      y = in(targets, "targets");
+    need(loss, "loss");
+    *loss = o.forward(h, w, y, stream);
+  });
+}
+
+lcejit_status lcejit_enqueue_forward(lcejit_op *op, const lcejit_tensor *hidden,
+                                     const lcejit_tensor *weight, const lcejit_tensor *targets,
+                                     const lcejit_tensor *loss, void *stream) {
+  return guarded([&] {
+    lcejit::LinearCrossEntropy &o = opOf(op);
+    lcejit::TensorRef h = in(hidden, "hidden"), w = in(weight, "weight"),
+                      y = in(targets, "targets");
+    lcejit::MutableTensorRef l = out(loss, "loss");
+    o.enqueueForward(h, w, y, l, stream);
+  });
+}
+
 lcejit_status lcejit_check_device_errors(lcejit_op *op) {
   return guarded([&] { opOf(op).checkDeviceErrors(); });
 }

@@ -104,6 +104,14 @@ lcejit_status lcejit_enqueue(lcejit_op *op, const lcejit_tensor *hidden,
                              const lcejit_tensor *weight, const lcejit_tensor *targets,
                              const lcejit_tensor *loss, const lcejit_tensor *grad_hidden,
                              const lcejit_tensor *grad_weight, void *stream);
+/* The loss only (2*N*D*V of work, for evaluation): synchronizes `stream`, writes *loss. */
+lcejit_status lcejit_forward(lcejit_op *op, const lcejit_tensor *hidden,
+                             const lcejit_tensor *weight, const lcejit_tensor *targets,
+                             void *stream, float *loss);
+/* Asynchronous lcejit_forward: the loss to device memory (`loss`, f32, rank 0 or [1]). */
+lcejit_status lcejit_enqueue_forward(lcejit_op *op, const lcejit_tensor *hidden,
+                                     const lcejit_tensor *weight, const lcejit_tensor *targets,
+                                     const lcejit_tensor *loss, void *stream);
 /* After the stream reached an enqueue: LCEJIT_ERROR_DEVICE_CHECK for a bad target. */
 lcejit_status lcejit_check_device_errors(lcejit_op *op);
 /* Plans and compiles for N rows; *compiled (may be NULL) = 1 when NVRTC ran. */
