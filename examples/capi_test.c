@@ -68,6 +68,13 @@ int main(void) {
   EXPECT(strstr(lcejit_last_error_message(), "loss") != NULL);
   EXPECT(lcejit_enqueue_forward(op, &t, &t, &t, NULL, NULL) == LCEJIT_ERROR_INVALID_ARGUMENT);
   EXPECT(strstr(lcejit_last_error_message(), "loss is NULL") != NULL);
+  /* The scaled calls too. */
+  EXPECT(lcejit_forward_backward_scaled(op, &t, &t, &t, NULL, &t, NULL, 0.5f, NULL, &loss) ==
+         LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "grad_hidden is NULL") != NULL);
+  EXPECT(lcejit_enqueue_scaled(op, &t, &t, &t, &t, &t, NULL, NULL, 1.0f, NULL) ==
+         LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "grad_weight is NULL") != NULL);
   EXPECT(lcejit_set_workspace(op, (void *)16, 100) == LCEJIT_ERROR_INVALID_ARGUMENT);
   EXPECT(strstr(lcejit_last_error_message(), "256-byte aligned") != NULL);
   EXPECT(lcejit_set_workspace(NULL, NULL, 0) == LCEJIT_ERROR_INVALID_ARGUMENT);

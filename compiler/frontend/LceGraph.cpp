@@ -45,7 +45,10 @@ std::unique_ptr<Graph> buildLceGraph(const LceSpec &s) {
   g->output("loss", loss);
   if (!s.gradients)
     return g;
-  std::vector<Tensor> grads = g->grad(loss, {H, W});
+  Tensor root = loss;
+  if (s.gradScale)
+    root = loss * g->input("grad_scale", {}, DType::F32);
+  std::vector<Tensor> grads = g->grad(root, {H, W});
   g->output("dH", grads[0]);
   g->output("dW", grads[1]);
   return g;

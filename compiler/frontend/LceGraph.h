@@ -20,6 +20,10 @@ struct LceSpec {
   LceReduction reduction = LceReduction::Mean;
   /// false: the loss only (evaluation): no gradient outputs, 2·N·D·V of tensor work.
   bool gradients = true;
+  /// true: a rank-0 f32 input "grad_scale" multiplies the gradients (not the loss): the
+  /// gradients are those of grad_scale · loss, so the factor reaches the per-row gradient
+  /// scales and the dZ epilogue, with no extra pass.
+  bool gradScale = false;
 };
 
 /// loss = reduce_i(lse_i − z_{i, y_i}) over rows whose target is not ignore_index, with

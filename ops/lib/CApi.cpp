@@ -181,6 +181,39 @@ lcejit_status lcejit_enqueue(lcejit_op *op, const lcejit_tensor *hidden,
   });
 }
 
+lcejit_status lcejit_forward_backward_scaled(lcejit_op *op, const lcejit_tensor *hidden,
+                                             const lcejit_tensor *weight,
+                                             const lcejit_tensor *targets,
+                                             const lcejit_tensor *grad_hidden,
+                                             const lcejit_tensor *grad_weight, void *stream,
+                                             float scale, const float *device_scale,
+                                             float *loss) {
+  return guarded([&] {
+    lcejit::LinearCrossEntropy &o = opOf(op);
+    lcejit::TensorRef h = in(hidden, "hidden"), w = in(weight, "weight"),
+                      y = in(targets, "targets");
+    lcejit::MutableTensorRef dh = out(grad_hidden, "grad_hidden"),
+                             dw = out(grad_weight, "grad_weight");
+    need(loss, "loss");
+    *loss = o.forwardBackward(h, w, y, dh, dw, stream, lcejit::GradScale{scale, device_scale});
+  });
+}
+
+lcejit_status lcejit_enqueue_scaled(lcejit_op *op, const lcejit_tensor *hidden,
+                                    const lcejit_tensor *weight, const lcejit_tensor *targets,
+                                    const lcejit_tensor *loss, const lcejit_tensor *grad_hidden,
+                                    const lcejit_tensor *grad_weight, void *stream,
+                                    float scale, const float *device_scale) {
+  return guarded([&] {
+    lcejit::LinearCrossEntropy &o = opOf(op);
+    lcejit::TensorRef h = in(hidden, "hidden"), w = in(weight, "weight"),
+                      y = in(targets, "targets");
+    lcejit::MutableTensorRef l = out(loss, "loss"), dh = out(grad_hidden, "grad_hidden"),
+                             dw = out(grad_weight, "grad_weight");
+    o.enqueue(h, w, y, l, dh, dw, stream, lcejit::GradScale{scale, device_scale});
+  });
+}
+
 lcejit_status lcejit_forward(lcejit_op *op, const lcejit_tensor *hidden,
                              const lcejit_tensor *weight, const lcejit_tensor *targets,
                              void *stream, float *loss) {

@@ -64,10 +64,12 @@ fe::LceSpec lceSpecOf(const LinearCrossEntropyOptions &o) {
 }
 
 LceJit::LceJit(const LinearCrossEntropyOptions &options, pipeline::TraceSink trace,
-               bool forwardOnly)
-    : options_(validateOptions(options)), forwardOnly_(forwardOnly), trace_(std::move(trace)) {
+               bool forwardOnly, bool scaledGradients)
+    : options_(validateOptions(options)), forwardOnly_(forwardOnly),
+      scaledGradients_(scaledGradients && !forwardOnly), trace_(std::move(trace)) {
   fe::LceSpec spec = lceSpecOf(options_);
   spec.gradients = !forwardOnly;
+  spec.gradScale = scaledGradients_;
   graph_ = fe::buildLceGraph(spec);
   fused_ = pipeline::compileGraph(*graph_, trace_);
 }

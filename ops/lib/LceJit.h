@@ -60,8 +60,10 @@ class LceJit {
 public:
   /// Validates options (Error(InvalidArgument) naming the option), builds the graph and
   /// runs the pass pipeline; `trace` sees every stage (dumps).
+  /// `forwardOnly`: the loss only; `scaledGradients`: a 4th input, grad_scale (rank-0
+  /// f32 on the device), multiplies the gradients (fe::LceSpec::gradScale).
   explicit LceJit(const LinearCrossEntropyOptions &options, pipeline::TraceSink trace = {},
-                  bool forwardOnly = false);
+                  bool forwardOnly = false, bool scaledGradients = false);
 
   /// The loss only (LinearCrossEntropy::forward): no gradient outputs.
   bool forwardOnly() const { return forwardOnly_; }
@@ -93,6 +95,7 @@ public:
 private:
   LinearCrossEntropyOptions options_;
   bool forwardOnly_ = false;
+  bool scaledGradients_ = false;
   pipeline::TraceSink trace_;
   std::unique_ptr<fe::Graph> graph_;
   std::unique_ptr<pipeline::FusedGraph> fused_;

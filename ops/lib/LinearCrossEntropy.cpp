@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -63,14 +64,22 @@ struct LoadedProgram {
 struct LinearCrossEntropy::Impl {
   std::unique_ptr<ops::LceJit> jit;
   std::unique_ptr<ops::LceJit> forwardJit; ///< forward(): the loss-only graph, made on first use
+  std::unique_ptr<ops::LceJit> scaledJit;  ///< calls with a GradScale other than 1
 
-  ops::LceJit &jitFor(bool gradients) {
-    if (gradients)
+  ops::LceJit &jitFor(bool gradients, bool scaled) {
+    if (!gradients) {
+      if (!forwardJit)
+        forwardJit = std::make_unique<ops::LceJit>(
+            jit->options(), ops::dumpSinkFromKnobs("lce-fwd"), /*forwardOnly=*/true);
+      return *forwardJit;
+    }
+    if (!scaled)
       return *jit;
-    if (!forwardJit)
-      forwardJit = std::make_unique<ops::LceJit>(jit->options(), ops::dumpSinkFromKnobs("lce-fwd"),
-                                                 /*forwardOnly=*/true);
-    return *forwardJit;
+    if (!scaledJit)
+      scaledJit = std::make_unique<ops::LceJit>(jit->options(),
+                                                ops::dumpSinkFromKnobs("lce-scaled"),
+                                                /*forwardOnly=*/false, /*scaledGradients=*/true);
+    return *scaledJit;
   }
   // Device state, created on the first GPU call.
   bool deviceReady = false;
@@ -276,7 +285,8 @@ namespace {
 void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions &o,
                    const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
                    const MutableTensorRef &loss, const MutableTensorRef &gradHidden,
-                   const MutableTensorRef &gradWeight, void *stream, bool gradients = true) {
+                   const MutableTensorRef &gradWeight, void *stream, bool gradients = true,
+                   const GradScale &gradScale = {}) {
   LCEJIT_CHECK_ARG(hidden.shape.size() == 2, "hidden.shape is {}, expected [N, {}]",
                    shapeStr(hidden.shape), o.hidden);
   int64_t n = hidden.shape[0];
@@ -299,7 +309,11 @@ void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions
 
   im.ensureDevice();
   auto cu = [](const void *p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); };
-  ops::ProgramLookup l = im.jitFor(gradients).lookup(n, im.target);
+  const bool scaled = gradients && !gradScale.isOne();
+  if (scaled && gradScale.device)
+    LCEJIT_CHECK_ARG(reinterpret_cast<uintptr_t>(gradScale.device) % 4 == 0,
+                     "gradScale.device = {} is not 4-byte aligned", gradScale.device);
+  ops::ProgramLookup l = im.jitFor(gradients, scaled).lookup(n, im.target);
   LoadedProgram &lp = im.load(*l.compiled);
   CUstream s = static_cast<CUstream>(stream);
   // [Note: one op, many threads and streams]: after the previous call, on any stream.
@@ -320,6 +334,18 @@ void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions
     buffers.workspaceBytes = im.workspaceBytes;
   }
   buffers.inputs = {cu(hidden.data), cu(weight.data), cu(targets.data)};
+  if (scaled) {
+    CUdeviceptr scale = cu(gradScale.device);
+    if (!scale) {
+      // The value, as the f32 bit pattern, into the op's scalar (captured at enqueue time,
+      // so a later call cannot change it while this one waits on the stream).
+      uint32_t bits = 0;
+      std::memcpy(&bits, &gradScale.value, 4);
+      scale = im.lossScratch + 64;
+      LCEJIT_CU(runtime::cudaDriver().memsetD32Async(scale, bits, 1, s));
+    }
+    buffers.inputs.push_back(scale);
+  }
   if (gradients)
     buffers.outputs = {cu(loss.data), cu(gradHidden.data), cu(gradWeight.data)};
   else
@@ -345,10 +371,11 @@ void checkDeviceErrorsLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntr
 void LinearCrossEntropy::enqueue(const TensorRef &hidden, const TensorRef &weight,
                                  const TensorRef &targets, const MutableTensorRef &loss,
                                  const MutableTensorRef &gradHidden,
-                                 const MutableTensorRef &gradWeight, void *stream) {
+                                 const MutableTensorRef &gradWeight, void *stream,
+                                 const GradScale &gradScale) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   enqueueLocked(*impl_, options(), hidden, weight, targets, loss, gradHidden, gradWeight,
-                stream);
+                stream, /*gradients=*/true, gradScale);
   impl_->recordDone(static_cast<CUstream>(stream));
 }
 
@@ -363,7 +390,8 @@ void LinearCrossEntropy::checkDeviceErrors() {
 float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorRef &weight,
                                           const TensorRef &targets,
                                           const MutableTensorRef &gradHidden,
-                                          const MutableTensorRef &gradWeight, void *stream) {
+                                          const MutableTensorRef &gradWeight, void *stream,
+                                          const GradScale &gradScale) {
   // The whole call under the op's lock: the loss scratch, the pinned loss and error
   // words belong to this call until it returns.
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -371,7 +399,7 @@ float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorR
   MutableTensorRef loss{reinterpret_cast<void *>(static_cast<uintptr_t>(impl_->lossScratch)),
                         DType::F32, {}, {}};
   enqueueLocked(*impl_, options(), hidden, weight, targets, loss, gradHidden, gradWeight,
-                stream);
+                stream, /*gradients=*/true, gradScale);
   const runtime::CudaDriver &d = runtime::cudaDriver();
   CUstream s = static_cast<CUstream>(stream);
   LCEJIT_CU(d.memcpyDtoHAsync(impl_->hostLoss, impl_->lossScratch, sizeof(float), s));

@@ -55,12 +55,17 @@ ReferenceResult runGraphReference(const LinearCrossEntropyOptions &options,
 
 ReferenceResult runProgramReference(LceJit &jit, const std::vector<double> &hidden,
                                     const std::vector<double> &weight,
-                                    const std::vector<int64_t> &targets) {
+                                    const std::vector<int64_t> &targets, double gradScale) {
   const LinearCrossEntropyOptions &o = jit.options();
   const int64_t n = static_cast<int64_t>(targets.size());
   ProgramLookup l = jit.lookup(n, LceJit::defaultTarget(), /*compile=*/false);
-  ref::ProgramRunResult run =
-      ref::interpretProgram(l.compiled->program, makeInputs(o, hidden, weight, targets), n);
+  std::vector<ref::RefTensor> inputs = makeInputs(o, hidden, weight, targets);
+  if (l.compiled->program.inputs.size() == 4) { // grad_scale (LceJit scaledGradients)
+    ref::RefTensor s({}, DType::F32);
+    s.data = {gradScale};
+    inputs.push_back(s);
+  }
+  ref::ProgramRunResult run = ref::interpretProgram(l.compiled->program, inputs, n);
   if (run.badRow != 0)
     throwBadTarget(o, run.badRow - 1, run.badValue);
   return toResult(run.outputs);

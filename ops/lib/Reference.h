@@ -24,8 +24,10 @@ ReferenceResult runGraphReference(const LinearCrossEntropyOptions &options,
                                   const std::vector<int64_t> &targets);
 
 /// Throws Error(DeviceCheck) for a bad target, like the GPU path.
+/// `gradScale` feeds the grad_scale input of a scaled-gradients Program (ignored otherwise).
 ReferenceResult runProgramReference(LceJit &jit, const std::vector<double> &hidden,
                                     const std::vector<double> &weight,
-                                    const std::vector<int64_t> &targets);
+                                    const std::vector<int64_t> &targets,
+                                    double gradScale = 1.0);
 
 } // namespace lcejit::ops

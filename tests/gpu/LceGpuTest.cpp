@@ -285,6 +285,69 @@ TEST(LceGpuForward, LossMatchesTheReferenceAndForwardBackward) {
   }
 }
 
+/// GradScale (issue 7): a host value or a device pointer multiplies dH and dW, not the
+/// loss. Scales that are powers of two are exact in floating point, so the scaled
+/// gradients must equal the unscaled ones times the scale bit for bit; 0.37 within bf16
+/// rounding. On the wgmma path (V a multiple of 8) and the mma.sync one.
+TEST(LceGpuGradScale, HostAndDeviceScalesMultiplyTheGradientsOnly) {
+  for (int64_t vocab : {int64_t(32768), int64_t(32003)}) {
+    SCOPED_TRACE(fmt::format("V = {}", vocab));
+    LinearCrossEntropyOptions o;
+    o.hidden = 256;
+    o.vocab = vocab;
+    o.dtype = DType::BF16;
+    o.softcap = 30.0;
+    o.ignoreIndex = -100;
+    LinearCrossEntropy op(o);
+    RefKernels &k = RefKernels::get();
+    const int64_t n = 1500;
+    DeviceBuffer h(n * o.hidden * 2), w(o.vocab * o.hidden * 2), y(n * 8), dH(n * o.hidden * 2),
+        dW(o.vocab * o.hidden * 4), scaleDev(256);
+    k.fillRandom(h, o.dtype, n * o.hidden, 71, 0.5);
+    k.fillRandom(w, o.dtype, o.vocab * o.hidden, 72, 0.5);
+    k.fillTargets(y, DType::I64, n, 73, o.vocab, -100, 9);
+    TensorRef H{h.data(), o.dtype, {n, o.hidden}, {}};
+    TensorRef W{w.data(), o.dtype, {o.vocab, o.hidden}, {}};
+    TensorRef Y{y.data(), DType::I64, {n}, {}};
+    MutableTensorRef DH{dH.data(), o.dtype, {n, o.hidden}, {}};
+    MutableTensorRef DW{dW.data(), DType::F32, {o.vocab, o.hidden}, {}};
+    auto run = [&](const GradScale &g, float *loss) {
+      dH.poison();
+      dW.poison();
+      *loss = op.forwardBackward(H, W, Y, DH, DW, nullptr, g);
+      return std::make_pair(dH.download<uint16_t>(), dW.download<float>());
+    };
+    float l0 = 0, l1 = 0, l2 = 0, l3 = 0;
+    auto base = run(GradScale{}, &l0);
+    auto quarter = run(GradScale{0.25f, nullptr}, &l1);
+    const float minusHalf = -0.5f;
+    LCEJIT_CU(runtime::cudaDriver().memcpyHtoD(scaleDev.ptr(), &minusHalf, 4));
+    auto dev = run(GradScale{123.0f, scaleDev.data()}, &l2); // the pointer wins
+    auto odd = run(GradScale{0.37f, nullptr}, &l3);
+    for (float l : {l1, l2, l3})
+      EXPECT_NEAR(l, l0, 1e-6 * std::abs(l0)) << "the loss is not scaled";
+    auto bf16 = [](uint16_t v) { return bf16ToF32(v); };
+    size_t badQ = 0, badD = 0;
+    for (size_t i = 0; i < base.first.size(); ++i) {
+      badQ += bf16(quarter.first[i]) != 0.25f * bf16(base.first[i]);
+      badD += bf16(dev.first[i]) != -0.5f * bf16(base.first[i]);
+    }
+    for (size_t i = 0; i < base.second.size(); ++i) {
+      badQ += quarter.second[i] != 0.25f * base.second[i];
+      badD += dev.second[i] != -0.5f * base.second[i];
+    }
+    EXPECT_EQ(badQ, 0u) << "host scale 0.25: elements not exactly 0.25x the unscaled call";
+    EXPECT_EQ(badD, 0u) << "device scale -0.5: elements not exactly -0.5x the unscaled call";
+    double num = 0, den = 0;
+    for (size_t i = 0; i < base.second.size(); ++i) {
+      const double r = 0.37 * base.second[i], e = odd.second[i] - r;
+      num += e * e;
+      den += r * r;
+    }
+    EXPECT_LE(std::sqrt(num / den), 1e-2) << "host scale 0.37 on dW";
+  }
+}
+
 TEST(LceGpuEdge, EmptyBatchGivesZeroLossAndZeroGradients) {
   LinearCrossEntropyOptions o = smallOptions();
   LinearCrossEntropy op(o);

@@ -46,6 +46,17 @@ struct MutableTensorRef {
 
 enum class Reduction { Mean, Sum };
 
+/// A factor on the gradients (not on the loss), applied inside the kernels (no extra pass
+/// over dH or dW): `value`, or, when `device` is set, the f32 at that device address, read
+/// when the kernels run (autograd's grad_output of the loss, a loss scale). The default,
+/// 1 with no pointer, runs the unscaled Program; any other scale runs a Program with the
+/// factor as an input, compiled on first use.
+struct GradScale {
+  float value = 1.0f;
+  const void *device = nullptr; ///< f32, 4-byte aligned; overrides `value` when set
+  bool isOne() const { return device == nullptr && value == 1.0f; }
+};
+
 /// How bf16 gradients are computed (docs/numerics.md has the measured errors and costs).
 enum class Precision {
   /// dZ = softmax − onehot is formed in f32 and rounded once to bf16, the operand of both
@@ -99,7 +110,7 @@ public:
   /// naming the first such row and its value (the gradients are then unspecified).
   float forwardBackward(const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
                         const MutableTensorRef &gradHidden, const MutableTensorRef &gradWeight,
-                        void *stream = nullptr);
+                        void *stream = nullptr, const GradScale &gradScale = {});
 
   /// Asynchronous form: the loss (f32 [1] or rank 0) is written in device memory; call
   /// checkDeviceErrors() after synchronizing the stream to surface bad targets.
@@ -113,7 +124,8 @@ public:
   /// the device of its first call. checkDeviceErrors() reports the most recent enqueue.
   void enqueue(const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
                const MutableTensorRef &loss, const MutableTensorRef &gradHidden,
-               const MutableTensorRef &gradWeight, void *stream = nullptr);
+               const MutableTensorRef &gradWeight, void *stream = nullptr,
+               const GradScale &gradScale = {});
   /// The loss only, for evaluation: one GEMM's work (2·N·D·V) and no gradient buffers;
   /// synchronizes `stream` and returns the loss. Same checks, errors and thread rules as
   /// forwardBackward. Its kernels are compiled on the first call (a separate Program).

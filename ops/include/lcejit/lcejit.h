@@ -104,6 +104,21 @@ lcejit_status lcejit_enqueue(lcejit_op *op, const lcejit_tensor *hidden,
                              const lcejit_tensor *weight, const lcejit_tensor *targets,
                              const lcejit_tensor *loss, const lcejit_tensor *grad_hidden,
                              const lcejit_tensor *grad_weight, void *stream);
+/* The same with the gradients (not the loss) multiplied inside the kernels by `scale`, or,
+   when `device_scale` is not NULL, by the f32 it points to in device memory, read when the
+   kernels run (autograd's grad_output). */
+lcejit_status lcejit_forward_backward_scaled(lcejit_op *op, const lcejit_tensor *hidden,
+                                             const lcejit_tensor *weight,
+                                             const lcejit_tensor *targets,
+                                             const lcejit_tensor *grad_hidden,
+                                             const lcejit_tensor *grad_weight, void *stream,
+                                             float scale, const float *device_scale,
+                                             float *loss);
+lcejit_status lcejit_enqueue_scaled(lcejit_op *op, const lcejit_tensor *hidden,
+                                    const lcejit_tensor *weight, const lcejit_tensor *targets,
+                                    const lcejit_tensor *loss, const lcejit_tensor *grad_hidden,
+                                    const lcejit_tensor *grad_weight, void *stream,
+                                    float scale, const float *device_scale);
 /* The loss only (2*N*D*V of work, for evaluation): synchronizes `stream`, writes *loss. */
 lcejit_status lcejit_forward(lcejit_op *op, const lcejit_tensor *hidden,
                              const lcejit_tensor *weight, const lcejit_tensor *targets,

@@ -165,6 +165,51 @@ TEST(OpsForward, LossOnlyProgramHasOneGemmAndTheSameLoss) {
   EXPECT_TRUE(f.gradHidden.empty());
 }
 
+/// GradScale: the scaled-gradients Program has a 4th input, grad_scale (rank 0), keys apart
+/// from the plain one, and its fp64 interpretation gives the same loss and gradients
+/// multiplied by the scale.
+TEST(OpsGradScale, GradientsScaleAndTheLossDoesNot) {
+  LinearCrossEntropyOptions o;
+  o.hidden = 24;
+  o.vocab = 257;
+  o.softcap = 30.0;
+  o.ignoreIndex = -100;
+  ops::LceJit plain(o), scaled(o, {}, /*forwardOnly=*/false, /*scaledGradients=*/true);
+  const int64_t n = 41;
+  const plan::Program &ps = scaled.lookup(n, ops::LceJit::defaultTarget(), false).compiled->program;
+  ASSERT_EQ(ps.inputs.size(), 4u);
+  EXPECT_EQ(ps.inputs[3].name, "grad_scale");
+  EXPECT_TRUE(ps.inputs[3].shape.empty()) << "rank 0";
+  EXPECT_NE(scaled.cacheKey(n, ops::LceJit::defaultTarget()),
+            plain.cacheKey(n, ops::LceJit::defaultTarget()));
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<double> h(n * o.hidden), w(o.vocab * o.hidden);
+  for (double &x : h)
+    x = nd(rng);
+  for (double &x : w)
+    x = nd(rng);
+  std::vector<int64_t> y(n);
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = i % 6 == 0 ? -100 : (i * 17) % o.vocab;
+  ReferenceResult a = ops::runProgramReference(plain, h, w, y);
+  for (double scale : {0.37, -2.5, 0.0}) {
+    ReferenceResult s = ops::runProgramReference(scaled, h, w, y, scale);
+    EXPECT_NEAR(s.loss, a.loss, 1e-12 * std::abs(a.loss)) << "the loss is not scaled";
+    ASSERT_EQ(s.gradHidden.size(), a.gradHidden.size());
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < a.gradHidden.size(); ++i) {
+      err = std::max(err, std::abs(s.gradHidden[i] - scale * a.gradHidden[i]));
+      ref = std::max(ref, std::abs(a.gradHidden[i]));
+    }
+    for (size_t i = 0; i < a.gradWeight.size(); ++i) {
+      err = std::max(err, std::abs(s.gradWeight[i] - scale * a.gradWeight[i]));
+      ref = std::max(ref, std::abs(a.gradWeight[i]));
+    }
+    EXPECT_LE(err, 1e-12 * ref) << "scale " << scale;
+  }
+}
+
 TEST(OpsWorkspace, SetWorkspaceChecksItsArguments) {
   LinearCrossEntropy op(base());
   expectError([&] { op.setWorkspace(nullptr, 5); }, ErrorKind::InvalidArgument,
