@@ -135,8 +135,9 @@ TEST_P(EmitterPrograms, ModulePartsCoverEveryKernelOnce) {
       (kind == KernelKind::Row || kind == KernelKind::Cast ? rows : gemm) = true;
     }
     EXPECT_FALSE(rows && gemm) << "a GEMM kernel shares a module with row kernels";
-    if (gemm)
+    if (gemm) {
       EXPECT_EQ(part.kernels.size(), 1u) << "GEMM kernels are compiled alone";
+    }
     rowParts += rows;
     EXPECT_NE(part.source.find(codegen::deviceHeaderPrelude()), std::string::npos);
     for (size_t i = 0; i < p.kernels.size(); ++i) {

@@ -202,9 +202,11 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
     }
   }
   // A short launch gets one CTA per tile.
-  for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k)
-    if (p.kernels[static_cast<size_t>(k)].kind() == KernelKind::GemmDLhs)
+  for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k) {
+    if (p.kernels[static_cast<size_t>(k)].kind() == KernelKind::GemmDLhs) {
       EXPECT_EQ(p.launchDims(k, 128, 8192).grid[0], 16); // 1 row tile x 4096 / 256
+    }
+  }
 
   auto allMma = [&](const plan::Program &q) {
     for (plan::MathMode mm : mathOf(q))

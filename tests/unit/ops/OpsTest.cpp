@@ -12,6 +12,7 @@
 #include "ops/lib/LceJit.h"
 #include "ops/lib/Reference.h"
 #include "runtime/CudaDriver.h"
+#include "runtime/Executor.h"
 #include "runtime/Nvrtc.h"
 
 #include <gtest/gtest.h>
@@ -208,6 +209,118 @@ TEST(OpsGradScale, GradientsScaleAndTheLossDoesNot) {
     }
     EXPECT_LE(err, 1e-12 * ref) << "scale " << scale;
   }
+}
+
+/// The executor describes the operands of every wgmma GEMM launch as plain data (the
+/// table in runtime/Executor.h), checked here without a GPU on a planned LCE Program with
+/// several chunks: pointers (chunk offsets of W included), majorness, sizes, pitches and
+/// the box height (BM for A, BN for B).
+TEST(OpsExecutor, WgmmaOperandsFollowTheKernelTemplates) {
+  LinearCrossEntropyOptions o;
+  o.hidden = 256;
+  o.vocab = 32768;
+  o.workspaceBudgetBytes = int64_t(8) << 20; // chunks of the vocabulary
+  ops::LceJit jit(o);
+  const int64_t n = 3000, D = o.hidden;
+  const plan::Program &p = jit.lookup(n, ops::LceJit::defaultTarget(), false).compiled->program;
+  runtime::ProgramBuffers b;
+  const CUdeviceptr H = 0x10000000, W = 0x20000000, Y = 0x30000000, L = 0x40000000,
+                    DH = 0x50000000, DW = 0x60000000, WS = 0x70000000;
+  b.inputs = {H, W, Y};
+  b.outputs = {L, DH, DW};
+  b.workspace = WS;
+  b.workspaceBytes = runtime::workspaceBytes(p, n);
+  runtime::ExecutionPlan ep = runtime::planExecution(p, b, n);
+  ASSERT_GT(ep.schedule.chunks, 1) << ep.schedule.describe();
+  int seen[4] = {0, 0, 0, 0};
+  for (const runtime::LaunchRecord &r : ep.launches) {
+    const plan::Kernel &k = p.kernels[static_cast<size_t>(r.kernel)];
+    if (k.kind() == plan::KernelKind::Row || k.kind() == plan::KernelKind::Cast) {
+      EXPECT_TRUE(r.maps.empty()) << k.name;
+      continue;
+    }
+    ASSERT_EQ(plan::gemmMath(k), plan::MathMode::WgmmaBF16) << k.name;
+    ASSERT_EQ(r.maps.size(), 2u) << k.name;
+    ASSERT_GE(r.args.size(), 2u);
+    EXPECT_EQ(r.args[0].type, runtime::KernelArg::Type::TensorMap);
+    EXPECT_EQ(r.args[0].value.i64, 0);
+    EXPECT_EQ(r.args[1].type, runtime::KernelArg::Type::TensorMap);
+    EXPECT_EQ(r.args[1].value.i64, 1);
+    const runtime::Sm90Operand &a = r.maps[0], &bop = r.maps[1];
+    const int32_t bn = plan::gemmTile(k).bn;
+    EXPECT_EQ(a.boxRows, 128) << k.name;
+    EXPECT_EQ(bop.boxRows, bn) << k.name;
+    // The launch's chunk: its begin and width follow from the dz pointer's chunk argument.
+    int64_t cc = -1, begin = -1, rows = -1;
+    const std::vector<plan::Param> params = plan::kernelParams(k);
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i].kind == plan::Param::Kind::ChunkCols)
+        cc = r.args[i].value.i64;
+      if (params[i].kind == plan::Param::Kind::ChunkBegin)
+        begin = r.args[i].value.i64;
+      if (params[i].kind == plan::Param::Kind::N)
+        rows = r.args[i].value.i64; // the row block's rows
+    }
+    // Row-indexed inputs start at the block's first row.
+    const CUdeviceptr Hb =
+        H + static_cast<CUdeviceptr>(r.rowBlock * ep.schedule.rowsPerBlock * D * 2);
+    SCOPED_TRACE(fmt::format("{} row block {} ({} rows), chunk {} (begin {}, {} columns)",
+                             k.name, r.rowBlock, rows, r.chunk, begin, cc));
+    switch (k.kind()) {
+    case plan::KernelKind::GemmReduce:
+      ++seen[0];
+      EXPECT_EQ(a.data, Hb);
+      EXPECT_TRUE(a.kMajor && bop.kMajor);
+      EXPECT_EQ(a.rows, rows);
+      EXPECT_EQ(a.k, D);
+      EXPECT_EQ(a.ld, D);
+      EXPECT_EQ(bop.data, W);
+      EXPECT_EQ(bop.rows, o.vocab);
+      EXPECT_EQ(bop.ld, D);
+      break;
+    case plan::KernelKind::GemmDz:
+      ++seen[1];
+      EXPECT_EQ(a.data, Hb);
+      EXPECT_EQ(a.rows, rows);
+      EXPECT_TRUE(a.kMajor && bop.kMajor);
+      EXPECT_EQ(bop.data, W + static_cast<CUdeviceptr>(begin * D * 2));
+      EXPECT_EQ(bop.rows, cc);
+      EXPECT_EQ(bop.k, D);
+      break;
+    case plan::KernelKind::GemmDLhs:
+      ++seen[2];
+      EXPECT_TRUE(a.kMajor);
+      EXPECT_FALSE(bop.kMajor);
+      EXPECT_GE(a.data, WS);
+      EXPECT_EQ(a.rows, rows);
+      EXPECT_EQ(a.k, cc);
+      EXPECT_EQ(a.ld, cc);
+      EXPECT_EQ(bop.data, W + static_cast<CUdeviceptr>(begin * D * 2));
+      EXPECT_EQ(bop.rows, D);
+      EXPECT_EQ(bop.k, cc);
+      EXPECT_EQ(bop.ld, D);
+      break;
+    case plan::KernelKind::GemmDRhs:
+      ++seen[3];
+      EXPECT_FALSE(a.kMajor);
+      EXPECT_FALSE(bop.kMajor);
+      EXPECT_GE(a.data, WS);
+      EXPECT_EQ(a.rows, cc);
+      EXPECT_EQ(a.k, rows);
+      EXPECT_EQ(a.ld, cc);
+      EXPECT_EQ(bop.data, Hb);
+      EXPECT_EQ(bop.rows, D);
+      EXPECT_EQ(bop.k, rows);
+      EXPECT_EQ(bop.ld, D);
+      break;
+    default:
+      break;
+    }
+  }
+  EXPECT_EQ(seen[0], ep.schedule.rowBlocks);
+  EXPECT_EQ(seen[1], ep.schedule.chunks * ep.schedule.rowBlocks);
+  EXPECT_EQ(seen[2], seen[1]);
+  EXPECT_EQ(seen[3], seen[1]);
 }
 
 TEST(OpsWorkspace, SetWorkspaceChecksItsArguments) {
