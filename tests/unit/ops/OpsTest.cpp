@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <set>
 #include <sys/wait.h>
@@ -321,6 +322,54 @@ TEST(OpsExecutor, WgmmaOperandsFollowTheKernelTemplates) {
   EXPECT_EQ(seen[1], ep.schedule.chunks * ep.schedule.rowBlocks);
   EXPECT_EQ(seen[2], seen[1]);
   EXPECT_EQ(seen[3], seen[1]);
+}
+
+/// [NaN and inf semantics] (issue 8), on the planned Program in fp64 (the GPU kernels
+/// evaluate the same ScalarFuncs with NaN-propagating max; their device test is still to
+/// run): as in PyTorch, a NaN anywhere in a row of H gives a NaN loss, NaN in that row of
+/// dH and in every element of dW (each sums over all rows); the other rows of dH stay
+/// finite. A NaN in an ignored row stays out of the loss, but, as in PyTorch (whose
+/// log_softmax backward computes dy − softmax(x)·Σdy with a zero dy row), its dZ row is
+/// 0 · NaN = NaN: that row of dH and all of dW are NaN, the other rows of dH finite.
+TEST(OpsNaN, ANaNRowPoisonsTheLossItsDHRowAndDW) {
+  LinearCrossEntropyOptions o;
+  o.hidden = 16;
+  o.vocab = 64;
+  o.ignoreIndex = -100;
+  ops::LceJit jit(o);
+  const int64_t n = 9;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<double> h(n * o.hidden), w(o.vocab * o.hidden);
+  for (double &x : h)
+    x = nd(rng);
+  for (double &x : w)
+    x = nd(rng);
+  std::vector<int64_t> y(n);
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = (i * 7) % o.vocab;
+  h[4 * o.hidden + 3] = std::nan("");
+  ReferenceResult r = ops::runProgramReference(jit, h, w, y);
+  EXPECT_TRUE(std::isnan(r.loss));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < o.hidden; ++d)
+      EXPECT_EQ(std::isnan(r.gradHidden[i * o.hidden + d]), i == 4) << "row " << i;
+  for (double g : r.gradWeight)
+    ASSERT_TRUE(std::isnan(g));
+  // The same row ignored: a finite loss; NaN stays in row 4 of dH and in dW.
+  y[4] = -100;
+  r = ops::runProgramReference(jit, h, w, y);
+  EXPECT_TRUE(std::isfinite(r.loss));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < o.hidden; ++d)
+      EXPECT_EQ(std::isnan(r.gradHidden[i * o.hidden + d]), i == 4) << "ignored, row " << i;
+  EXPECT_TRUE(std::isnan(r.gradWeight[0]));
+  y[4] = (4 * 7) % o.vocab;
+  // +inf in a logit's input: still a NaN row (inf - inf in the logsumexp), same pattern.
+  h[4 * o.hidden + 3] = std::numeric_limits<double>::infinity();
+  r = ops::runProgramReference(jit, h, w, y);
+  EXPECT_TRUE(std::isnan(r.loss) || std::isinf(r.loss));
+  EXPECT_FALSE(std::isfinite(r.gradWeight[0]));
 }
 
 TEST(OpsWorkspace, SetWorkspaceChecksItsArguments) {
