@@ -307,12 +307,12 @@ void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions
     checkTensor("gradWeight", gradWeight, o.gradWeightDType, {o.vocab, o.hidden}, 16, false);
   }
 
-  im.ensureDevice();
-  auto cu = [](const void *p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); };
   const bool scaled = gradients && !gradScale.isOne();
   if (scaled && gradScale.device)
     LCEJIT_CHECK_ARG(reinterpret_cast<uintptr_t>(gradScale.device) % 4 == 0,
                      "gradScale.device = {} is not 4-byte aligned", gradScale.device);
+  im.ensureDevice();
+  auto cu = [](const void *p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); };
   ops::ProgramLookup l = im.jitFor(gradients, scaled).lookup(n, im.target);
   LoadedProgram &lp = im.load(*l.compiled);
   CUstream s = static_cast<CUstream>(stream);

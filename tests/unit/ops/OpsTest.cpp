@@ -456,6 +456,13 @@ TEST(OpsArguments, BadTensorsAreRejectedBeforeAnyDeviceWork) {
   a = goodArgs(o, 16);
   a.loss.shape = {2};
   expectError(call(a), ErrorKind::InvalidArgument, {"loss.shape", "[2]"});
+  // A device gradient scale must be 4-byte aligned (an f32).
+  a = goodArgs(o, 16);
+  expectError(
+      [&op, a] {
+        op.enqueue(a.h, a.w, a.y, a.loss, a.dh, a.dw, nullptr, GradScale{1.0f, fakePtr(0x50002)});
+      },
+      ErrorKind::InvalidArgument, {"gradScale.device", "0x50002", "4-byte aligned"});
 }
 
 TEST(OpsArguments, OldGpusAreRejectedByName) {
