@@ -9,26 +9,16 @@
 
 #include <fmt/ranges.h>
 
-#include <cctype>
 #include <set>
 
 namespace lcejit::codegen {
 
 namespace {
 
-bool isIdentifier(const std::string &s) {
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])))
-    return false;
-  for (char c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_')
-      return false;
-  return true;
-}
-
 void checkNames(const plan::Program &program) {
   std::set<std::string> seen;
   for (const plan::Kernel &k : program.kernels) {
-    LCEJIT_CHECK(isIdentifier(k.name), "kernel name '{}' is not a C identifier",
+    LCEJIT_CHECK(detail::isCIdentifier(k.name), "kernel name '{}' is not a C identifier",
                  k.name);
     LCEJIT_CHECK(k.name.rfind("lcejit", 0) != 0,
                  "kernel name '{}' uses the reserved prefix 'lcejit'", k.name);

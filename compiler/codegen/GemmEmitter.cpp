@@ -46,18 +46,9 @@ using plan::TileConfig;
 namespace {
 
 const char *elemTag(DType t) {
-  switch (t) {
-  case DType::BF16:
-    return "lcejit::elem_bf16";
-  case DType::F16:
-    return "lcejit::elem_f16";
-  case DType::F32:
-    return "lcejit::elem_f32";
-  default:
-    break;
-  }
-  LCEJIT_CHECK(false, "no GEMM element type for {}", dtypeName(t));
-  return "";
+  const char *tag = gemmElemTag(t);
+  LCEJIT_CHECK(tag != nullptr, "no GEMM element type for {}", dtypeName(t));
+  return tag;
 }
 
 const char *mathEnum(MathMode m) {

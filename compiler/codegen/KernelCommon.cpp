@@ -2,6 +2,8 @@
 //-----===//
 
 #include "compiler/codegen/KernelEmitters.h"
+
+#include <cctype>
 #include "compiler/support/Check.h"
 
 #include <fmt/ranges.h>
@@ -197,6 +199,28 @@ CodeWriter::Block openKernel(CodeWriter &w, const KernelContext &ctx,
   return w.block(
       fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}({})",
                   bounds, ctx.name(), ctx.signature()));
+}
+
+bool isCIdentifier(const std::string &s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])))
+    return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_')
+      return false;
+  return true;
+}
+
+const char *gemmElemTag(DType t) {
+  switch (t) {
+  case DType::BF16:
+    return "lcejit::elem_bf16";
+  case DType::F16:
+    return "lcejit::elem_f16";
+  case DType::F32:
+    return "lcejit::elem_f32";
+  default:
+    return nullptr;
+  }
 }
 
 } // namespace lcejit::codegen::detail

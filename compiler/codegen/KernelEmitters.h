@@ -95,4 +95,11 @@ void emitRowKernel(CodeWriter &w, const KernelContext &ctx);
 void emitGemmKernel(CodeWriter &w, const KernelContext &ctx);
 void emitCastKernel(CodeWriter &w, const KernelContext &ctx);
 
+/// True for a C identifier: [A-Za-z_][A-Za-z0-9_]*.
+bool isCIdentifier(const std::string &s);
+
+/// The device storage tag of a GEMM operand or output type ("lcejit::elem_bf16", "_f16",
+/// "_f32"); nullptr for any other type.
+const char *gemmElemTag(DType t);
+
 } // namespace lcejit::codegen::detail

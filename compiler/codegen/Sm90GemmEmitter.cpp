@@ -4,43 +4,22 @@
 
 #include "compiler/codegen/CodeWriter.h"
 #include "compiler/codegen/DeviceHeaders.h"
+#include "compiler/codegen/KernelEmitters.h"
 #include "compiler/support/Check.h"
 
-#include <cctype>
 #include <set>
 
 namespace lcejit::codegen {
 
 namespace {
 
-const char *outTag(DType t) {
-  switch (t) {
-  case DType::BF16:
-    return "lcejit::elem_bf16";
-  case DType::F16:
-    return "lcejit::elem_f16";
-  case DType::F32:
-    return "lcejit::elem_f32";
-  default:
-    return nullptr;
-  }
-}
-
-bool isIdentifier(const std::string &s) {
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])))
-    return false;
-  for (char c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_')
-      return false;
-  return true;
-}
-
 std::string configName(const Sm90GemmSpec &s) { return s.name + "_config"; }
 
 } // namespace
 
 void checkSm90GemmSpec(const Sm90GemmSpec &s) {
-  LCEJIT_CHECK_ARG(isIdentifier(s.name), "sm90 GEMM name '{}' is not a C identifier", s.name);
+  LCEJIT_CHECK_ARG(detail::isCIdentifier(s.name), "sm90 GEMM name '{}' is not a C identifier",
+                   s.name);
   LCEJIT_CHECK_ARG(s.name.rfind("lcejit", 0) != 0,
                    "sm90 GEMM name '{}' uses the reserved prefix 'lcejit'", s.name);
   LCEJIT_CHECK_ARG(s.bn == 64 || s.bn == 128 || s.bn == 192 || s.bn == 256,
@@ -49,7 +28,8 @@ void checkSm90GemmSpec(const Sm90GemmSpec &s) {
                    s.name, s.stages);
   LCEJIT_CHECK_ARG(!s.pingpong || s.bn <= 128,
                    "sm90 GEMM '{}': bn = {} with ping-pong consumers (at most 128)", s.name, s.bn);
-  LCEJIT_CHECK_ARG(outTag(s.out) != nullptr, "sm90 GEMM '{}': output type {} (bf16, f16, f32)",
+  LCEJIT_CHECK_ARG(detail::gemmElemTag(s.out) != nullptr,
+                   "sm90 GEMM '{}': output type {} (bf16, f16, f32)",
                    s.name, dtypeName(s.out));
   LCEJIT_CHECK_ARG(sm90GemmSharedBytes(s) <= 232448,
                    "sm90 GEMM '{}': {} bytes of shared memory for bn = {} and {} stages (at "
@@ -103,7 +83,8 @@ EmittedModule emitSm90GemmModule(const std::vector<Sm90GemmSpec> &specs) {
     w.line("    const __grid_constant__ lcejit::sm90::TensorMap map_b, void *out,");
     w.line("    long long ld_out, long long m, long long n, long long k, int group) {{");
     w.indent();
-    w.line("lcejit::sm90::StoreEpilogue<{}> epi{{out, ld_out, m, n}};", outTag(s.out));
+    w.line("lcejit::sm90::StoreEpilogue<{}> epi{{out, ld_out, m, n}};",
+           detail::gemmElemTag(s.out));
     w.line("lcejit::sm90::gemm<{}>(map_a, map_b, epi, m, n, k, group);", configName(s));
     w.dedent();
     w.line("}}");

@@ -150,37 +150,6 @@ void lcejit_destroy(lcejit_op *op) {
   }
 }
 
-lcejit_status lcejit_forward_backward(lcejit_op *op, const lcejit_tensor *hidden,
-                                      const lcejit_tensor *weight, const lcejit_tensor *targets,
-                                      const lcejit_tensor *grad_hidden,
-                                      const lcejit_tensor *grad_weight, void *stream,
-                                      float *loss) {
-  return guarded([&] {
-    // Converted one by one, in argument order, so the first bad one is the one named.
-    lcejit::LinearCrossEntropy &o = opOf(op);
-    lcejit::TensorRef h = in(hidden, "hidden"), w = in(weight, "weight"),
-                      y = in(targets, "targets");
-    lcejit::MutableTensorRef dh = out(grad_hidden, "grad_hidden"),
-                             dw = out(grad_weight, "grad_weight");
-    need(loss, "loss");
-    *loss = o.forwardBackward(h, w, y, dh, dw, stream);
-  });
-}
-
-lcejit_status lcejit_enqueue(lcejit_op *op, const lcejit_tensor *hidden,
-                             const lcejit_tensor *weight, const lcejit_tensor *targets,
-                             const lcejit_tensor *loss, const lcejit_tensor *grad_hidden,
-                             const lcejit_tensor *grad_weight, void *stream) {
-  return guarded([&] {
-    lcejit::LinearCrossEntropy &o = opOf(op);
-    lcejit::TensorRef h = in(hidden, "hidden"), w = in(weight, "weight"),
-                      y = in(targets, "targets");
-    lcejit::MutableTensorRef l = out(loss, "loss"), dh = out(grad_hidden, "grad_hidden"),
-                             dw = out(grad_weight, "grad_weight");
-    o.enqueue(h, w, y, l, dh, dw, stream);
-  });
-}
-
 lcejit_status lcejit_forward_backward_scaled(lcejit_op *op, const lcejit_tensor *hidden,
                                              const lcejit_tensor *weight,
                                              const lcejit_tensor *targets,
@@ -189,6 +158,7 @@ lcejit_status lcejit_forward_backward_scaled(lcejit_op *op, const lcejit_tensor 
                                              float scale, const float *device_scale,
                                              float *loss) {
   return guarded([&] {
+    // Converted one by one, in argument order, so the first bad one is the one named.
     lcejit::LinearCrossEntropy &o = opOf(op);
     lcejit::TensorRef h = in(hidden, "hidden"), w = in(weight, "weight"),
                       y = in(targets, "targets");
@@ -212,6 +182,25 @@ lcejit_status lcejit_enqueue_scaled(lcejit_op *op, const lcejit_tensor *hidden,
                              dw = out(grad_weight, "grad_weight");
     o.enqueue(h, w, y, l, dh, dw, stream, lcejit::GradScale{scale, device_scale});
   });
+}
+
+// The unscaled calls are the scaled ones with the scale 1 (GradScale::isOne: the plain
+// Program).
+lcejit_status lcejit_forward_backward(lcejit_op *op, const lcejit_tensor *hidden,
+                                      const lcejit_tensor *weight, const lcejit_tensor *targets,
+                                      const lcejit_tensor *grad_hidden,
+                                      const lcejit_tensor *grad_weight, void *stream,
+                                      float *loss) {
+  return lcejit_forward_backward_scaled(op, hidden, weight, targets, grad_hidden, grad_weight,
+                                        stream, 1.0f, nullptr, loss);
+}
+
+lcejit_status lcejit_enqueue(lcejit_op *op, const lcejit_tensor *hidden,
+                             const lcejit_tensor *weight, const lcejit_tensor *targets,
+                             const lcejit_tensor *loss, const lcejit_tensor *grad_hidden,
+                             const lcejit_tensor *grad_weight, void *stream) {
+  return lcejit_enqueue_scaled(op, hidden, weight, targets, loss, grad_hidden, grad_weight,
+                               stream, 1.0f, nullptr);
 }
 
 lcejit_status lcejit_forward(lcejit_op *op, const lcejit_tensor *hidden,

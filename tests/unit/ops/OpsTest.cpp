@@ -125,6 +125,19 @@ TEST(OpsWorkspace, QueryScheduleAndInspectWithoutAGpu) {
   expectError([&] { op.inspect(-1, "plan"); }, ErrorKind::InvalidArgument, {"N", "-1"});
 }
 
+/// Standard-normal H [n, D] and W [V, D] for the fp64 Program tests, from `seed`.
+void normalInputs(const LinearCrossEntropyOptions &o, int64_t n, uint64_t seed,
+                  std::vector<double> &h, std::vector<double> &w) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  h.resize(static_cast<size_t>(n * o.hidden));
+  w.resize(static_cast<size_t>(o.vocab * o.hidden));
+  for (double &x : h)
+    x = nd(rng);
+  for (double &x : w)
+    x = nd(rng);
+}
+
 /// forward(): the loss-only graph plans one GEMM (2·N·D·V), no gradient kernels and one
 /// output, keys apart from the full Program, and its fp64 interpretation gives the same
 /// loss as the full Program's.
@@ -151,13 +164,8 @@ TEST(OpsForward, LossOnlyProgramHasOneGemmAndTheSameLoss) {
   }
   EXPECT_EQ(gemms, 1);
   EXPECT_FALSE(pf.hasChunkLoop());
-  std::mt19937_64 rng(5);
-  std::normal_distribution<double> nd(0.0, 1.0);
-  std::vector<double> h(n * o.hidden), w(o.vocab * o.hidden);
-  for (double &x : h)
-    x = nd(rng);
-  for (double &x : w)
-    x = nd(rng);
+  std::vector<double> h, w;
+  normalInputs(o, n, 5, h, w);
   std::vector<int64_t> y(n);
   for (int64_t i = 0; i < n; ++i)
     y[i] = i % 5 == 0 ? -100 : (i * 31) % o.vocab;
@@ -184,13 +192,8 @@ TEST(OpsGradScale, GradientsScaleAndTheLossDoesNot) {
   EXPECT_TRUE(ps.inputs[3].shape.empty()) << "rank 0";
   EXPECT_NE(scaled.cacheKey(n, ops::LceJit::defaultTarget()),
             plain.cacheKey(n, ops::LceJit::defaultTarget()));
-  std::mt19937_64 rng(9);
-  std::normal_distribution<double> nd(0.0, 1.0);
-  std::vector<double> h(n * o.hidden), w(o.vocab * o.hidden);
-  for (double &x : h)
-    x = nd(rng);
-  for (double &x : w)
-    x = nd(rng);
+  std::vector<double> h, w;
+  normalInputs(o, n, 9, h, w);
   std::vector<int64_t> y(n);
   for (int64_t i = 0; i < n; ++i)
     y[i] = i % 6 == 0 ? -100 : (i * 17) % o.vocab;
@@ -338,13 +341,8 @@ TEST(OpsNaN, ANaNRowPoisonsTheLossItsDHRowAndDW) {
   o.ignoreIndex = -100;
   ops::LceJit jit(o);
   const int64_t n = 9;
-  std::mt19937_64 rng(3);
-  std::normal_distribution<double> nd(0.0, 1.0);
-  std::vector<double> h(n * o.hidden), w(o.vocab * o.hidden);
-  for (double &x : h)
-    x = nd(rng);
-  for (double &x : w)
-    x = nd(rng);
+  std::vector<double> h, w;
+  normalInputs(o, n, 3, h, w);
   std::vector<int64_t> y(n);
   for (int64_t i = 0; i < n; ++i)
     y[i] = (i * 7) % o.vocab;
