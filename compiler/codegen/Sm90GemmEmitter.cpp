@@ -40,7 +40,7 @@ void checkSm90GemmSpec(const Sm90GemmSpec &s) {
 int32_t sm90GemmSharedBytes(const Sm90GemmSpec &s) {
   // Mirrors lcejit::sm90::GemmConfig: alignment slack, stages of A and B, barriers.
   const int32_t stage = 128 * 64 * 2 + s.bn * 64 * 2;
-  return 1024 + s.stages * stage + 2 * s.stages * 8 + (s.pingpong ? 128 * 8 * 4 : 0);
+  return 1024 + s.stages * stage + 2 * s.stages * 8;
 }
 
 std::string describe(const Sm90GemmSpec &s) {

@@ -784,13 +784,18 @@ private:
   /// One split count serves every GemmReduce kernel of the Program (it is a launch
   /// parameter of all of them), so it is decided before any partials buffer is sized.
   bool decideSplits(Block &body) {
+    bool pingpong = false;
     for (Operation &op : body.without_terminator())
       if (auto g = dyn_cast<tx::GemmReduceOp>(op)) {
         FusedGemm fg;
         if (!setupGemm(&op, g.getLhs(), g.getRhs(), fg))
           return false;
         decideSplits(fg);
+        pingpong |= fg.tile.pingpong;
       }
+    // A ping-pong reduce fills two entries per CTA split: the shared count must be even.
+    if (pingpong && prog_.splits % 2 != 0)
+      ++prog_.splits;
     return true;
   }
 
@@ -801,15 +806,20 @@ private:
       // consumer): short enough that ceil(N / 128) * splits CTAs fill the SMs in many
       // waves at most N, long enough that a CTA's pipeline fill and first tile (when the
       // second consumer waits) stay a few percent of its work.
+      // With ping-pong each consumer writes its own partial entry: Program::splits (the
+      // entries per row) is twice the CTA splits.
       const int64_t perSplit = g.tile.pingpong ? 32 : 8;
-      int32_t splits = static_cast<int32_t>(
+      const int32_t ctaSplits = static_cast<int32_t>(
           std::clamp<int64_t>((tiles + perSplit - 1) / perSplit, 1, tiles));
-      prog_.splits = std::max(prog_.splits, splits);
+      const int32_t entries = g.tile.pingpong ? 2 * ctaSplits : ctaSplits;
+      prog_.splits = std::max(prog_.splits, entries);
       prog_.decisions.push_back(fmt::format(
           "forward GEMM: tile {}x{}x{} ({}, {} stages, 384 threads{}), {} column tiles -> {} "
-          "column splits of about {} tiles, one CTA per (row tile, split)",
+          "column splits of about {} tiles, one CTA per (row tile, split); {} partial "
+          "entries per row",
           g.tile.bm, g.tile.bn, g.tile.bk, mathModeName(g.math), g.tile.stages,
-          g.tile.pingpong ? ", ping-pong consumers" : "", tiles, prog_.splits, perSplit));
+          g.tile.pingpong ? ", ping-pong consumers" : "", tiles, prog_.splits / (g.tile.pingpong ? 2 : 1),
+          perSplit, prog_.splits));
       return;
     }
     int64_t rowBlocks = std::max<int64_t>(1, (std::max<int64_t>(bucketLow_, 1) + g.tile.bm - 1) / g.tile.bm);

@@ -429,8 +429,7 @@ static int64_t tileElems(int64_t x, int64_t bk) {
 
 int32_t wgmmaSharedBytes(const TileConfig &t) {
   const int64_t stage = int64_t(128) * 64 * 2 + int64_t(t.bn) * 64 * 2;
-  const int64_t scratch = t.pingpong ? 128 * 8 * 4 : 0;
-  return static_cast<int32_t>(1024 + t.stages * stage + 2 * t.stages * 8 + scratch);
+  return static_cast<int32_t>(1024 + t.stages * stage + 2 * t.stages * 8);
 }
 
 MathMode gemmMath(const Kernel &kernel) {
@@ -557,7 +556,9 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc) const {
     int64_t rows = 0, cols = 0;
     switch (kernel.kind()) {
     case KernelKind::GemmReduce:
-      d.grid[0] = ceilDiv(n, 128) * splits; // one CTA per (row tile, split), grouped order
+      // One CTA per (row tile, split), grouped order; with ping-pong each CTA split fills
+      // two partial entries (one per consumer), so it has splits / 2 of them.
+      d.grid[0] = ceilDiv(n, 128) * (t.pingpong ? splits / 2 : splits);
       return d;
     case KernelKind::GemmDz: rows = n; cols = cc; break;
     case KernelKind::GemmDLhs: rows = n; cols = std::get<GemmDLhsKernel>(kernel.body).k; break;

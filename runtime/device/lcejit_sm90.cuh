@@ -322,11 +322,8 @@ struct GemmConfig {
   static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int BAR_OFFSET = STAGES * STAGE_BYTES;
-  /// Ping-pong: 128 rows x 8 floats for the consumers' final exchange.
-  static constexpr int SCRATCH_OFFSET = BAR_OFFSET + 2 * STAGES * 8;
-  static constexpr int SCRATCH_BYTES = PINGPONG ? 128 * 8 * 4 : 0;
-  /// 1024 bytes of slack to align the base, the stages, the barriers, scratch.
-  static constexpr int SMEM_BYTES = 1024 + SCRATCH_OFFSET + SCRATCH_BYTES;
+  /// 1024 bytes of slack to align the base, the stages, the barriers.
+  static constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;
   static constexpr int ACC = BN / 2; ///< accumulator registers per slice
   static constexpr int EMPTY_ARRIVALS = PINGPONG ? 4 : 8; ///< consumer warps per stage
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
@@ -393,7 +390,7 @@ __device__ __forceinline__ PersistentTiles persistent_tiles(i64 m, i64 n,
 // gets consumer thread t's accumulators of the 64-row slice at (row0, col0)
 // ([Note: sm90 accumulator]) and must mask rows and columns out of range
 // itself. Consumer g's threads call Epi::begin(g, t) before the first tile and
-// Epi::finish(g, t) after the last (also when the CTA has no tile).
+// Epi::finish(g, t) after the last (also when the CTA or the consumer has no tile).
 //===----------------------------------------------------------------------===//
 
 template <class Cfg, class Tiles, class Epi>
@@ -559,9 +556,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
       for (int j = 0; j < SL; ++j)
         epi.tile(acc[j], j, tm * BM + 64 * (SL == 1 ? g : j), tn * BN, t);
     }
-    float *scratch = reinterpret_cast<float *>(
-        lcejit_dynamic_smem + (base - raw) + Cfg::SCRATCH_OFFSET);
-    epi.finish(g, t, scratch);
+    epi.finish(g, t);
   }
 }
 
@@ -599,7 +594,7 @@ template <class OutElem> struct StoreEpilogue {
   void *out;
   i64 ld, m, n;
   __device__ __forceinline__ void begin(int, int) const {}
-  __device__ __forceinline__ void finish(int, int, float *) const {}
+  __device__ __forceinline__ void finish(int, int) const {}
   template <int R>
   __device__ __forceinline__ void tile(const float (&acc)[R], int, i64 row0,
                                        i64 col0, int t) const {
@@ -650,7 +645,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   const Epi &epi;
   void *partials;
   i64 n, cols, row_tile;
-  int splits, split;
+  int entries, split; ///< partial entries per row (Program::splits); this CTA's split
   typename Epi::Row rows[SL][2];
   float part[SL][2][SLOTS];
 
@@ -682,14 +677,14 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       }
     }
   }
-  /// Quad shuffles finish each row of a consumer; with ping-pong both
-  /// consumers hold partials of all 128 rows (for alternate column tiles), so
-  /// consumer 1 hands its rows to consumer 0 through `scratch`.
-  __device__ __forceinline__ void finish(int g, int t, float *scratch) {
+  /// Quad shuffles finish each row of a consumer. With ping-pong both consumers hold
+  /// partials of all 128 rows for alternate column tiles: each writes its own entry
+  /// (2 split + g) of the row's partials, so nothing is exchanged between them.
+  __device__ __forceinline__ void finish(int g, int t) {
 #pragma unroll
     for (int j = 0; j < SL; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int mask = 1; mask < 4; mask <<= 1) {
           float other[SLOTS];
@@ -698,38 +693,11 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
             other[q] = shfl_xor(part[j][h][q], mask);
           Epi::combine(part[j][h], other);
         }
-    if (Cfg::PINGPONG) {
-      if (g == 1 && t % 4 == 0) {
-#pragma unroll
-        for (int j = 0; j < SL; ++j)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int q = 0; q < SLOTS; ++q)
-              scratch[(64 * j + acc_row(2 * h, t)) * 8 + q] = part[j][h][q];
-      }
-      named_bar_sync(1, 256); // the two consumers
-      if (g == 0 && t % 4 == 0) {
-#pragma unroll
-        for (int j = 0; j < SL; ++j)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float other[SLOTS];
-#pragma unroll
-            for (int q = 0; q < SLOTS; ++q)
-              other[q] = scratch[(64 * j + acc_row(2 * h, t)) * 8 + q];
-            Epi::combine(part[j][h], other);
-          }
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < SL; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
         const i64 row = slice_row0(g, j) + acc_row(2 * h, t);
-        if (t % 4 == 0 && row < n && (!Cfg::PINGPONG || g == 0)) {
+        const int entry = Cfg::PINGPONG ? 2 * split + g : split;
+        if (t % 4 == 0 && row < n) {
           float *out = static_cast<float *>(partials) +
-                       (row * splits + split) * SLOTS;
+                       (row * entries + entry) * SLOTS;
 #pragma unroll
           for (int q = 0; q < SLOTS; ++q)
             out[q] = part[j][h][q];
@@ -738,26 +706,28 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   }
 };
 
-/// grid ceil(n / 128) * splits CTAs, one per (row tile, split), in the
-/// grouped order of TileOrder (8 row tiles at a time), so that the CTAs
-/// resident together share their A tiles and their current B tiles in L2.
-/// Split s reduces the column tiles [s * per, (s + 1) * per) of per =
-/// ceil(ceil(cols / BN) / splits) into partials[row][s][0 .. SLOTS); an empty
-/// range writes empty partials.
+/// `splits` partial entries per row (Program::splits): one per CTA split, or two
+/// (one per consumer) with ping-pong. Grid: ceil(n / 128) * (CTA splits) CTAs, one per
+/// (row tile, split), in the grouped order of TileOrder (8 row tiles at a time), so that
+/// the CTAs resident together share their A tiles and their current B tiles in L2. CTA
+/// split s reduces the column tiles [s * per, (s + 1) * per) of per = ceil(ceil(cols /
+/// BN) / CTA splits); an empty range (or consumer) writes empty partials.
 template <class Cfg, class Epi>
 __device__ __forceinline__ void
 gemm_reduce_kernel(const TensorMap &map_a, const TensorMap &map_b,
                    const Epi &epi, void *partials, i64 n, i64 cols, i64 k,
                    int splits) {
   const i64 row_tiles = (n + Cfg::BM - 1) / Cfg::BM;
-  if (gridDim.x != static_cast<u32>(row_tiles * splits) || gridDim.y != 1)
-    __trap(); // partials[row][s] assume this grid
-  const TileOrder order{row_tiles, static_cast<i64>(splits), 8};
+  const int cta_splits = Cfg::PINGPONG ? splits / 2 : splits;
+  if ((Cfg::PINGPONG && splits % 2 != 0) ||
+      gridDim.x != static_cast<u32>(row_tiles * cta_splits) || gridDim.y != 1)
+    __trap(); // partials[row][entry] assume this grid
+  const TileOrder order{row_tiles, static_cast<i64>(cta_splits), 8};
   i64 row_tile, split64;
   order.tile(static_cast<i64>(blockIdx.x), row_tile, split64);
   const int split = static_cast<int>(split64);
   const i64 tiles = (cols + Cfg::BN - 1) / Cfg::BN;
-  const i64 per = (tiles + splits - 1) / splits;
+  const i64 per = (tiles + cta_splits - 1) / cta_splits;
   const i64 t_begin = min_i64(static_cast<i64>(split) * per, tiles);
   const i64 t_end = min_i64(t_begin + per, tiles);
   ReduceEpilogue<Cfg, Epi> e{epi, partials, n, cols, row_tile, splits, split};
@@ -774,7 +744,7 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
   i64 n, chunk_begin, chunk_cols;
 
   __device__ __forceinline__ void begin(int, int) const {}
-  __device__ __forceinline__ void finish(int, int, float *) const {}
+  __device__ __forceinline__ void finish(int, int) const {}
   template <int R>
   __device__ __forceinline__ void tile(const float (&acc)[R], int, i64 row0,
                                        i64 col0, int t) const {
@@ -839,7 +809,7 @@ struct F32OutEpilogue {
   i64 rows, cols, ld, row_offset;
   bool accumulate;
   __device__ __forceinline__ void begin(int, int) const {}
-  __device__ __forceinline__ void finish(int, int, float *) const {}
+  __device__ __forceinline__ void finish(int, int) const {}
   template <int R>
   __device__ __forceinline__ void tile(const float (&acc)[R], int, i64 row0,
                                        i64 col0, int t) const {
@@ -885,7 +855,7 @@ template <class OutElem> struct DRhsStoreEpilogue {
   void *out;
   i64 rows, cols, row_offset;
   __device__ __forceinline__ void begin(int, int) const {}
-  __device__ __forceinline__ void finish(int, int, float *) const {}
+  __device__ __forceinline__ void finish(int, int) const {}
   template <int R>
   __device__ __forceinline__ void tile(const float (&acc)[R], int, i64 row0,
                                        i64 col0, int t) const {

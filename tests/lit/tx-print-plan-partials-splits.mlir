@@ -14,14 +14,15 @@
 // buffer holds splits x slots f32 per row.
 
 // The same on the wgmma mainloop (splits of about 32 column tiles of 128: 1 for 1000
-// columns, 1 for 4000): both partials buffers hold 1 split x 2 slots.
+// columns, 1 for 4000, each with two partial entries, one per ping-pong consumer): both
+// partials buffers hold 2 entries x 2 slots.
 // WG-LABEL: // plan @two_heads
-// WG: "splits": 1,
-// WG: "bytes_per_row": 8,
+// WG: "splits": 2,
+// WG: "bytes_per_row": 16,
 // WG-NEXT: "bytes_per_row_col": 0,
 // WG-NEXT: "init": "none",
 // WG-NEXT: "name": "partials0"
-// WG: "bytes_per_row": 8,
+// WG: "bytes_per_row": 16,
 // WG-NEXT: "bytes_per_row_col": 0,
 // WG-NEXT: "init": "none",
 // WG-NEXT: "name": "partials1"

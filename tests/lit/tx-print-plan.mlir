@@ -38,7 +38,7 @@
 // WGMMA-LABEL: // plan @lce{{$}}
 // WGMMA-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
 // WGMMA-NEXT: // decision: mainloop: wgmma for bf16 GEMMs whose K and column count are multiples of 8 (TMA operands, producer + 2 consumer warpgroups): forward and dZ 128x128x64, 6 stages, ping-pong; dA and dB 128x256x64, 4 stages, cooperative
-// WGMMA-NEXT: // decision: forward GEMM: tile 128x128x64 (wgmma.bf16, 6 stages, 384 threads, ping-pong consumers), 8 column tiles -> 1 column splits of about 32 tiles, one CTA per (row tile, split)
+// WGMMA-NEXT: // decision: forward GEMM: tile 128x128x64 (wgmma.bf16, 6 stages, 384 threads, ping-pong consumers), 8 column tiles -> 1 column splits of about 32 tiles, one CTA per (row tile, split); 2 partial entries per row
 // WGMMA: "math": "wgmma.bf16",
 // WGMMA-NEXT: "tile": {
 // WGMMA-NEXT: "bk": 64,
@@ -62,7 +62,7 @@
 // WGMMA: "kind": "gemm_dlhs",
 // WGMMA: "math": "wgmma.bf16",
 // WGMMA: "kind": "gemm_drhs",
-// WGMMA: "splits": 1,
+// WGMMA: "splits": 2,
 // WGMMA-LABEL: // plan @simt{{$}}
 // WGMMA: "math": "simt.f32",
 

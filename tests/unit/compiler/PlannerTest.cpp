@@ -172,8 +172,9 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
   ASSERT_EQ(m.size(), 4u) << "fwd, dz, dlhs, drhs";
   for (plan::MathMode mm : m)
     EXPECT_EQ(mm, plan::MathMode::WgmmaBF16);
-  // 1002 column tiles of 128 -> 32 splits of about 32 tiles.
-  EXPECT_EQ(p.splits, 32);
+  // 1002 column tiles of 128 -> 32 CTA splits of about 32 tiles, two partial entries
+  // (one per ping-pong consumer) each.
+  EXPECT_EQ(p.splits, 64);
   plan::TileConfig pingpong{128, 128, 64, 3, 4, 6};
   pingpong.pingpong = true;
   for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k) {
@@ -192,7 +193,7 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
     EXPECT_EQ(params[1].kind, plan::Param::Kind::TensorMapB) << kernel.name;
     plan::LaunchDims d = p.launchDims(k, 8192, 8192);
     EXPECT_EQ(d.block, 384);
-    EXPECT_EQ(d.sharedBytes, fused ? 1024 + 6 * (16384 + 16384) + 96 + 4096
+    EXPECT_EQ(d.sharedBytes, fused ? 1024 + 6 * (16384 + 16384) + 96
                                    : 1024 + 4 * (16384 + 32768) + 64);
     if (kernel.kind() == KernelKind::GemmReduce) {
       EXPECT_EQ(d.grid[0], 64 * 32) << "one CTA per (row tile, split)";
