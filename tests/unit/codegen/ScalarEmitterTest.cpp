@@ -123,6 +123,49 @@ TEST(ScalarEmitter, BodyEmitsOnlyLiveInstructionsInOrder) {
                      "const long long v10 = lcejit::wrap_add(v4, v9);\n");
 }
 
+// [Note: f32 division by a constant]: x / 30 is x * f32(1/30); a
+// divisor that is not a constant, a zero, an infinite or a subnormal one, and
+// every f64 division stay IEEE divisions.
+TEST(ScalarEmitter, F32DivisionByAConstantIsAMultiplyByItsReciprocal) {
+  FuncBuilder fb;
+  int32_t x = fb.arg(0, DType::F32);
+  int32_t y = fb.arg(1, DType::F32);
+  fb.result(fb.op(ScalarOp::Div, DType::F32, x, fb.constF(30.0)));
+  fb.result(fb.op(ScalarOp::Div, DType::F32, x, fb.constF(-0.25)));
+  fb.result(fb.op(ScalarOp::Div, DType::F32, x, y));
+  fb.result(fb.op(ScalarOp::Div, DType::F32, x, fb.constF(0.0)));
+  fb.result(fb.op(ScalarOp::Div, DType::F32, x,
+                  fb.constF(std::numeric_limits<double>::infinity())));
+  fb.result(fb.op(ScalarOp::Div, DType::F32, x, fb.constF(1e-39)));
+  fb.result(fb.op(ScalarOp::Div, DType::F32, x, fb.constF(1e38))); // 1/c subnormal
+  int32_t xd = fb.op(ScalarOp::Cast, DType::F64, x);
+  fb.result(fb.op(ScalarOp::Div, DType::F64, xd,
+                  fb.op(ScalarOp::Cast, DType::F64, fb.constF(30.0))));
+  plan::ScalarFunc f = fb.take();
+  CodeWriter w;
+  std::vector<std::string> r = emitScalarBody(
+      w, f, [](int32_t i) { return ArgValue{fmt::format("a{}", i), DType::F32}; },
+      "n");
+  ASSERT_EQ(r.size(), 8u);
+  auto line = [&](const std::string &v) {
+    const std::string text = w.str();
+    const std::string key = " " + v + " = ";
+    size_t at = text.find(key);
+    EXPECT_NE(at, std::string::npos) << v << " in\n" << text;
+    size_t end = text.find(";\n", at);
+    return text.substr(at + key.size(), end - at - key.size());
+  };
+  // The reciprocal literal reads back as the f32 rounding of 1 / f32(30).
+  const std::string mul = line(r[0]);
+  ASSERT_NE(mul.rfind(" * "), std::string::npos) << mul;
+  const std::string lit = mul.substr(mul.rfind(" * ") + 3);
+  EXPECT_EQ(parseF32(lit), static_cast<float>(1.0 / static_cast<double>(30.0f)));
+  EXPECT_EQ(line(r[1]).substr(line(r[1]).rfind(" * ") + 3), "-4.0f");
+  for (int i : {2, 3, 4, 5, 6, 7})
+    EXPECT_NE(line(r[static_cast<size_t>(i)]).find(" / "), std::string::npos)
+        << "result " << i << ": " << line(r[static_cast<size_t>(i)]);
+}
+
 TEST(ScalarEmitter, RejectsMalformedFunctions) {
   FuncBuilder fb;
   int32_t a = fb.arg(0, DType::F32);
