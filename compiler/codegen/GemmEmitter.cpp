@@ -463,6 +463,42 @@ GemmShape fusedShape(const FusedGemm &g) {
   return s;
 }
 
+/// The sm90 reduce epilogue's fragment interface ([Note: sm90 reduce by
+/// fragments] in lcejit_sm90.cuh). With exactly one logsumexp reduction and
+/// only sums besides it, FRAGMENT_LSE_SLOT names the logsumexp's slot and
+/// fragment_value() adds the element's sum inputs to the row's partials and
+/// returns its logsumexp input; otherwise FRAGMENT_LSE_SLOT is -1 and only
+/// accumulate() is used.
+template <class Epi>
+static void emitFragmentValue(CodeWriter &w, const plan::GemmReduceKernel &k,
+                              Epi &epi) {
+  int lse = -1;
+  bool onlySums = true;
+  for (size_t r = 0; r < k.reductions.size(); ++r) {
+    if (k.reductions[r] == plan::ReduceKind::LogSumExp && lse < 0)
+      lse = static_cast<int>(r);
+    else if (k.reductions[r] != plan::ReduceKind::Sum)
+      onlySums = false;
+  }
+  const bool fragments = lse >= 0 && onlySums;
+  w.line("static constexpr int FRAGMENT_LSE_SLOT = {};",
+         fragments ? k.slotOf(lse) : -1);
+  if (!fragments)
+    return;
+  auto f = w.block("__device__ __forceinline__ float fragment_value(float "
+                   "(&p)[SLOTS], float acc, long long row, long long col, "
+                   "const Row &r, const Col &c) const");
+  std::vector<std::string> results = epi.emitBody();
+  for (size_t r = 0; r < k.reductions.size(); ++r)
+    if (static_cast<int>(r) != lse)
+      w.line("lcejit::sum_add({}, {});",
+             slotArgs(k.reductions[r], k.slotOf(static_cast<int32_t>(r)), "p"),
+             convertValue(results[r], epi.resultType(r), DType::F32));
+  w.line("return {};", convertValue(results[static_cast<size_t>(lse)],
+                                    epi.resultType(static_cast<size_t>(lse)),
+                                    DType::F32));
+}
+
 void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
                     const plan::GemmReduceKernel &k) {
   const std::string what = fmt::format("gemm_reduce kernel '{}'", ctx.name());
@@ -551,6 +587,8 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
             slotArgs(k.reductions[r], k.slotOf(static_cast<int32_t>(r)), "p"),
             convertValue(results[r], epi.resultType(r), DType::F32));
     }
+    if (isWgmma(ctx))
+      emitFragmentValue(w, k, epi);
   });
   w.blank();
   auto kb = openGemmKernel(w, ctx, g.tile.threads());

@@ -209,6 +209,39 @@ void verifyScalarFunc(const ScalarFunc &f, std::string_view what) {
                  f.insts.size());
 }
 
+namespace {
+
+// [Note: f32 division by a constant]
+// An f32 `x / c` with a constant c is emitted as `x * (1/c)`, the reciprocal
+// rounded to f32 here: at most one ulp from the IEEE quotient (exact when c is
+// a power of two), and one FMUL instead of div.rn.f32. The IEEE division is
+// not cheap on the device: its range check branches to a slow-path
+// subroutine, and a possible call in an unrolled epilogue keeps ptxas from
+// interleaving the elements of a tile, so every element paid its whole
+// latency chain (measured: the softcap forward and dZ kernels at 51 % and 28 %
+// tensor-pipe activity on the H200, docs/hopper.md). Division by a value that
+// is not a constant stays IEEE, and so does f64. The constant is then not an
+// operand of the division (liveInsts), so it is not emitted unless used
+// elsewhere.
+std::optional<float> f32ReciprocalOfConst(const ScalarFunc &f,
+                                          const ScalarInst &in) {
+  if (in.op != ScalarOp::Div || in.type != DType::F32)
+    return std::nullopt;
+  const int32_t o = in.operands[1];
+  if (o < 0 || static_cast<size_t>(o) >= f.insts.size())
+    return std::nullopt;
+  const ScalarInst &d = f.insts[static_cast<size_t>(o)];
+  if (d.op != ScalarOp::Const || !isFloatValue(d.type))
+    return std::nullopt;
+  const float c = static_cast<float>(d.fValue); // the divisor as emitted
+  const float r = static_cast<float>(1.0 / static_cast<double>(c));
+  if (!std::isnormal(c) || !std::isnormal(r))
+    return std::nullopt; // 0, inf, NaN, subnormal: keep the IEEE division
+  return r;
+}
+
+} // namespace
+
 std::vector<bool> liveInsts(const ScalarFunc &f) {
   std::vector<bool> live(f.insts.size(), false);
   for (int32_t r : f.results)
@@ -218,7 +251,8 @@ std::vector<bool> liveInsts(const ScalarFunc &f) {
     if (!live[i])
       continue;
     const ScalarInst &in = f.insts[i];
-    for (int o = 0; o < arity(in.op); ++o)
+    const int used = f32ReciprocalOfConst(f, in) ? 1 : arity(in.op);
+    for (int o = 0; o < used; ++o)
       if (in.operands[o] >= 0 && static_cast<size_t>(in.operands[o]) < i)
         live[static_cast<size_t>(in.operands[o])] = true;
   }
@@ -301,7 +335,7 @@ public:
                 : fmt::format("lcejit::wrap_mul({}, {})", a(t), b(t));
     case ScalarOp::Div: {
       needFloat();
-      if (std::optional<float> r = f32ReciprocalOfConst(in))
+      if (std::optional<float> r = f32ReciprocalOfConst(f_, in))
         return fmt::format("{} * {}", a(t), f32Literal(*r));
       return fmt::format("{} / {}", a(t), b(t));
     }
@@ -371,29 +405,6 @@ public:
   }
 
 private:
-  // [Note: f32 division by a constant]
-  // An f32 `x / c` with a constant c is emitted as `x * (1/c)`, the reciprocal
-  // rounded to f32 here: at most one ulp from the IEEE quotient (exact when c
-  // is a power of two), and one FMUL instead of div.rn.f32. The IEEE division
-  // is not cheap on the device: its range check branches to a slow-path
-  // subroutine, and a possible call in an unrolled epilogue keeps ptxas from
-  // interleaving the elements of a tile, so every element paid its whole
-  // latency chain (measured: the softcap forward and dZ kernels at 51 % and
-  // 28 % tensor-pipe activity on the H200, docs/performance.md). Division by a
-  // value that is not a constant stays IEEE, and so does f64.
-  std::optional<float> f32ReciprocalOfConst(const ScalarInst &in) const {
-    if (in.type != DType::F32)
-      return std::nullopt;
-    const ScalarInst &d = f_.insts[static_cast<size_t>(in.operands[1])];
-    if (d.op != ScalarOp::Const || !isFloatValue(d.type))
-      return std::nullopt;
-    const float c = static_cast<float>(d.fValue); // the divisor as emitted
-    const float r = static_cast<float>(1.0 / static_cast<double>(c));
-    if (!std::isnormal(c) || !std::isnormal(r))
-      return std::nullopt; // 0, inf, NaN, subnormal: keep the IEEE division
-    return r;
-  }
-
   const ScalarFunc &f_;
   const ArgFn &arg_;
   std::string_view rowCount_;

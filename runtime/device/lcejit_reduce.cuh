@@ -102,6 +102,60 @@ __device__ __forceinline__ void lse_add(float &m, float &t, float x) {
   m = nan ? f32_nan() : (skip ? m : m_new);
 }
 
+/// lse_combine without branches, for the GEMM epilogues (see lse_add): NaN
+/// anywhere gives NaN; an empty or all -inf (m2, t2) changes nothing; an empty
+/// (m, t) takes (m2, t2) (there exp(m - m2) = 0 makes it the general formula).
+__device__ __forceinline__ void lse_merge(float &m, float &t, float m2,
+                                          float t2) {
+  const bool nan = (m != m) || (t != t) || (m2 != m2) || (t2 != t2);
+  const bool skip = m2 == -f32_inf();
+  const bool ge = m >= m2;
+  const float e = expf(ge ? m2 - m : m - m2);
+  const float t_new = ge ? t + (1.f + t2) * e : t2 + (1.f + t) * e;
+  const float m_new = ge ? m : m2;
+  t = nan ? f32_nan() : (skip ? t : t_new);
+  m = nan ? f32_nan() : (skip ? m : m_new);
+}
+
+/// 2^x on the MUFU unit (relative error about 2^-22; results below 2^-126
+/// flush to 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+#ifdef LCEJIT_HOST_EMULATION
+  const float y = std::exp2(x);
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.f : y;
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
+/// The logsumexp of the NV values x(0) .. x(NV - 1) as a partial (m, t), in two
+/// passes ([Note: sm90 reduce by fragments]): the max, then one exp per value
+/// and a sum. One value equal to the max is left out of the sum (the others
+/// equal to it count 1 each), so lse = m + log1p(t) as for lse_add, with t's
+/// precision on a peaked row. The same answers as lse_add value by value, up
+/// to rounding: NaN anywhere gives t = NaN; all -inf gives m = -inf (an empty
+/// partial for lse_merge); one +inf gives (+inf, 0) and two give NaN.
+template <int NV, class X>
+__device__ __forceinline__ void lse_of_values(float &m, float &t, const X &x) {
+  float mx = -f32_inf();
+#pragma unroll
+  for (int k = 0; k < NV; ++k)
+    mx = fmaxf(mx, x(k));
+  const float base = mx == -f32_inf() ? 0.f : mx;
+  float sum = 0.f, tops = 0.f;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const float v = x(k);
+    const bool top = v == mx;
+    sum += top ? 0.f : exp2_approx((v - base) * 1.4426950408889634f);
+    tops += top ? 1.f : 0.f;
+  }
+  m = mx;
+  t = (mx == f32_inf() && tops > 1.f) ? f32_nan() : sum + (tops - 1.f);
+}
+
 __device__ __forceinline__ float lse_value(float m, float t) {
   return m + log1pf(t);
 }

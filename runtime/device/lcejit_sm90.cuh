@@ -664,8 +664,13 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       }
   }
   template <int R>
-  __device__ __forceinline__ void tile(const float (&acc)[R], int j, i64 row0,
+  __device__ __forceinline__ void tile(float (&acc)[R], int j, i64 row0,
                                        i64 col0, int t) {
+    // R accumulators cover 64 rows x 2 R columns.
+    if (Epi::FRAGMENT_LSE_SLOT >= 0 && col0 + 2 * R <= cols) {
+      tile_fragments(acc, j, row0, col0, t);
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       const i64 col = col0 + acc_col(i, t);
@@ -675,6 +680,39 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
         epi.accumulate(part[j][h], acc[i], row0 + acc_row(i, t), col,
                        rows[j][h], c);
       }
+    }
+  }
+  /// [Note: sm90 reduce by fragments]
+  /// On a tile whose columns are all inside `cols`, the row's logsumexp is
+  /// taken over the R / 2 elements this thread holds of each of its rows in
+  /// two passes (lse_of_values): the elementwise chain and the max, then one
+  /// exp per element and a sum, merged once into the row's partial. The
+  /// values overwrite the accumulators, which the next tile's first wgmma
+  /// ignores. Folding element by element (lse_add, still used on the last,
+  /// partial column tile) chains R / 2 exps and rescales through (m, t), and
+  /// with one epilogue warp per scheduler nothing hides that chain. Sums (the
+  /// target pick) are added by fragment_value. Only full tiles take this path:
+  /// per-element column checks here made ptxas spill under ping-pong's 128
+  /// accumulators per thread.
+  template <int R>
+  __device__ __forceinline__ void tile_fragments(float (&acc)[R], int j,
+                                                 i64 row0, i64 col0, int t) {
+    constexpr int S = Epi::FRAGMENT_LSE_SLOT;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const i64 row = row0 + acc_row(2 * h, t);
+      // Element k of the fragment: accumulator 4 (k / 2) + 2 h + k % 2.
+#pragma unroll
+      for (int k = 0; k < R / 2; ++k) {
+        const int i = 4 * (k / 2) + 2 * h + k % 2;
+        const i64 col = col0 + acc_col(i, t);
+        acc[i] = epi.fragment_value(part[j][h], acc[i], row, col, rows[j][h],
+                                    epi.load_col(col));
+      }
+      float m, tt;
+      lse_of_values<R / 2>(
+          m, tt, [&](int k) { return acc[4 * (k / 2) + 2 * h + k % 2]; });
+      lse_merge(part[j][h][S], part[j][h][S + 1], m, tt);
     }
   }
   /// Quad shuffles finish each row of a consumer. With ping-pong both consumers hold

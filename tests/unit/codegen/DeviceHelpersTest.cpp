@@ -106,6 +106,65 @@ TEST(DeviceHelpers, LogSumExpEdgeCases) {
   EXPECT_TRUE(std::isnan(lseOf({NAN, -kInf})));
 }
 
+namespace {
+
+/// lse_of_values over the NV values of xs, as a value.
+template <int NV> float lseTwoPass(const std::vector<float> &xs) {
+  float m, t;
+  lcejit::lse_of_values<NV>(m, t, [&](int k) { return xs[k]; });
+  return lcejit::lse_value(m, t);
+}
+
+} // namespace
+
+// [Note: sm90 reduce by fragments]: the two-pass fragment logsumexp and the
+// branch-free merge give what lse_add and lse_combine give, edge cases included.
+TEST(DeviceHelpers, TwoPassLogSumExpMatchesElementByElement) {
+  const std::vector<float> xs = {1.f, -3.f, 7.5f, 7.5f, 0.25f, -100.f, 30.f, 29.f};
+  EXPECT_NEAR(lseTwoPass<8>(xs), lseRef(xs), 1e-5);
+  // Peaked: t keeps exp(-40) (the max is left out of the sum).
+  float m, t;
+  const std::vector<float> peaked = {10.f, 50.f};
+  lcejit::lse_of_values<2>(m, t, [&](int k) { return peaked[k]; });
+  EXPECT_EQ(m, 50.f);
+  EXPECT_NEAR(t, std::exp(-40.0), 1e-24);
+  // Ties at the max count 1 each: lse of {2, 2, 2} = 2 + log 3.
+  EXPECT_NEAR(lseTwoPass<3>({2.f, 2.f, 2.f}), 2.0 + std::log(3.0), 1e-6);
+  // The edge cases of LogSumExpEdgeCases, the same answers.
+  lcejit::lse_of_values<2>(m, t, [](int) { return -kInf; });
+  EXPECT_EQ(m, -kInf); // an empty partial: lse_merge skips it
+  EXPECT_EQ(lseTwoPass<2>({-kInf, 2.f}), 2.f);
+  EXPECT_EQ(lseTwoPass<3>({1.f, kInf, 2.f}), kInf);
+  EXPECT_TRUE(std::isnan(lseTwoPass<2>({kInf, kInf})));
+  EXPECT_TRUE(std::isnan(lseTwoPass<3>({kInf, 1.f, kInf})));
+  EXPECT_TRUE(std::isnan(lseTwoPass<3>({1.f, NAN, 2.f})));
+  EXPECT_TRUE(std::isnan(lseTwoPass<1>({NAN})));
+  EXPECT_TRUE(std::isnan(lseTwoPass<2>({kInf, NAN})));
+  EXPECT_TRUE(std::isnan(lseTwoPass<2>({NAN, -kInf})));
+}
+
+TEST(DeviceHelpers, BranchFreeMergeMatchesCombine) {
+  const float em = -kInf, et = -1.f; // lse_init
+  struct P {
+    float m, t;
+  };
+  const P cases[] = {{em, et}, {3.f, 0.5f}, {-2.f, 0.f}, {40.f, 1e-9f},
+                     {kInf, 0.f}, {NAN, 0.f}, {1.f, NAN}};
+  for (const P &a : cases)
+    for (const P &b : cases) {
+      float m1 = a.m, t1 = a.t, m2 = a.m, t2 = a.t;
+      lcejit::lse_combine(m1, t1, b.m, b.t);
+      lcejit::lse_merge(m2, t2, b.m, b.t);
+      const float v1 = lcejit::lse_value(m1, t1), v2 = lcejit::lse_value(m2, t2);
+      if (std::isnan(v1)) {
+        EXPECT_TRUE(std::isnan(v2)) << a.m << "," << a.t << " + " << b.m << "," << b.t;
+      } else {
+        EXPECT_EQ(m1, m2) << a.m << "," << a.t << " + " << b.m << "," << b.t;
+        EXPECT_FLOAT_EQ(t1, t2) << a.m << "," << a.t << " + " << b.m << "," << b.t;
+      }
+    }
+}
+
 TEST(DeviceHelpers, NanPropagatingMaxMin) {
   EXPECT_TRUE(std::isnan(lcejit::max_nan(NAN, 1.f)));
   EXPECT_TRUE(std::isnan(lcejit::max_nan(1.f, NAN)));
