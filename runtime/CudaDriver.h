@@ -62,8 +62,16 @@ namespace lcejit::runtime {
   X(streamCreate, cuStreamCreate, 2000)                                        \
   X(streamDestroy, cuStreamDestroy, 4000)                                      \
   X(streamSynchronize, cuStreamSynchronize, 2000)                              \
+  X(streamIsCapturing, cuStreamIsCapturing, 10000)                             \
+  X(streamBeginCapture, cuStreamBeginCapture, 10010)                           \
+  X(streamEndCapture, cuStreamEndCapture, 10000)                               \
+  X(graphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040)             \
+  X(graphLaunch, cuGraphLaunch, 10000)                                         \
+  X(graphExecDestroy, cuGraphExecDestroy, 10000)                               \
+  X(graphDestroy, cuGraphDestroy, 10000)                                       \
   X(eventCreate, cuEventCreate, 2000)                                          \
   X(eventRecord, cuEventRecord, 2000)                                          \
+  X(eventRecordWithFlags, cuEventRecordWithFlags, 11010)                       \
   X(streamWaitEvent, cuStreamWaitEvent, 3020)                                  \
   X(eventSynchronize, cuEventSynchronize, 2000)                                \
   X(eventElapsedTime, cuEventElapsedTime, 2000)                                \

@@ -267,6 +267,210 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
 }
 
 //===----------------------------------------------------------------------===//
+// The error word
+//===----------------------------------------------------------------------===//
+
+DeviceErrors decodeErrorWord(const int64_t word[4]) {
+  DeviceErrors e;
+  const uint64_t w0 = static_cast<uint64_t>(word[0]), w1 = static_cast<uint64_t>(word[1]);
+  if (w0 != 0) {
+    // [0] = ~(row << 32 | low half), [1] = ~(row << 32 | high half): lcejit_common.cuh.
+    const uint64_t k0 = ~w0, k1 = ~w1;
+    LCEJIT_CHECK(w1 != 0 && (k0 >> 32) == (k1 >> 32),
+                 "the error word's two halves of the bad row disagree (0x{:016x}, 0x{:016x})",
+                 w0, w1);
+    e.badRow = static_cast<int64_t>(k0 >> 32);
+    e.badValue = static_cast<int64_t>(((k1 & 0xFFFFFFFFull) << 32) | (k0 & 0xFFFFFFFFull));
+  }
+  const uint64_t w2 = static_cast<uint64_t>(word[2]);
+  if (w2 != 0) {
+    e.contract = static_cast<int32_t>(w2 >> 32);
+    e.kernel = static_cast<int32_t>(static_cast<uint32_t>(w2 & 0xFFFFFFFFull)) - 1;
+    e.had = static_cast<uint64_t>(word[3]);
+  }
+  return e;
+}
+
+std::string describeContractViolation(const Program &program, const DeviceErrors &e) {
+  const bool known = e.kernel >= 0 && e.kernel < static_cast<int32_t>(program.kernels.size());
+  const std::string who =
+      known ? fmt::format("kernel '{}' (kernel {} of program '{}')",
+                          program.kernels[static_cast<size_t>(e.kernel)].name, e.kernel,
+                          program.name)
+            : fmt::format("kernel {} (not a kernel of program '{}')", e.kernel, program.name);
+  const plan::LaunchDims want =
+      known ? program.launchDims(e.kernel, 1, std::max<int64_t>(program.loopCols, 1))
+            : plan::LaunchDims{};
+  const uint64_t h = e.had;
+  switch (e.contract) {
+  case 1:
+    return fmt::format("{} was launched with blocks of {} x {} x {} threads; its launch "
+                       "contract wants {} x 1 x 1",
+                       who, h & 0xFFFF, (h >> 16) & 0xFFFF, (h >> 32) & 0xFFFF, want.block);
+  case 2:
+    return fmt::format("{} was launched with {} bytes of dynamic shared memory; its launch "
+                       "contract needs {}",
+                       who, h, want.sharedBytes);
+  case 3:
+    return fmt::format("{} was launched with a grid of {} x {} x {} blocks, not the grid its "
+                       "launch contract (Program::launchDims) gives for its rows and columns",
+                       who, h & 0x7FFFFFFF, (h >> 31) & 0xFFFF, (h >> 47) & 0xFFFF);
+  default: break;
+  }
+  return fmt::format("{} reported launch-contract violation {} (0x{:x})", who, e.contract, h);
+}
+
+//===----------------------------------------------------------------------===//
+// Prepared runs ([Note: prepared runs] in Executor.h)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// prepareRun plans with a synthetic address per base: base b at (b + 1) << 40. Every
+/// pointer planExecution derives is a base plus an offset below 2^40 (1 TiB), so the
+/// base and the offset are read back from the address.
+constexpr int kBaseShift = 40;
+constexpr uint64_t kOffsetMask = (uint64_t(1) << kBaseShift) - 1;
+constexpr size_t kMaxBases = 64;
+constexpr size_t kMaxKernelArgs = 64;
+
+CUdeviceptr syntheticBase(size_t b) { return static_cast<CUdeviceptr>(b + 1) << kBaseShift; }
+
+PreparedRun::Reloc relocOf(CUdeviceptr p, size_t numBases) {
+  PreparedRun::Reloc r;
+  const uint64_t b = (static_cast<uint64_t>(p) >> kBaseShift);
+  LCEJIT_CHECK(b >= 1 && b <= numBases, "prepareRun: address 0x{:x} is not of a buffer", p);
+  r.base = static_cast<int32_t>(b - 1);
+  r.offset = static_cast<uint64_t>(p) & kOffsetMask;
+  return r;
+}
+
+bool tensorEmptyAt(const plan::TensorSpec &t, int64_t n) {
+  for (int64_t d : t.shape)
+    if ((d < 0 ? n : d) == 0)
+      return true;
+  return false;
+}
+
+} // namespace
+
+PreparedRun prepareRun(const Program &program, int64_t n) {
+  PreparedRun r;
+  r.n = n;
+  r.numInputs = static_cast<int32_t>(program.inputs.size());
+  r.numOutputs = static_cast<int32_t>(program.outputs.size());
+  const size_t numBases = program.inputs.size() + program.outputs.size() + 1;
+  LCEJIT_CHECK(numBases <= kMaxBases, "program '{}' has {} buffers, more than {}", program.name,
+               numBases, kMaxBases);
+  ProgramBuffers synthetic;
+  size_t b = 0;
+  for (size_t i = 0; i < program.inputs.size(); ++i)
+    synthetic.inputs.push_back(syntheticBase(b++));
+  for (size_t i = 0; i < program.outputs.size(); ++i)
+    synthetic.outputs.push_back(syntheticBase(b++));
+  synthetic.workspace = syntheticBase(b);
+  r.workspaceBytes = workspaceBytes(program, n);
+  synthetic.workspaceBytes = r.workspaceBytes;
+  ExecutionPlan plan = planExecution(program, synthetic, n);
+  r.schedule = plan.schedule;
+  r.skippedLaunches = plan.skippedLaunches;
+  r.errorWordOffset = errorWordOffset(program, n);
+  r.baseUsed.assign(numBases, 0);
+  r.baseMayBeNull.assign(numBases, 0);
+  for (size_t i = 0; i < program.inputs.size(); ++i)
+    r.baseMayBeNull[i] = tensorEmptyAt(program.inputs[i], n);
+  for (size_t i = 0; i < program.outputs.size(); ++i)
+    r.baseMayBeNull[program.inputs.size() + i] = tensorEmptyAt(program.outputs[i], n);
+  auto use = [&](CUdeviceptr p) {
+    PreparedRun::Reloc rel = relocOf(p, numBases);
+    r.baseUsed[static_cast<size_t>(rel.base)] = 1;
+    return rel;
+  };
+  for (const MemsetRecord &m : plan.memsets)
+    r.memsets.push_back(PreparedRun::Memset{use(m.pointer), m.bytes});
+  for (LaunchRecord &rec : plan.launches) {
+    PreparedRun::Launch l;
+    l.kernel = rec.kernel;
+    l.chunk = rec.chunk;
+    l.rowBlock = rec.rowBlock;
+    l.dims = rec.dims;
+    LCEJIT_CHECK(rec.args.size() <= kMaxKernelArgs, "kernel '{}' takes {} arguments",
+                 program.kernels[static_cast<size_t>(rec.kernel)].name, rec.args.size());
+    for (const KernelArg &a : rec.args)
+      l.argRelocs.push_back(a.type == KernelArg::Type::Pointer ? use(a.value.pointer)
+                                                                : PreparedRun::Reloc{});
+    l.args = std::move(rec.args);
+    for (const Sm90Operand &op : rec.maps)
+      l.operandRelocs.push_back(use(op.data));
+    l.operands = std::move(rec.maps);
+    l.maps.resize(l.operands.size());
+    r.launches.push_back(std::move(l));
+  }
+  r.bound.assign(numBases, 0);
+  return r;
+}
+
+void bindRun(PreparedRun &r, const Program &program, const CUdeviceptr *inputs,
+             size_t numInputs, const CUdeviceptr *outputs, size_t numOutputs,
+             CUdeviceptr workspace, int64_t workspaceBytes) {
+  LCEJIT_CHECK_ARG(numInputs == static_cast<size_t>(r.numInputs),
+                   "program '{}' takes {} input pointer(s), got {}", program.name, r.numInputs,
+                   numInputs);
+  LCEJIT_CHECK_ARG(numOutputs == static_cast<size_t>(r.numOutputs),
+                   "program '{}' takes {} output pointer(s), got {}", program.name,
+                   r.numOutputs, numOutputs);
+  if (r.workspaceBytes > 0) {
+    LCEJIT_CHECK_ARG(workspace != 0, "workspace is a null pointer; program '{}' needs "
+                                     "{} bytes of workspace for N = {}",
+                     program.name, r.workspaceBytes, r.n);
+    LCEJIT_CHECK_ARG(workspace % 256 == 0, "workspace pointer 0x{:x} is not 256-byte aligned",
+                     workspace);
+    LCEJIT_CHECK_ARG(workspaceBytes >= r.workspaceBytes,
+                     "workspace of {} bytes is too small: program '{}' needs {} bytes for "
+                     "N = {}",
+                     workspaceBytes, program.name, r.workspaceBytes, r.n);
+  }
+  const size_t numBases = r.bound.size();
+  bool changed[kMaxBases] = {};
+  bool any = false;
+  for (size_t b = 0; b < numBases; ++b) {
+    const bool isInput = b < numInputs, isOutput = !isInput && b < numInputs + numOutputs;
+    const CUdeviceptr p = isInput ? inputs[b] : isOutput ? outputs[b - numInputs] : workspace;
+    if ((isInput || isOutput) && p == 0 && r.baseUsed[b] && !r.baseMayBeNull[b]) {
+      if (isInput)
+        LCEJIT_CHECK_ARG(false, "input {} ('{}') is a null pointer, but a kernel of '{}' reads it",
+                         b, program.inputs[b].name, program.name);
+      LCEJIT_CHECK_ARG(false, "output {} ('{}') is a null pointer, but a kernel of '{}' writes it",
+                       b - numInputs, program.outputs[b - numInputs].name, program.name);
+    }
+    if (p != r.bound[b] || r.binds == 0) {
+      changed[b] = true;
+      any = true;
+      r.bound[b] = p;
+    }
+  }
+  r.boundWorkspaceBytes = workspaceBytes;
+  if (!any)
+    return;
+  ++r.binds;
+  for (PreparedRun::Launch &l : r.launches) {
+    for (size_t i = 0; i < l.args.size(); ++i) {
+      const PreparedRun::Reloc &rel = l.argRelocs[i];
+      if (rel.base >= 0 && changed[rel.base])
+        l.args[i].value.pointer = r.bound[static_cast<size_t>(rel.base)] + rel.offset;
+    }
+    for (size_t i = 0; i < l.operands.size(); ++i) {
+      const PreparedRun::Reloc &rel = l.operandRelocs[i];
+      if (!changed[rel.base])
+        continue;
+      l.operands[i].data = r.bound[static_cast<size_t>(rel.base)] + rel.offset;
+      l.maps[i] = encodeSm90Operand(l.operands[i]);
+      ++r.mapEncodes;
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
 // Executor
 //===----------------------------------------------------------------------===//
 
@@ -295,41 +499,54 @@ Executor::Executor(Program program, std::vector<const Module *> moduleOfKernel)
 }
 
 void Executor::run(const ProgramBuffers &buffers, int64_t n, CUstream stream) const {
-  ExecutionPlan plan = planExecution(program_, buffers, n);
+  PreparedRun r = prepare(n);
+  bindRun(r, program_, buffers.inputs.data(), buffers.inputs.size(), buffers.outputs.data(),
+          buffers.outputs.size(), buffers.workspace, buffers.workspaceBytes);
+  launch(r, stream);
+}
+
+PreparedRun Executor::prepare(int64_t n) const {
+  PreparedRun r = prepareRun(program_, n);
+  for (const PreparedRun::Launch &l : r.launches)
+    modules_[static_cast<size_t>(l.kernel)]->reserveDynamicShared(
+        functions_[static_cast<size_t>(l.kernel)], l.dims.sharedBytes);
+  return r;
+}
+
+void Executor::launch(const PreparedRun &r, CUstream stream) const {
+  LCEJIT_CHECK(r.binds > 0, "launch of a prepared run of program '{}' that was never bound",
+               program_.name);
   const CudaDriver &d = cudaDriver();
-  for (const MemsetRecord &m : plan.memsets)
-    LCEJIT_CU(d.memsetD8Async(m.pointer, 0, static_cast<size_t>(m.bytes), stream));
-  std::vector<void *> params;
-  std::vector<CUtensorMap> maps;
-  for (LaunchRecord &rec : plan.launches) {
-    CUfunction f = functions_[static_cast<size_t>(rec.kernel)];
-    modules_[static_cast<size_t>(rec.kernel)]->reserveDynamicShared(f, rec.dims.sharedBytes);
-    maps.clear();
-    for (const Sm90Operand &op : rec.maps)
-      maps.push_back(encodeSm90Operand(op));
-    params.clear();
-    for (KernelArg &a : rec.args)
-      params.push_back(a.type == KernelArg::Type::TensorMap
-                           ? static_cast<void *>(&maps[static_cast<size_t>(a.value.i64)])
-                           : a.address());
+  for (const PreparedRun::Memset &m : r.memsets)
+    LCEJIT_CU(d.memsetD8Async(r.bound[static_cast<size_t>(m.at.base)] + m.at.offset, 0,
+                              static_cast<size_t>(m.bytes), stream));
+  void *params[kMaxKernelArgs];
+  for (const PreparedRun::Launch &l : r.launches) {
+    CUfunction f = functions_[static_cast<size_t>(l.kernel)];
+    for (size_t i = 0; i < l.args.size(); ++i) {
+      const KernelArg &a = l.args[i];
+      params[i] = a.type == KernelArg::Type::TensorMap
+                      ? const_cast<CUtensorMap *>(&l.maps[static_cast<size_t>(a.value.i64)])
+                      : const_cast<void *>(static_cast<const void *>(&a.value));
+    }
     CUlaunchConfig cfg{};
-    cfg.gridDimX = static_cast<unsigned>(rec.dims.grid[0]);
-    cfg.gridDimY = static_cast<unsigned>(rec.dims.grid[1]);
-    cfg.gridDimZ = static_cast<unsigned>(rec.dims.grid[2]);
-    cfg.blockDimX = static_cast<unsigned>(rec.dims.block);
+    cfg.gridDimX = static_cast<unsigned>(l.dims.grid[0]);
+    cfg.gridDimY = static_cast<unsigned>(l.dims.grid[1]);
+    cfg.gridDimZ = static_cast<unsigned>(l.dims.grid[2]);
+    cfg.blockDimX = static_cast<unsigned>(l.dims.block);
     cfg.blockDimY = 1;
     cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = static_cast<unsigned>(rec.dims.sharedBytes);
+    cfg.sharedMemBytes = static_cast<unsigned>(l.dims.sharedBytes);
     cfg.hStream = stream;
-    CUresult r = d.launchKernelEx(&cfg, f, params.data(), nullptr);
-    if (r != CUDA_SUCCESS) {
-      const plan::Kernel &k = program_.kernels[static_cast<size_t>(rec.kernel)];
+    CUresult res = d.launchKernelEx(&cfg, f, params, nullptr);
+    if (res != CUDA_SUCCESS) {
+      const plan::Kernel &k = program_.kernels[static_cast<size_t>(l.kernel)];
       std::string what = fmt::format(
           "cuLaunchKernelEx of kernel '{}' (row block {}, chunk {}, grid ({}, {}, {}), block {}, {} bytes "
           "dynamic shared)",
-          k.name, rec.rowBlock, rec.chunk, rec.dims.grid[0], rec.dims.grid[1], rec.dims.grid[2],
-          rec.dims.block, rec.dims.sharedBytes);
-      throwCudaError(r, what.c_str(), __FILE__, __LINE__);
+          k.name, l.rowBlock, l.chunk, l.dims.grid[0], l.dims.grid[1], l.dims.grid[2],
+          l.dims.block, l.dims.sharedBytes);
+      throwCudaError(res, what.c_str(), __FILE__, __LINE__);
     }
   }
 }
@@ -339,12 +556,24 @@ void Executor::enqueueErrorReadback(const ProgramBuffers &buffers, int64_t n, CU
   LCEJIT_CHECK_ARG(hostErrorWord != nullptr, "hostErrorWord is null");
   LCEJIT_CHECK_ARG(buffers.workspace != 0, "workspace is a null pointer");
   int64_t off = errorWordOffset(program_, n);
-  LCEJIT_CHECK_ARG(buffers.workspaceBytes >= off + 16,
+  LCEJIT_CHECK_ARG(buffers.workspaceBytes >= off + plan::kErrorWordBytes,
                    "workspace of {} bytes has no error word at offset {}",
                    buffers.workspaceBytes, off);
   LCEJIT_CU(cudaDriver().memcpyDtoHAsync(hostErrorWord,
                                          buffers.workspace + static_cast<CUdeviceptr>(off),
-                                         2 * sizeof(int64_t), stream));
+                                         plan::kErrorWordBytes, stream));
+}
+
+void Executor::enqueueErrorReadback(const PreparedRun &r, CUstream stream,
+                                    int64_t *hostErrorWord) const {
+  LCEJIT_CHECK_ARG(hostErrorWord != nullptr, "hostErrorWord is null");
+  const CUdeviceptr ws = r.bound.empty() ? 0 : r.bound.back();
+  LCEJIT_CHECK_ARG(ws != 0 && r.boundWorkspaceBytes >= r.errorWordOffset + plan::kErrorWordBytes,
+                   "the prepared run of '{}' has no workspace with an error word bound",
+                   program_.name);
+  LCEJIT_CU(cudaDriver().memcpyDtoHAsync(hostErrorWord,
+                                         ws + static_cast<CUdeviceptr>(r.errorWordOffset),
+                                         plan::kErrorWordBytes, stream));
 }
 
 } // namespace lcejit::runtime

@@ -34,6 +34,7 @@
 #include "runtime/TensorMap.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace lcejit::runtime {
@@ -49,8 +50,29 @@ struct ProgramBuffers {
 /// Bytes of workspace a run with N rows needs (Program::workspaceOffsets' total).
 int64_t workspaceBytes(const plan::Program &program, int64_t n);
 
-/// Byte offset of the error word (workspace buffer kErrorBuffer, int64[2]) for N rows.
+/// Byte offset of the error word (workspace buffer kErrorBuffer, u64[4]) for N rows.
 int64_t errorWordOffset(const plan::Program &program, int64_t n);
+
+/// What the error word of a finished run says ([Note: the error word] in
+/// runtime/device/lcejit_common.cuh): the lowest row whose device check failed, with its
+/// value, and a launch-contract violation a kernel found at its entry (it then returned
+/// without touching memory; nothing traps, the context stays usable).
+struct DeviceErrors {
+  int64_t badRow = -1;  ///< lowest failing row of a device check; -1 = none
+  int64_t badValue = 0; ///< that row's value (the target)
+  int32_t contract = 0; ///< 0 = none, 1 block size, 2 dynamic shared memory, 3 grid
+  int32_t kernel = -1;  ///< index into Program::kernels of the kernel that found it
+  uint64_t had = 0;     ///< what that launch had (block dims, bytes, grid dims; packed)
+  bool any() const { return badRow >= 0 || contract != 0; }
+};
+
+/// Decodes the four words the device wrote. A malformed word (the two halves of a bad
+/// row disagreeing) is Error(Internal).
+DeviceErrors decodeErrorWord(const int64_t word[4]);
+
+/// "kernel 'lce_fwd0' (kernel 1 of program 'lce') was launched with 128 threads per block
+/// (1 x 1), its launch contract wants 384" — for Error(Internal) messages.
+std::string describeContractViolation(const plan::Program &program, const DeviceErrors &e);
 
 /// One packed kernel argument. See [Note: argument packing].
 struct KernelArg {
@@ -103,6 +125,65 @@ struct ExecutionPlan {
 ExecutionPlan planExecution(const plan::Program &program, const ProgramBuffers &buffers,
                             int64_t n);
 
+/// [Note: prepared runs] A run of a Program for one N, prepared once: the launch list of
+/// planExecution with its arguments packed, every pointer argument and tensor-map base
+/// kept as (buffer, byte offset) so that bindRun() re-points it at new buffers in place.
+/// Building it allocates (once per op and N); binding and launching it allocate nothing,
+/// hash nothing and build no string, so a warm call costs the driver calls alone and can
+/// be captured in a CUDA graph.
+struct PreparedRun {
+  /// Where a pointer comes from: base index (inputs, then outputs, then the workspace)
+  /// and the byte offset added to it.
+  struct Reloc {
+    int32_t base = -1; ///< -1: not a pointer
+    uint64_t offset = 0;
+  };
+  struct Memset {
+    Reloc at;
+    int64_t bytes = 0;
+  };
+  struct Launch {
+    int32_t kernel = -1;
+    int64_t chunk = -1;
+    int64_t rowBlock = 0;
+    plan::LaunchDims dims;
+    std::vector<KernelArg> args;
+    std::vector<Reloc> argRelocs; ///< one per arg
+    std::vector<Sm90Operand> operands; ///< wgmma: A and B (data bound by bindRun)
+    std::vector<Reloc> operandRelocs;
+    std::vector<CUtensorMap> maps; ///< encoded by bindRun when an operand's base changed
+  };
+
+  int64_t n = -1;
+  plan::RunSchedule schedule;
+  int64_t workspaceBytes = 0;  ///< needed (workspaceBytes(program, n))
+  int64_t errorWordOffset = 0; ///< errorWordOffset(program, n)
+  int32_t numInputs = 0, numOutputs = 0;
+  std::vector<Memset> memsets;
+  std::vector<Launch> launches;
+  int64_t skippedLaunches = 0;
+  /// Per base: used by some launch or memset; may be null (an empty tensor at this N).
+  std::vector<uint8_t> baseUsed, baseMayBeNull;
+  /// The buffers bound now (0 = not bound yet): inputs, outputs, workspace.
+  std::vector<CUdeviceptr> bound;
+  int64_t boundWorkspaceBytes = 0;
+  int64_t binds = 0;      ///< bindRun calls that changed a pointer
+  int64_t mapEncodes = 0; ///< tensor maps encoded by bindRun
+};
+
+/// Builds the prepared run of N (pure host work, no driver). Same errors as
+/// planExecution for N outside the bucket or a malformed Program.
+PreparedRun prepareRun(const plan::Program &program, int64_t n);
+
+/// Points `run` at `buffers`: checks them like planExecution (counts, nulls where a kernel
+/// uses a buffer, workspace null/misaligned/small: Error(InvalidArgument)), rewrites the
+/// arguments of the bases that changed and re-encodes the tensor maps on them. Allocates
+/// nothing; a call with the buffers of the last one does nothing. `inputs`/`outputs` have
+/// numInputs/numOutputs entries.
+void bindRun(PreparedRun &run, const plan::Program &program, const CUdeviceptr *inputs,
+             size_t numInputs, const CUdeviceptr *outputs, size_t numOutputs,
+             CUdeviceptr workspace, int64_t workspaceBytes);
+
 class Executor {
 public:
   /// Resolves every kernel of `program` in `module` (fails early if one is missing).
@@ -114,12 +195,23 @@ public:
 
   /// Enqueues one run on `stream` (see the file comment). Asynchronous: device checks
   /// raised by kernels land in the error word, read with enqueueErrorReadback().
+  /// (prepare + bindRun + launch: the convenient, allocating form.)
   void run(const ProgramBuffers &buffers, int64_t n, CUstream stream) const;
 
-  /// Enqueues a copy of the error word into host memory (ideally pinned, see
-  /// cuMemAllocHost): host[0] = first bad row + 1 (0 = no error), host[1] = bad value.
+  /// prepareRun(), and raises the dynamic shared memory limit of every kernel it launches
+  /// (so launch() calls nothing but the launches and memsets).
+  PreparedRun prepare(int64_t n) const;
+  /// Enqueues a prepared, bound run: its memsets and launches, nothing else (no
+  /// allocation, no synchronization: capturable in a CUDA graph).
+  void launch(const PreparedRun &run, CUstream stream) const;
+
+  /// Enqueues a copy of the error word (int64[4], decodeErrorWord) into host memory
+  /// (pinned, see cuMemAllocHost, for a copy that is asynchronous and capturable).
   /// Valid after the stream reaches this point.
   void enqueueErrorReadback(const ProgramBuffers &buffers, int64_t n, CUstream stream,
+                            int64_t *hostErrorWord) const;
+  /// The same for a bound prepared run (no allocation).
+  void enqueueErrorReadback(const PreparedRun &run, CUstream stream,
                             int64_t *hostErrorWord) const;
 
   const plan::Program &program() const { return program_; }

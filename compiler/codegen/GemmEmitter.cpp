@@ -219,8 +219,59 @@ std::string gridText(const KernelContext &ctx, const char *mmaGrid) {
 
 /// The kernel's opening line: 384 threads at one CTA per SM for wgmma (setmaxnreg needs
 /// the register count fixed at entry).
+/// Then, first in the body, the launch contract (launch_ok in lcejit_common.cuh): the
+/// block size and dynamic shared memory of the config, and the grid the template assumes
+/// (Program::launchDims): mma.sync kernels one CTA per output tile, wgmma GemmReduce one
+/// per (row tile, split), the other wgmma kernels persistent (any x). A violation is
+/// recorded in the error word with the kernel's index, and the kernel returns.
 CodeWriter::Block openGemmKernel(CodeWriter &w, const KernelContext &ctx, int threads) {
-  return isWgmma(ctx) ? openKernel(w, ctx, 384, 1) : openKernel(w, ctx, threads);
+  CodeWriter::Block b =
+      isWgmma(ctx) ? openKernel(w, ctx, 384, 1) : openKernel(w, ctx, threads);
+  const std::string cfg = ctx.name() + "_config";
+  const std::string &n = ctx.scalarParamName(Param::Kind::N);
+  auto ceil = [&](const std::string &x, const char *tile) {
+    return fmt::format("lcejit::ceil_div({}, {}::{})", x, cfg, tile);
+  };
+  std::string gx = "-1", gy = "1";
+  switch (ctx.kernel().kind()) {
+  case plan::KernelKind::GemmReduce:
+    if (isWgmma(ctx)) {
+      // Ping-pong: two partial entries per CTA split, so splits is even
+      // (an odd one expects no grid at all: 0 never matches a launch).
+      const std::string &sp = ctx.scalarParamName(Param::Kind::Splits);
+      gx = fmt::format("({0}::PINGPONG && {1} % 2 != 0 ? 0LL : {2} * ({0}::PINGPONG ? {1} / 2 : {1}))",
+                       cfg, sp, ceil(n, "BM"));
+    } else {
+      gx = ceil(n, "BM");
+      gy = ctx.scalarParamName(Param::Kind::Splits);
+    }
+    break;
+  case plan::KernelKind::GemmDz:
+    if (!isWgmma(ctx)) {
+      gx = ceil(n, "BM");
+      gy = ceil(ctx.scalarParamName(Param::Kind::ChunkCols), "BN");
+    }
+    break;
+  case plan::KernelKind::GemmDLhs:
+    if (!isWgmma(ctx)) {
+      gx = ceil(n, "BM");
+      gy = ceil(fmt::format("{}LL", std::get<plan::GemmDLhsKernel>(ctx.kernel().body).k), "BN");
+    }
+    break;
+  case plan::KernelKind::GemmDRhs:
+    if (!isWgmma(ctx)) {
+      gx = ceil(ctx.scalarParamName(Param::Kind::ChunkCols), "BM");
+      gy = ceil(fmt::format("{}LL", std::get<plan::GemmDRhsKernel>(ctx.kernel().body).k), "BN");
+    }
+    break;
+  default:
+    LCEJIT_CHECK(false, "kernel '{}' is not a GEMM", ctx.name());
+  }
+  w.line("if (!lcejit::launch_ok({}, {}, {}::SMEM_BYTES, {}::THREADS, {}, {}))",
+         ctx.bufferName(BufferRef{plan::Space::Workspace, plan::kErrorBuffer}), ctx.index(), cfg,
+         cfg, gx, gy);
+  w.line("  return; // recorded in the error word (kernel {}); the host reports it", ctx.index());
+  return b;
 }
 
 //===----------------------------------------------------------------------===//

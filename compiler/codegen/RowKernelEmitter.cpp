@@ -13,7 +13,10 @@
 //       if (scalar_thread) { <StoreScalar sinks, in order> }
 //     }
 //   };
-//   extern "C" __global__ void <name>(<params>) { lcejit::row_kernel(fn, n); }
+//   extern "C" __global__ void <name>(<params>) {
+//     if (!lcejit::launch_ok(<error word>, <kernel index>, 0, 256, <grid>, 1)) return;
+//     lcejit::row_kernel(fn, n);
+//   }
 //
 //===----------------------------------------------------------------------===//
 
@@ -104,7 +107,7 @@ void emitRowKernel(CodeWriter &w, const KernelContext &ctx) {
   // Header.
   ParamRoles roles;
   roles.add(scalars, "scalar slots (double)");
-  roles.add(errors, "error word {first bad row + 1, value}");
+  roles.add(errors, "error word {lowest bad row and value, launch contract}");
   for (size_t i = 0; i < k.args.size(); ++i)
     if (k.args[i].buf.valid())
       roles.add(ctx.bufferName(k.args[i].buf),
@@ -288,6 +291,12 @@ void emitRowKernel(CodeWriter &w, const KernelContext &ctx) {
   w.blank();
   {
     auto kb = openKernel(w, ctx, 256);
+    // The launch contract (lcejit_common.cuh): 256 threads, one per row, in
+    // max(1, ceil(n / 256)) blocks (Program::launchDims).
+    w.line("if (!lcejit::launch_ok({}, {}, 0, 256, {} > 0 ? lcejit::ceil_div({}, 256) : 1, 1))",
+           errors, ctx.index(), n, n);
+    w.line("  return; // recorded in the error word (kernel {}); the host reports it",
+           ctx.index());
     std::vector<std::string> names;
     for (const Param &p : ctx.params())
       names.push_back(p.name);

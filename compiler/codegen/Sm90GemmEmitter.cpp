@@ -83,6 +83,9 @@ EmittedModule emitSm90GemmModule(const std::vector<Sm90GemmSpec> &specs) {
     w.line("    const __grid_constant__ lcejit::sm90::TensorMap map_b, void *out,");
     w.line("    long long ld_out, long long m, long long n, long long k, int group) {{");
     w.indent();
+    w.line("if (!lcejit::launch_ok(nullptr, 0, {0}::SMEM_BYTES, {0}::THREADS, -1, 1))",
+           configName(s));
+    w.line("  return; // no error word here: a wrong launch writes nothing");
     w.line("lcejit::sm90::StoreEpilogue<{}> epi{{out, ld_out, m, n}};",
            detail::gemmElemTag(s.out));
     w.line("lcejit::sm90::gemm<{}>(map_a, map_b, epi, m, n, k, group);", configName(s));

@@ -975,7 +975,7 @@ private:
     prog_.schedule.budgetBytes = opt_.workspaceBudgetBytes;
     prog_.schedule.fixedChunkCols = opt_.fixedChunkCols;
     addWorkspace("scalar_slots", 0, 0, BufferInit::Zero); // size fixed at the end
-    addWorkspace("error_word", 0, 16, BufferInit::Zero);
+    addWorkspace("error_word", 0, kErrorWordBytes, BufferInit::Zero);
     prog_.decisions.push_back(fmt::format("bucket: N in [{}, {}] (powers of four from 256)",
                                           bucketLow_, bucket_));
     if (const auto &t = opt_.tensorCoreTile)

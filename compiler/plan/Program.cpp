@@ -360,6 +360,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addOperands(k.gemm.args);
     pl.addBuffer(scalars);
     pl.addBuffer(k.partials);
+    pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::TotalRows, "n_total");
     pl.add(Param::Kind::Splits, "splits");
@@ -373,6 +374,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(scalars);
     pl.addBuffer(k.dz);
     pl.addBuffer(k.dzLo);
+    pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::TotalRows, "n_total");
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
@@ -385,6 +387,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.dzLo);
     pl.addBuffer(k.b);
     pl.addBuffer(k.out);
+    pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
     pl.add(Param::Kind::ChunkCols, "chunk_cols");
@@ -397,6 +400,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.dzLo);
     pl.addBuffer(k.a);
     pl.addBuffer(k.out);
+    pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
     pl.add(Param::Kind::ChunkCols, "chunk_cols");
@@ -406,7 +410,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
   case KernelKind::Cast: {
     const auto &k = std::get<CastKernel>(kernel.body);
     pl.addBuffer(k.in);
-    pl.addBuffer(k.out);
+    pl.addBuffer(k.out); // grid-stride: any launch shape is correct, no contract to check
     pl.add(Param::Kind::N, "n");
     break;
   }

@@ -122,7 +122,10 @@ struct BufferRef {
 
 /// Well-known workspace buffers every Program has (indices into Program::workspace).
 inline constexpr int32_t kScalarSlotsBuffer = 0; ///< double[numScalarSlots], zeroed
-inline constexpr int32_t kErrorBuffer = 1;       ///< int64[2]: first bad row + 1, value
+/// u64[4]: the lowest failing row of a device check and its value ([0], [1]), a launch-
+/// contract violation ([2], [3]); see runtime::decodeErrorWord and lcejit_common.cuh.
+inline constexpr int32_t kErrorBuffer = 1;
+inline constexpr int64_t kErrorWordBytes = 32;
 
 /// What an argument of a ScalarFunc reads, per row / column / once.
 struct Operand {

@@ -307,9 +307,16 @@ std::optional<int64_t> workspaceMB() { return current().workspaceMB; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
 
+namespace {
+std::atomic<int64_t> gGeneration{0};
+} // namespace
+
 void reloadForTesting() {
   std::lock_guard<std::mutex> lock(snapshotMutex());
   gCurrent.store(nullptr, std::memory_order_release);
+  gGeneration.fetch_add(1, std::memory_order_acq_rel);
 }
+
+int64_t generation() { return gGeneration.load(std::memory_order_acquire); }
 
 } // namespace lcejit::knobs

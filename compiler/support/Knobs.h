@@ -92,4 +92,8 @@ const std::string &mainloop();
 /// Makes the next accessor call read the environment again. For tests only.
 void reloadForTesting();
 
+/// Counts reloadForTesting() calls: a cache of something derived from knobs (the op's
+/// per-bucket call plans) compares it, an integer, instead of rebuilding a key.
+int64_t generation();
+
 } // namespace lcejit::knobs

@@ -151,8 +151,14 @@ struct ProgramCache {
 };
 } // namespace
 
+CallPathCounters &callPathCounters() {
+  static CallPathCounters c;
+  return c;
+}
+
 ProgramLookup LceJit::lookup(int64_t n, const plan::Target &target, bool compile) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
+  callPathCounters().programLookups.fetch_add(1, std::memory_order_relaxed);
   std::string key = cacheKey(n, target);
   ProgramCache &cache = ProgramCache::global();
   ProgramLookup result;

@@ -31,6 +31,7 @@
 #include "runtime/CudaDriver.h"
 #include "runtime/KernelCache.h"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -100,6 +101,15 @@ private:
   std::unique_ptr<fe::Graph> graph_;
   std::unique_ptr<pipeline::FusedGraph> fused_;
 };
+
+/// Slow-path work of the op's call path, process-wide, for tests: a warm call ([Note: the
+/// warm path] in LinearCrossEntropy.cpp) does none of it.
+struct CallPathCounters {
+  std::atomic<int64_t> programLookups{0}; ///< LceJit::lookup: a key built, the cache searched
+  std::atomic<int64_t> programLoads{0};   ///< a Program's modules loaded into an op
+  std::atomic<int64_t> runBuilds{0};      ///< a runtime::PreparedRun built for an op and N
+};
+CallPathCounters &callPathCounters();
 
 /// Validates and normalizes options (fills defaults); throws Error(InvalidArgument).
 LinearCrossEntropyOptions validateOptions(const LinearCrossEntropyOptions &options);

@@ -4,6 +4,7 @@
 #include "ops/lib/LceJit.h"
 #include "ops/lib/Reference.h"
 #include "compiler/support/Check.h"
+#include "compiler/support/Knobs.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/Executor.h"
 #include "runtime/Module.h"
@@ -11,7 +12,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 
@@ -23,24 +26,37 @@ std::string shapeStr(const std::vector<int64_t> &s) { return fmt::format("[{}]",
 
 std::string pointerStr(const void *p) { return fmt::format("{}", p); }
 
-/// Checks one tensor argument against an expected dtype, shape (-1 = any size >= 0, taken
-/// from the tensor), contiguity and alignment. Returns the shape.
+std::string shapeStr(std::initializer_list<int64_t> s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+/// Checks one tensor argument against an expected dtype, shape, contiguity and alignment.
+/// Allocates nothing unless it throws (the warm call path, [Note: the warm path]).
 template <typename Ref>
-void checkTensor(const char *name, const Ref &t, DType dtype, const std::vector<int64_t> &shape,
+void checkTensor(const char *name, const Ref &t, DType dtype, std::initializer_list<int64_t> shape,
                  int64_t alignment, bool mayBeNull) {
   LCEJIT_CHECK_ARG(t.dtype == dtype, "{}.dtype is {}, expected {}", name, dtypeName(t.dtype),
                    dtypeName(dtype));
-  LCEJIT_CHECK_ARG(t.shape == shape, "{}.shape is {}, expected {}", name, shapeStr(t.shape),
-                   shapeStr(shape));
+  LCEJIT_CHECK_ARG(std::equal(t.shape.begin(), t.shape.end(), shape.begin(), shape.end()),
+                   "{}.shape is {}, expected {}", name, shapeStr(t.shape), shapeStr(shape));
   if (!t.strides.empty()) {
-    std::vector<int64_t> contiguous(t.shape.size(), 1);
-    for (int64_t i = static_cast<int64_t>(t.shape.size()) - 2; i >= 0; --i)
-      contiguous[static_cast<size_t>(i)] =
-          contiguous[static_cast<size_t>(i + 1)] * t.shape[static_cast<size_t>(i + 1)];
-    LCEJIT_CHECK_ARG(t.strides == contiguous,
-                     "{}.strides are {}: only contiguous row-major tensors (strides {}) are "
-                     "supported",
-                     name, shapeStr(t.strides), shapeStr(contiguous));
+    // Row-major contiguous: strides[i] = product of shape[i + 1 ..].
+    bool contiguous = t.strides.size() == t.shape.size();
+    int64_t expect = 1;
+    for (size_t i = t.shape.size(); contiguous && i-- > 0;) {
+      contiguous = t.strides[i] == expect;
+      expect *= t.shape[i];
+    }
+    if (!contiguous) {
+      std::vector<int64_t> want(t.shape.size(), 1);
+      for (int64_t i = static_cast<int64_t>(t.shape.size()) - 2; i >= 0; --i)
+        want[static_cast<size_t>(i)] =
+            want[static_cast<size_t>(i + 1)] * t.shape[static_cast<size_t>(i + 1)];
+      LCEJIT_CHECK_ARG(false,
+                       "{}.strides are {}: only contiguous row-major tensors (strides {}) are "
+                       "supported",
+                       name, shapeStr(t.strides), shapeStr(want));
+    }
   }
   if (!mayBeNull)
     LCEJIT_CHECK_ARG(t.data != nullptr, "{}.data is null", name);
@@ -53,10 +69,28 @@ plan::Target callTarget() {
   return runtime::cudaAvailable() ? ops::LceJit::deviceTarget() : ops::LceJit::defaultTarget();
 }
 
-/// A Program loaded into the current context.
+/// A Program loaded into the current context, with the runs it has prepared.
 struct LoadedProgram {
+  std::shared_ptr<const ops::CompiledProgram> compiled;
   std::vector<runtime::Module> modules; ///< one per module part
   std::unique_ptr<runtime::Executor> executor;
+  /// Prepared runs by N ([Note: prepared runs] in runtime/Executor.h), most recently
+  /// built last; at most kRunsPerProgram (the oldest is dropped).
+  std::vector<std::unique_ptr<runtime::PreparedRun>> runs;
+  static constexpr size_t kRunsPerProgram = 8;
+};
+
+/// Which of the op's graphs a call runs (LinearCrossEntropy::Impl::jitFor).
+enum class CallKind : uint8_t { Plain = 0, Forward = 1, Scaled = 2 };
+
+/// [Note: the warm path] What a call needs, per op, kind and bucket: found by comparing
+/// integers (N against the bucket's bounds, the knob generation), so a call whose Program
+/// is loaded builds no cache key, hashes nothing and allocates nothing. A miss takes the
+/// slow path once (the process-wide Program cache, compile, module load) and appends here.
+struct CallPlan {
+  int64_t lo = 0, hi = 0; ///< the bucket: N in [lo, hi] (hi = 0: any N, an unbucketed plan)
+  int64_t knobGeneration = 0;
+  LoadedProgram *loaded = nullptr;
 };
 
 } // namespace
@@ -85,15 +119,20 @@ struct LinearCrossEntropy::Impl {
   bool deviceReady = false;
   plan::Target target;
   std::map<const ops::CompiledProgram *, std::unique_ptr<LoadedProgram>> loaded;
+  std::vector<CallPlan> plans[3]; ///< per CallKind ([Note: the warm path])
   CUdeviceptr workspace = 0; ///< the op's own allocation
   int64_t workspaceBytes = 0;
   CUdeviceptr userWorkspace = 0; ///< setWorkspace(): caller-owned, used instead
   int64_t userWorkspaceBytes = 0;
   CUdeviceptr lossScratch = 0;
-  int64_t *hostError = nullptr; ///< pinned int64[2]
+  int64_t *hostError = nullptr; ///< pinned int64[4]: the error word of the last run
   float *hostLoss = nullptr;    ///< pinned f32
-  bool errorPending = false;
-  int64_t lastN = 0;
+  /// The Program of the last enqueued call (names the kernel of a contract violation).
+  const plan::Program *lastProgram = nullptr;
+  /// A call was captured into a CUDA graph: the graph holds the workspace's address, so a
+  /// workspace that must grow is kept (in `retired`) until the op is destroyed.
+  bool captured = false;
+  std::vector<CUdeviceptr> retired;
   /// [Note: one op, many threads and streams] Every call holds `mu` while it enqueues
   /// (forwardBackward for the whole call, readback included), makes its stream wait for
   /// `lastDone` (recorded at the end of the previous call, on whatever stream that ran),
@@ -118,6 +157,8 @@ struct LinearCrossEntropy::Impl {
     }
     if (workspace)
       d.memFree(workspace);
+    for (CUdeviceptr p : retired)
+      d.memFree(p);
     if (lossScratch)
       d.memFree(lossScratch);
     if (hostError)
@@ -137,7 +178,7 @@ struct LinearCrossEntropy::Impl {
     CUdeviceptr scratch = 0;
     CUevent done = nullptr;
     try {
-      LCEJIT_CU(d.memAllocHost(&err, 2 * sizeof(int64_t)));
+      LCEJIT_CU(d.memAllocHost(&err, plan::kErrorWordBytes));
       LCEJIT_CU(d.memAllocHost(&loss, sizeof(float)));
       LCEJIT_CU(d.memAlloc(&scratch, 256));
       LCEJIT_CU(d.eventCreate(&done, CU_EVENT_DISABLE_TIMING));
@@ -151,47 +192,123 @@ struct LinearCrossEntropy::Impl {
       throw;
     }
     hostError = static_cast<int64_t *>(err);
+    std::memset(hostError, 0, plan::kErrorWordBytes);
     hostLoss = static_cast<float *>(loss);
     lossScratch = scratch;
     lastDone = done;
     deviceReady = true;
   }
 
-  LoadedProgram &load(const ops::CompiledProgram &cp) {
-    auto it = loaded.find(&cp);
+  LoadedProgram &load(const std::shared_ptr<const ops::CompiledProgram> &cp) {
+    auto it = loaded.find(cp.get());
     if (it != loaded.end())
       return *it->second;
     auto lp = std::make_unique<LoadedProgram>();
-    LCEJIT_CHECK(cp.binaries.size() == cp.parts.size() && !cp.parts.empty(),
-                 "program '{}' has {} binaries for {} module parts", cp.program.name,
-                 cp.binaries.size(), cp.parts.size());
-    lp->modules.reserve(cp.parts.size());
-    std::vector<const runtime::Module *> moduleOfKernel(cp.program.kernels.size(), nullptr);
-    for (size_t i = 0; i < cp.parts.size(); ++i) {
-      lp->modules.emplace_back(cp.binaries[i]->cubin);
-      for (int32_t k : cp.parts[i].kernels)
+    lp->compiled = cp;
+    LCEJIT_CHECK(cp->binaries.size() == cp->parts.size() && !cp->parts.empty(),
+                 "program '{}' has {} binaries for {} module parts", cp->program.name,
+                 cp->binaries.size(), cp->parts.size());
+    lp->modules.reserve(cp->parts.size());
+    std::vector<const runtime::Module *> moduleOfKernel(cp->program.kernels.size(), nullptr);
+    for (size_t i = 0; i < cp->parts.size(); ++i) {
+      lp->modules.emplace_back(cp->binaries[i]->cubin);
+      for (int32_t k : cp->parts[i].kernels)
         moduleOfKernel[static_cast<size_t>(k)] = &lp->modules.back();
     }
-    lp->executor = std::make_unique<runtime::Executor>(cp.program, std::move(moduleOfKernel));
-    return *loaded.emplace(&cp, std::move(lp)).first->second;
+    lp->executor = std::make_unique<runtime::Executor>(cp->program, std::move(moduleOfKernel));
+    ops::callPathCounters().programLoads.fetch_add(1, std::memory_order_relaxed);
+    return *loaded.emplace(cp.get(), std::move(lp)).first->second;
   }
 
-  /// Marks the end of a call on `stream` ([Note: one op, many threads and streams]).
-  void recordDone(CUstream stream) {
-    LCEJIT_CU(runtime::cudaDriver().eventRecord(lastDone, stream));
+  /// The loaded Program of a call with N rows ([Note: the warm path]); the slow path
+  /// (lookup, compile, load) only on a miss, which `capturing` forbids.
+  LoadedProgram &loadedFor(CallKind kind, int64_t n, bool capturing) {
+    std::vector<CallPlan> &ps = plans[static_cast<size_t>(kind)];
+    const int64_t gen = knobs::generation();
+    for (const CallPlan &p : ps)
+      if (p.knobGeneration == gen && n >= p.lo && (p.hi == 0 || n <= p.hi))
+        return *p.loaded;
+    LCEJIT_CHECK_ARG(!capturing,
+                     "enqueue during CUDA graph capture with N = {}: the op has not loaded the "
+                     "kernels of its bucket yet (loading is not capturable); call prepare({}) "
+                     "first (for forward() or a GradScale other than 1, one call of that kind)",
+                     n, n);
+    ops::LceJit &j = kind == CallKind::Forward ? jitFor(false, false)
+                     : kind == CallKind::Scaled ? jitFor(true, true)
+                                                : jitFor(true, false);
+    ops::ProgramLookup l = j.lookup(n, target);
+    LoadedProgram &lp = load(l.compiled);
+    const plan::Program &prog = l.compiled->program;
+    CallPlan p;
+    p.lo = prog.bucket > 0 ? prog.bucketLow : 0;
+    p.hi = prog.bucket > 0 ? prog.bucket : 0;
+    p.knobGeneration = gen;
+    p.loaded = &lp;
+    ps.push_back(p);
+    return lp;
+  }
+
+  /// The prepared run of N (built on a miss: host work and allocation, once per N).
+  runtime::PreparedRun &runFor(LoadedProgram &lp, int64_t n) {
+    for (auto &r : lp.runs)
+      if (r->n == n)
+        return *r;
+    if (lp.runs.size() >= LoadedProgram::kRunsPerProgram)
+      lp.runs.erase(lp.runs.begin());
+    lp.runs.push_back(std::make_unique<runtime::PreparedRun>(lp.executor->prepare(n)));
+    ops::callPathCounters().runBuilds.fetch_add(1, std::memory_order_relaxed);
+    return *lp.runs.back();
+  }
+
+  /// Whether `stream` is capturing into a CUDA graph (cuStreamIsCapturing: legal during
+  /// a capture, no synchronization).
+  static bool isCapturing(CUstream stream) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    LCEJIT_CU(runtime::cudaDriver().streamIsCapturing(stream, &status));
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+
+  /// [Note: one op, many threads and streams]: the call's stream waits for the previous
+  /// call. In a capture the wait is an external event-wait node of the graph: each replay
+  /// waits for whatever call of the op recorded `lastDone` last.
+  void waitForPrevious(CUstream stream, bool capturing) {
+    if (capturing)
+      LCEJIT_CU(runtime::cudaDriver().streamWaitEvent(stream, lastDone, CU_EVENT_WAIT_EXTERNAL));
+    else if (anyCall)
+      LCEJIT_CU(runtime::cudaDriver().streamWaitEvent(stream, lastDone, 0));
+  }
+
+  /// Marks the end of a call on `stream` ([Note: one op, many threads and streams]); in a
+  /// capture, as an external event-record node that each replay executes.
+  void recordDone(CUstream stream, bool capturing = false) {
+    if (capturing) {
+      LCEJIT_CU(runtime::cudaDriver().eventRecordWithFlags(lastDone, stream,
+                                                          CU_EVENT_RECORD_EXTERNAL));
+      captured = true;
+    } else {
+      LCEJIT_CU(runtime::cudaDriver().eventRecord(lastDone, stream));
+    }
     anyCall = true;
   }
 
-  void ensureWorkspace(int64_t bytes, CUstream stream) {
+  void ensureWorkspace(int64_t bytes, bool capturing) {
     if (bytes <= workspaceBytes)
       return;
+    LCEJIT_CHECK_ARG(!capturing,
+                     "enqueue during CUDA graph capture needs {} bytes of workspace, the op has "
+                     "{} (allocating is not capturable): call prepare(N) with the largest N "
+                     "first, or give it memory with setWorkspace()",
+                     bytes, workspaceBytes);
     const runtime::CudaDriver &d = runtime::cudaDriver();
     if (workspace) {
-      // The old buffer may still be in use by the previous call, on any stream.
-      (void)stream;
+      // The old buffer may still be in use by the previous call, on any stream; a captured
+      // graph keeps its address for good.
       if (anyCall)
         LCEJIT_CU(d.eventSynchronize(lastDone));
-      LCEJIT_CU(d.memFree(workspace));
+      if (captured)
+        retired.push_back(workspace);
+      else
+        LCEJIT_CU(d.memFree(workspace));
       workspace = 0;
       workspaceBytes = 0;
     }
@@ -218,7 +335,21 @@ int64_t LinearCrossEntropy::compileCount() { return ops::LceJit::programCompileC
 
 bool LinearCrossEntropy::prepare(int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
-  return impl_->jit->lookup(n, callTarget()).binaryOrigin == runtime::CacheOrigin::Compiled;
+  const bool compiled =
+      impl_->jit->lookup(n, callTarget()).binaryOrigin == runtime::CacheOrigin::Compiled;
+  if (!runtime::cudaAvailable())
+    return compiled;
+  // With a GPU: everything a plain call with N rows needs besides the launches (device
+  // state, module load, the prepared run, the workspace), so that enqueue() after it is
+  // capturable in a CUDA graph ([Note: the warm path]).
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl &im = *impl_;
+  im.ensureDevice();
+  LoadedProgram &lp = im.loadedFor(CallKind::Plain, n, /*capturing=*/false);
+  runtime::PreparedRun &run = im.runFor(lp, n);
+  if (!im.userWorkspace)
+    im.ensureWorkspace(run.workspaceBytes, /*capturing=*/false);
+  return compiled;
 }
 
 int64_t LinearCrossEntropy::workspaceBytes(int64_t n) {
@@ -282,15 +413,22 @@ void LinearCrossEntropy::setWorkspace(void *data, int64_t bytes) {
 namespace {
 
 /// `gradients` false: forward() (gradHidden and gradWeight are not used).
+/// [Note: the warm path] When the op has loaded the bucket's Program and prepared a run
+/// for this N, this function allocates nothing, builds no string and hashes nothing; its
+/// only driver calls are the capture query, the event wait and record, the memsets and
+/// launches, and the error word's copy into pinned memory — all capturable.
 void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions &o,
                    const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
                    const MutableTensorRef &loss, const MutableTensorRef &gradHidden,
-                   const MutableTensorRef &gradWeight, void *stream, bool gradients = true,
-                   const GradScale &gradScale = {}) {
+                   const MutableTensorRef &gradWeight, void *stream, bool capturing,
+                   bool gradients = true, const GradScale &gradScale = {}) {
   LCEJIT_CHECK_ARG(hidden.shape.size() == 2, "hidden.shape is {}, expected [N, {}]",
                    shapeStr(hidden.shape), o.hidden);
   int64_t n = hidden.shape[0];
   LCEJIT_CHECK_ARG(n >= 0, "N = hidden.shape[0] = {} must be >= 0", n);
+  // Rows are reported by the device checks as 32-bit numbers (lcejit_common.cuh).
+  LCEJIT_CHECK_ARG(n < (int64_t(1) << 32) - 1, "N = hidden.shape[0] = {} must be below 2^32 - 1",
+                   n);
   bool empty = n == 0;
   checkTensor("hidden", hidden, o.dtype, {n, o.hidden}, 16, empty);
   checkTensor("weight", weight, o.dtype, {o.vocab, o.hidden}, 16, false);
@@ -311,29 +449,35 @@ void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions
   if (scaled && gradScale.device)
     LCEJIT_CHECK_ARG(reinterpret_cast<uintptr_t>(gradScale.device) % 4 == 0,
                      "gradScale.device = {} is not 4-byte aligned", gradScale.device);
+  LCEJIT_CHECK_ARG(im.deviceReady || !capturing,
+                   "enqueue during CUDA graph capture before the op's first GPU call: call "
+                   "prepare(N) first (it allocates the op's device state)");
   im.ensureDevice();
   auto cu = [](const void *p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); };
-  ops::ProgramLookup l = im.jitFor(gradients, scaled).lookup(n, im.target);
-  LoadedProgram &lp = im.load(*l.compiled);
+  const CallKind kind = !gradients ? CallKind::Forward : scaled ? CallKind::Scaled : CallKind::Plain;
+  LoadedProgram &lp = im.loadedFor(kind, n, capturing);
+  runtime::PreparedRun &run = im.runFor(lp, n);
+  const plan::Program &program = lp.executor->program();
   CUstream s = static_cast<CUstream>(stream);
+  const runtime::CudaDriver &d = runtime::cudaDriver();
   // [Note: one op, many threads and streams]: after the previous call, on any stream.
-  if (im.anyCall)
-    LCEJIT_CU(runtime::cudaDriver().streamWaitEvent(s, im.lastDone, 0));
-  runtime::ProgramBuffers buffers;
-  const int64_t need = runtime::workspaceBytes(l.compiled->program, n);
+  im.waitForPrevious(s, capturing);
+  CUdeviceptr ws = 0;
+  int64_t wsBytes = 0;
   if (im.userWorkspace) {
-    LCEJIT_CHECK_ARG(im.userWorkspaceBytes >= need,
+    LCEJIT_CHECK_ARG(im.userWorkspaceBytes >= run.workspaceBytes,
                      "the workspace given to setWorkspace() has {} bytes; a call with N = {} "
                      "needs {} (workspaceBytes({}))",
-                     im.userWorkspaceBytes, n, need, n);
-    buffers.workspace = im.userWorkspace;
-    buffers.workspaceBytes = im.userWorkspaceBytes;
+                     im.userWorkspaceBytes, n, run.workspaceBytes, n);
+    ws = im.userWorkspace;
+    wsBytes = im.userWorkspaceBytes;
   } else {
-    im.ensureWorkspace(need, s);
-    buffers.workspace = im.workspace;
-    buffers.workspaceBytes = im.workspaceBytes;
+    im.ensureWorkspace(run.workspaceBytes, capturing);
+    ws = im.workspace;
+    wsBytes = im.workspaceBytes;
   }
-  buffers.inputs = {cu(hidden.data), cu(weight.data), cu(targets.data)};
+  CUdeviceptr inputs[4] = {cu(hidden.data), cu(weight.data), cu(targets.data), 0};
+  size_t numInputs = 3;
   if (scaled) {
     CUdeviceptr scale = cu(gradScale.device);
     if (!scale) {
@@ -342,28 +486,43 @@ void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions
       uint32_t bits = 0;
       std::memcpy(&bits, &gradScale.value, 4);
       scale = im.lossScratch + 64;
-      LCEJIT_CU(runtime::cudaDriver().memsetD32Async(scale, bits, 1, s));
+      LCEJIT_CU(d.memsetD32Async(scale, bits, 1, s));
     }
-    buffers.inputs.push_back(scale);
+    inputs[numInputs++] = scale;
   }
-  if (gradients)
-    buffers.outputs = {cu(loss.data), cu(gradHidden.data), cu(gradWeight.data)};
-  else
-    buffers.outputs = {cu(loss.data)};
-  lp.executor->run(buffers, n, s);
-  im.hostError[0] = im.hostError[1] = 0;
-  lp.executor->enqueueErrorReadback(buffers, n, s, im.hostError);
-  im.errorPending = true;
-  im.lastN = n;
+  CUdeviceptr outputs[3] = {cu(loss.data), cu(gradHidden.data), cu(gradWeight.data)};
+  const size_t numOutputs = gradients ? 3 : 1;
+  runtime::bindRun(run, program, inputs, numInputs, outputs, numOutputs, ws, wsBytes);
+  lp.executor->launch(run, s);
+  if (!capturing)
+    std::memset(im.hostError, 0, plan::kErrorWordBytes);
+  lp.executor->enqueueErrorReadback(run, s, im.hostError);
+  im.lastProgram = &program;
 }
 
+/// Reports what the error word of the last run that reached the host says, once: a
+/// launch-contract violation as Error(Internal), a bad target as Error(DeviceCheck).
 void checkDeviceErrorsLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions &o) {
-  if (!im.errorPending)
+  if (!im.hostError)
     return;
-  im.errorPending = false;
-  if (im.hostError[0] == 0)
+  int64_t word[4];
+  std::memcpy(word, im.hostError, sizeof(word));
+  if (word[0] == 0 && word[2] == 0)
     return;
-  ops::throwBadTarget(o, im.hostError[0] - 1, im.hostError[1]);
+  std::memset(im.hostError, 0, plan::kErrorWordBytes); // reported once
+  const runtime::DeviceErrors e = runtime::decodeErrorWord(word);
+  if (e.contract != 0) {
+    std::string what = im.lastProgram
+                           ? runtime::describeContractViolation(*im.lastProgram, e)
+                           : fmt::format("kernel {} reported launch-contract violation {}",
+                                         e.kernel, e.contract);
+    LCEJIT_THROW(Internal,
+                 "device launch-contract violation: {}. The kernel returned without computing "
+                 "(the call's outputs are unspecified); the op and the CUDA context stay "
+                 "usable. This is a bug in lcejit: please report it",
+                 what);
+  }
+  ops::throwBadTarget(o, e.badRow, e.badValue);
 }
 
 } // namespace
@@ -374,18 +533,27 @@ void LinearCrossEntropy::enqueue(const TensorRef &hidden, const TensorRef &weigh
                                  const MutableTensorRef &gradWeight, void *stream,
                                  const GradScale &gradScale) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  const bool capturing = runtime::cudaAvailable() && Impl::isCapturing(static_cast<CUstream>(stream));
   enqueueLocked(*impl_, options(), hidden, weight, targets, loss, gradHidden, gradWeight,
-                stream, /*gradients=*/true, gradScale);
-  impl_->recordDone(static_cast<CUstream>(stream));
+                stream, capturing, /*gradients=*/true, gradScale);
+  impl_->recordDone(static_cast<CUstream>(stream), capturing);
 }
-
-
 
 void LinearCrossEntropy::checkDeviceErrors() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   checkDeviceErrorsLocked(*impl_, options());
 }
 
+namespace {
+/// forwardBackward and forward wait for their stream: not capturable.
+void rejectCapture(void *stream, const char *call) {
+  if (runtime::cudaAvailable())
+    LCEJIT_CHECK_ARG(!LinearCrossEntropy::Impl::isCapturing(static_cast<CUstream>(stream)),
+                     "{}() synchronizes its stream and cannot be captured in a CUDA graph: "
+                     "capture enqueue() or enqueueForward() (after prepare(N))",
+                     call);
+}
+} // namespace
 
 float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorRef &weight,
                                           const TensorRef &targets,
@@ -395,11 +563,12 @@ float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorR
   // The whole call under the op's lock: the loss scratch, the pinned loss and error
   // words belong to this call until it returns.
   std::lock_guard<std::mutex> lock(impl_->mu);
+  rejectCapture(stream, "forwardBackward");
   impl_->ensureDevice();
   MutableTensorRef loss{reinterpret_cast<void *>(static_cast<uintptr_t>(impl_->lossScratch)),
                         DType::F32, {}, {}};
   enqueueLocked(*impl_, options(), hidden, weight, targets, loss, gradHidden, gradWeight,
-                stream, /*gradients=*/true, gradScale);
+                stream, /*capturing=*/false, /*gradients=*/true, gradScale);
   const runtime::CudaDriver &d = runtime::cudaDriver();
   CUstream s = static_cast<CUstream>(stream);
   LCEJIT_CU(d.memcpyDtoHAsync(impl_->hostLoss, impl_->lossScratch, sizeof(float), s));
@@ -412,11 +581,12 @@ float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorR
 float LinearCrossEntropy::forward(const TensorRef &hidden, const TensorRef &weight,
                                   const TensorRef &targets, void *stream) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  rejectCapture(stream, "forward");
   impl_->ensureDevice();
   MutableTensorRef loss{reinterpret_cast<void *>(static_cast<uintptr_t>(impl_->lossScratch)),
                         DType::F32, {}, {}};
   enqueueLocked(*impl_, options(), hidden, weight, targets, loss, {}, {}, stream,
-                /*gradients=*/false);
+                /*capturing=*/false, /*gradients=*/false);
   const runtime::CudaDriver &d = runtime::cudaDriver();
   CUstream s = static_cast<CUstream>(stream);
   LCEJIT_CU(d.memcpyDtoHAsync(impl_->hostLoss, impl_->lossScratch, sizeof(float), s));
@@ -430,9 +600,10 @@ void LinearCrossEntropy::enqueueForward(const TensorRef &hidden, const TensorRef
                                         const TensorRef &targets, const MutableTensorRef &loss,
                                         void *stream) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  enqueueLocked(*impl_, options(), hidden, weight, targets, loss, {}, {}, stream,
+  const bool capturing = runtime::cudaAvailable() && Impl::isCapturing(static_cast<CUstream>(stream));
+  enqueueLocked(*impl_, options(), hidden, weight, targets, loss, {}, {}, stream, capturing,
                 /*gradients=*/false);
-  impl_->recordDone(static_cast<CUstream>(stream));
+  impl_->recordDone(static_cast<CUstream>(stream), capturing);
 }
 
 ReferenceResult LinearCrossEntropy::runReference(const std::vector<double> &hidden,

@@ -149,28 +149,96 @@ __device__ __forceinline__ u32 dynamic_smem_size() {
 #endif
 }
 
-/// Traps unless the launch gave at least `bytes` of dynamic shared memory and
-/// exactly `threads` threads per block. A kernel that silently ran with less
-/// shared memory or another block size would compute garbage or corrupt memory;
-/// a trap is a clean error.
-__device__ __forceinline__ void require_launch(u32 bytes, u32 threads) {
-  if (dynamic_smem_size() < bytes || blockDim.x != threads || blockDim.y != 1 ||
-      blockDim.z != 1)
-    __trap();
+__device__ __forceinline__ i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
+
+//===----------------------------------------------------------------------===//
+// The error word: workspace buffer 1, u64[4], zeroed before every run, read by
+// the host after the run (runtime::decodeErrorWord). Nothing here traps: a
+// kernel that finds a problem records it and the host reports it, so the
+// context stays usable.
+//
+//   [0], [1]  a failed device check (CheckRow: a bad target), the LOWEST
+//             failing row and its value. A failing thread folds the key
+//             row << 32 | half of its value into each word with atomicMax of
+//             ~key ([0]: the low 32 bits of the value, [1]: the high 32 bits):
+//             the lowest row has the largest ~key, so both words end up
+//             holding that row's halves, whatever order the threads ran in.
+//             0 = no failure (rows are clamped below 2^32 - 1).
+//   [2]       a launch-contract violation: kind << 32 | (kernel index + 1),
+//             the first one recorded wins; 0 = none.
+//   [3]       what that launch had (see the CONTRACT_* kinds).
+//===----------------------------------------------------------------------===//
+
+/// Kinds of launch-contract violations (error word [2] >> 32) and what [3]
+/// then holds.
+enum {
+  CONTRACT_BLOCK = 1,  ///< blockDim != (threads, 1, 1); [3] = x | y << 16 | z << 32
+  CONTRACT_SHARED = 2, ///< too little dynamic shared memory; [3] = the bytes given
+  CONTRACT_GRID = 3,   ///< gridDim != the expected one; [3] = x | y << 31 | z << 47
+};
+
+/// Records launch-contract violation `kind` of kernel `kernel` (its index in
+/// the Program) unless one is already recorded. A null error word records
+/// nothing (kernels outside a Program).
+__device__ __forceinline__ void raise_contract(void *error_word, int kind,
+                                               int kernel, u64 had) {
+  if (error_word == nullptr)
+    return;
+  u64 *w = static_cast<u64 *>(error_word);
+  const u64 code = (static_cast<u64>(kind) << 32) |
+                   static_cast<u64>(static_cast<u32>(kernel + 1));
+  if (atomicCAS(w + 2, 0ull, code) == 0ull)
+    w[3] = had;
+}
+
+/// The launch contract of a kernel entry point: exactly `threads` threads per
+/// block in x (y = z = 1), at least `bytes` of dynamic shared memory, and a
+/// grid of exactly grid_x x grid_y x 1 blocks (an expectation < 0 is not
+/// checked). A kernel that silently ran with another shape would compute
+/// garbage or corrupt memory. Every thread of every block computes the same
+/// answer from launch constants; on a violation thread 0 of each block records
+/// it in the error word and all return false, and the entry point returns at
+/// once: it is called first, before any barrier or mbarrier, so no block is
+/// left waiting and nothing is written.
+__device__ __forceinline__ bool launch_ok(void *error_word, int kernel,
+                                          u32 bytes, u32 threads,
+                                          i64 grid_x = -1, i64 grid_y = -1) {
+  int kind = 0;
+  u64 had = 0;
+  if (blockDim.x != threads || blockDim.y != 1 || blockDim.z != 1) {
+    kind = CONTRACT_BLOCK;
+    had = static_cast<u64>(blockDim.x) | (static_cast<u64>(blockDim.y) << 16) |
+          (static_cast<u64>(blockDim.z) << 32);
+  } else if (dynamic_smem_size() < bytes) {
+    kind = CONTRACT_SHARED;
+    had = dynamic_smem_size();
+  } else if ((grid_x >= 0 && static_cast<i64>(gridDim.x) != grid_x) ||
+             (grid_y >= 0 && static_cast<i64>(gridDim.y) != grid_y) ||
+             gridDim.z != 1) {
+    kind = CONTRACT_GRID;
+    had = static_cast<u64>(gridDim.x) | (static_cast<u64>(gridDim.y) << 31) |
+          (static_cast<u64>(gridDim.z) << 47);
+  }
+  if (kind == 0)
+    return true;
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
+    raise_contract(error_word, kind, kernel, had);
+  return false;
 }
 
 //===----------------------------------------------------------------------===//
-// Device checks (Workspace[1]: int64 {first bad row + 1, bad value}, 0 = none).
+// Device checks (error word [0], [1], above).
 //===----------------------------------------------------------------------===//
 
-/// Records a failed check of `row` with `value` unless one is already recorded:
-/// the compare-and-swap on the first word picks one winner, which then stores
-/// the value.
+/// Records a failed check of `row` with `value`; of all failing rows of a run
+/// the lowest one is kept, with its value (see the error word above).
 __device__ __forceinline__ void raise_row_check(void *error_word, i64 row,
                                                 i64 value) {
   u64 *w = static_cast<u64 *>(error_word);
-  if (atomicCAS(w, 0ull, (u64)(row + 1)) == 0ull)
-    w[1] = (u64)value;
+  const u64 r = row < 0xFFFFFFFELL ? static_cast<u64>(row) : 0xFFFFFFFEull;
+  const u64 v = static_cast<u64>(value);
+  atomicMax(w, ~((r << 32) | (v & 0xFFFFFFFFull)));
+  atomicMax(w + 1, ~((r << 32) | (v >> 32)));
 }
 
 } // namespace lcejit

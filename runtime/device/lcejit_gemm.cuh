@@ -18,8 +18,9 @@
 // permuted within each row by the swizzle of [Note: swizzle]. Both layouts have
 // the same size, BM * BK (BN * BK) elements. After the stages comes a scratch
 // area of BM * WARPS_N * 16 bytes: in all exactly plan::gemmSharedBytes() of
-// compiler/plan/Program.cpp, which the executor launches with. Kernels check
-// %dynamic_smem_size against GemmConfig::SMEM_BYTES and trap if it is smaller.
+// compiler/plan/Program.cpp, which the executor launches with. Entry points check
+// %dynamic_smem_size against GemmConfig::SMEM_BYTES (launch_ok): with less they
+// record a contract violation in the error word and return.
 // After the mainloop all of it is free; the GemmReduce epilogue reuses it for
 // its cross-warp exchange.
 //

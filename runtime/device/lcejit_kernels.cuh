@@ -5,7 +5,10 @@
 // (compiler/codegen) generates, per kernel, only what varies: a functor
 // evaluating the kernel's ScalarFunc, a GemmConfig typedef, and a thin extern
 // "C" __global__ wrapper whose parameters are plan::kernelParams() and whose
-// body calls one of these:
+// body first checks its launch (launch_ok in lcejit_common.cuh: block size,
+// dynamic shared memory and the grid each template below assumes; a violation
+// is recorded in the error word and the kernel returns) and then calls one of
+// these:
 //
 //   row_kernel<Fn>                     RowKernel
 //   gemm_reduce_kernel<Cfg, Epi>       GemmReduceKernel
@@ -84,10 +87,6 @@ gemm_reduce_kernel(const Epi &epi, const void *a, const void *b, void *partials,
   static_assert(
       Cfg::WARPS_N * BM * SLOTS * 4 <= Cfg::SMEM_BYTES,
       "gemm_reduce: the cross-warp exchange must fit in shared memory");
-  require_launch(Cfg::SMEM_BYTES, Cfg::THREADS);
-  if (gridDim.y !=
-      static_cast<u32>(splits)) // partials[row][s] assume gridDim.y == splits
-    __trap();
   unsigned char *smem = lcejit_dynamic_smem;
 
   Mainloop ml;
@@ -199,7 +198,6 @@ gemm_dz_kernel(const Epi &epi, const void *a, const void *b, void *dz,
                 "gemm_dz: A [n, k] and B [cols, k], both K-major");
   static_assert(FORMAT == DZ_SPLIT_BF16 || FORMAT == DZ_F32 || FORMAT == DZ_BF16,
                 "dz format");
-  require_launch(Cfg::SMEM_BYTES, Cfg::THREADS);
   unsigned char *smem = lcejit_dynamic_smem;
 
   Mainloop ml;
@@ -271,7 +269,6 @@ gemm_dlhs_kernel(const void *dz, const void *dz_lo, const void *b, void *out,
   static_assert(
       Cfg::MAJOR_A == K_MAJOR && Cfg::MAJOR_B == MN_MAJOR,
       "gemm_dlhs: A = dZ [n, chunk] K-major, B = W rows [chunk, k] N-major");
-  require_launch(Cfg::SMEM_BYTES, Cfg::THREADS);
   unsigned char *smem = lcejit_dynamic_smem;
 
   Mainloop ml;
@@ -322,7 +319,6 @@ gemm_drhs_kernel(const void *dz, const void *dz_lo, const void *a, void *out,
   static_assert(
       Cfg::MAJOR_A == MN_MAJOR && Cfg::MAJOR_B == MN_MAJOR,
       "gemm_drhs: A = dZ^T (M-major), B = the forward A [n, k] (N-major)");
-  require_launch(Cfg::SMEM_BYTES, Cfg::THREADS);
   unsigned char *smem = lcejit_dynamic_smem;
 
   Mainloop ml;

@@ -399,7 +399,6 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
                                            const Tiles &tiles, Epi &epi,
                                            i64 k) {
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
-  require_launch(Cfg::SMEM_BYTES, Cfg::THREADS);
   const u32 raw = smem_addr(lcejit_dynamic_smem);
   const u32 base = (raw + 1023u) & ~1023u;
   const u32 full = base + Cfg::BAR_OFFSET;
@@ -755,11 +754,11 @@ __device__ __forceinline__ void
 gemm_reduce_kernel(const TensorMap &map_a, const TensorMap &map_b,
                    const Epi &epi, void *partials, i64 n, i64 cols, i64 k,
                    int splits) {
+  // The entry point checked the grid: ceil(n / BM) * (CTA splits) CTAs in x, with
+  // splits even and CTA splits = splits / 2 under ping-pong (partials[row][entry]
+  // assume it).
   const i64 row_tiles = (n + Cfg::BM - 1) / Cfg::BM;
   const int cta_splits = Cfg::PINGPONG ? splits / 2 : splits;
-  if ((Cfg::PINGPONG && splits % 2 != 0) ||
-      gridDim.x != static_cast<u32>(row_tiles * cta_splits) || gridDim.y != 1)
-    __trap(); // partials[row][entry] assume this grid
   const TileOrder order{row_tiles, static_cast<i64>(cta_splits), 8};
   i64 row_tile, split64;
   order.tile(static_cast<i64>(blockIdx.x), row_tile, split64);

@@ -11,7 +11,19 @@
 // bucket never compile again (see docs/user-guide.md).
 //
 // Every failure is an lcejit::Error (lcejit/Error.h); bad arguments get
-// ErrorKind::InvalidArgument with a message naming the argument and its value.
+// ErrorKind::InvalidArgument with a message naming the argument and its value. Errors
+// found on the device never trap (the CUDA context stays usable, the next call works):
+//   - a target outside [0, V) that is not ignore_index: Error(DeviceCheck) naming the
+//     LOWEST such row and its value;
+//   - a kernel launched against its launch contract (block size, dynamic shared memory,
+//     grid; a bug in lcejit): the kernel returns at once and the call raises
+//     Error(Internal) naming the kernel and what its launch had.
+// Both surface at the end of forwardBackward() / forward(), and from checkDeviceErrors()
+// after an enqueue() or enqueueForward().
+//
+// CUDA graphs: after prepare(N), enqueue() with N rows does no allocation, hashing,
+// string building or synchronization and is capturable (cuStreamBeginCapture on a
+// non-default stream); see docs/integration.md "CUDA graphs" for the rules.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -107,13 +119,22 @@ public:
   /// stream) and synchronizes it. hidden [N, D], weight [V, D], targets [N] or [N, 1],
   /// gradHidden [N, D] of `dtype`, gradWeight [V, D] of `gradWeightDType`. Returns the
   /// loss. A target outside [0, V) that is not ignore_index raises Error(DeviceCheck)
-  /// naming the first such row and its value (the gradients are then unspecified).
+  /// naming the lowest such row and its value (the gradients are then unspecified); a
+  /// device launch-contract violation raises Error(Internal). Not capturable in a CUDA
+  /// graph (it synchronizes): called on a capturing stream it throws InvalidArgument.
   float forwardBackward(const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
                         const MutableTensorRef &gradHidden, const MutableTensorRef &gradWeight,
                         void *stream = nullptr, const GradScale &gradScale = {});
 
   /// Asynchronous form: the loss (f32 [1] or rank 0) is written in device memory; call
   /// checkDeviceErrors() after synchronizing the stream to surface bad targets.
+  ///
+  /// CUDA graphs: after prepare(N) (same op, same N), a call is capturable on a
+  /// non-default stream and its replays compute with whatever the captured buffers hold
+  /// then; replays are ordered with the op's other calls like calls are. A call that
+  /// would have to load kernels or grow the workspace during a capture throws
+  /// InvalidArgument instead. The graph holds the op's workspace and scratch memory:
+  /// destroy it before the op.
   ///
   /// Threads and streams: one op may be called from several threads and on several
   /// streams at once. Calls are ordered: each holds the op's lock while it enqueues
@@ -136,12 +157,18 @@ public:
                       const TensorRef &targets, const MutableTensorRef &loss,
                       void *stream = nullptr);
 
-  /// Throws Error(DeviceCheck) if the last enqueue() found a bad target (call after the
-  /// stream has reached that point).
+  /// Reports, once, what the device found in the last run that reached the host (an
+  /// enqueue, or a replay of a captured one): Error(DeviceCheck) for a bad target (the
+  /// lowest row and its value), Error(Internal) for a launch-contract violation. Call it
+  /// after the stream has reached that point.
   void checkDeviceErrors();
 
   /// Plans and compiles (without running) what a call with N tokens needs. Returns true
-  /// when NVRTC actually compiled (false on a memory or disk cache hit).
+  /// when NVRTC actually compiled (false on a memory or disk cache hit). With a GPU it
+  /// also readies the op for plain calls (GradScale 1) with N rows: device state, the
+  /// loaded kernels, the launch list, the workspace (unless setWorkspace gave one) — after
+  /// it such a call's host side allocates nothing and enqueue() is capturable in a CUDA
+  /// graph. forward() and scaled calls are readied by one call of their kind.
   bool prepare(int64_t n);
 
   /// Bytes of device workspace a call with N tokens uses (plans without compiling; on the

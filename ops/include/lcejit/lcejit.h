@@ -127,9 +127,13 @@ lcejit_status lcejit_forward(lcejit_op *op, const lcejit_tensor *hidden,
 lcejit_status lcejit_enqueue_forward(lcejit_op *op, const lcejit_tensor *hidden,
                                      const lcejit_tensor *weight, const lcejit_tensor *targets,
                                      const lcejit_tensor *loss, void *stream);
-/* After the stream reached an enqueue: LCEJIT_ERROR_DEVICE_CHECK for a bad target. */
+/* After the stream reached an enqueue: LCEJIT_ERROR_DEVICE_CHECK for a bad target (the
+   lowest bad row and its value), LCEJIT_ERROR_INTERNAL for a kernel launched against its
+   launch contract (a bug; nothing traps, the context stays usable). */
 lcejit_status lcejit_check_device_errors(lcejit_op *op);
-/* Plans and compiles for N rows; *compiled (may be NULL) = 1 when NVRTC ran. */
+/* Plans and compiles for N rows; *compiled (may be NULL) = 1 when NVRTC ran. With a GPU
+   it also readies plain calls with N rows: lcejit_enqueue after it is capturable in a
+   CUDA graph (docs/integration.md). */
 lcejit_status lcejit_prepare(lcejit_op *op, int64_t n, int *compiled);
 /* Device workspace bytes a call with N rows uses. Needs no GPU. */
 lcejit_status lcejit_workspace_bytes(lcejit_op *op, int64_t n, int64_t *bytes);

@@ -385,9 +385,22 @@ TEST(Emulation, DeviceCheckAndEmptyBatch) {
     LceRun r(p, o, 9);
     r.y[6] = o.v + 5; // outside [0, V) and not ignore_index
     r.run(module);
-    const int64_t *err = r.errorWord(p);
-    EXPECT_EQ(err[0], 7);
-    EXPECT_EQ(err[1], o.v + 5);
+    runtime::DeviceErrors e = runtime::decodeErrorWord(r.errorWord(p));
+    EXPECT_EQ(e.badRow, 6);
+    EXPECT_EQ(e.badValue, o.v + 5);
+    EXPECT_EQ(e.contract, 0);
+  }
+  {
+    // Several bad rows, their threads running concurrently: the lowest one, with its value
+    // (one that needs both 32-bit halves of the error word).
+    LceRun r(p, o, 9);
+    r.y[8] = -3;
+    r.y[2] = -(int64_t(1) << 40) - 5;
+    r.y[6] = o.v;
+    r.run(module);
+    runtime::DeviceErrors e = runtime::decodeErrorWord(r.errorWord(p));
+    EXPECT_EQ(e.badRow, 2);
+    EXPECT_EQ(e.badValue, -(int64_t(1) << 40) - 5);
   }
   {
     LceRun r(
@@ -395,10 +408,66 @@ TEST(Emulation, DeviceCheckAndEmptyBatch) {
         0); // N = 0: row kernels still run (loss = 0), dW is written as zeros
     r.run(module);
     EXPECT_EQ(r.loss.as<float>()[0], 0.0f);
-    EXPECT_EQ(r.errorWord(p)[0], 0);
+    EXPECT_FALSE(runtime::decodeErrorWord(r.errorWord(p)).any());
     std::vector<double> zeros(static_cast<size_t>(o.v * o.d), 0.0);
     expectClose("grad_weight", o.dwType, r.dw.p, zeros);
   }
+}
+
+/// The launch contract of the generated entry points (launch_ok): a kernel launched with
+/// a wrong block size, too little dynamic shared memory or a wrong grid records the
+/// violation (kind, kernel index, what it had) in the error word and returns without
+/// trapping or waiting at a barrier; the next correct run is unaffected.
+TEST(Emulation, LaunchContractViolationsAreRecordedNotTrapped) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  LceOptions o = smallLce();
+  Program p = lcejit::testing::makeLceProgram(o);
+  HostModule module(p);
+  LceRun r(p, o, 200);
+  r.run(module); // a correct run: nothing recorded
+  ASSERT_FALSE(runtime::decodeErrorWord(r.errorWord(p)).any());
+  runtime::ExecutionPlan plan = runtime::planExecution(p, r.buffers, r.n);
+  const runtime::LaunchRecord *row = nullptr, *gemm = nullptr;
+  for (const runtime::LaunchRecord &rec : plan.launches) {
+    const plan::KernelKind kind = p.kernels[static_cast<size_t>(rec.kernel)].kind();
+    if (!row && kind == plan::KernelKind::Row)
+      row = &rec;
+    if (!gemm && kind == plan::KernelKind::GemmReduce)
+      gemm = &rec;
+  }
+  ASSERT_TRUE(row && gemm);
+  int64_t *word = const_cast<int64_t *>(r.errorWord(p));
+  auto launch = [&](const runtime::LaunchRecord &rec, int block, long long gridX, int smem) {
+    std::memset(word, 0, plan::kErrorWordBytes);
+    module.launchWith(rec, block, gridX, smem);
+    return runtime::decodeErrorWord(word);
+  };
+  runtime::DeviceErrors e =
+      launch(*gemm, gemm->dims.block / 2, gemm->dims.grid[0], gemm->dims.sharedBytes);
+  EXPECT_EQ(e.contract, 1);
+  EXPECT_EQ(e.kernel, gemm->kernel);
+  EXPECT_EQ(e.had, static_cast<uint64_t>(gemm->dims.block / 2) | (1u << 16) | (uint64_t(1) << 32))
+      << "x | y << 16 | z << 32";
+  EXPECT_NE(runtime::describeContractViolation(p, e).find(
+                fmt::format("'{}'", p.kernels[static_cast<size_t>(gemm->kernel)].name)),
+            std::string::npos);
+  e = launch(*gemm, gemm->dims.block, gemm->dims.grid[0], gemm->dims.sharedBytes / 2);
+  EXPECT_EQ(e.contract, 2);
+  EXPECT_EQ(e.had, static_cast<uint64_t>(gemm->dims.sharedBytes / 2));
+  e = launch(*gemm, gemm->dims.block, gemm->dims.grid[0] + 1, gemm->dims.sharedBytes);
+  EXPECT_EQ(e.contract, 3);
+  e = launch(*row, row->dims.block, row->dims.grid[0] + 1, row->dims.sharedBytes);
+  EXPECT_EQ(e.contract, 3);
+  EXPECT_EQ(e.kernel, row->kernel);
+  EXPECT_EQ(e.had & 0x7FFFFFFF, static_cast<uint64_t>(row->dims.grid[0] + 1));
+  // The exact geometry passes.
+  e = launch(*gemm, gemm->dims.block, gemm->dims.grid[0], gemm->dims.sharedBytes);
+  EXPECT_FALSE(e.any());
+  // And a whole run afterwards is right.
+  r.run(module);
+  EXPECT_FALSE(runtime::decodeErrorWord(r.errorWord(p)).any());
+  Reference ref = reference(o, r.n, r.h, r.w, r.y);
+  EXPECT_NEAR(r.loss.as<float>()[0], ref.loss, 1e-5 * std::max(1.0, std::fabs(ref.loss)));
 }
 
 /// A Program the planner produced (not a hand-built one) from the LCE graph, in the

@@ -129,4 +129,14 @@ void HostModule::run(const runtime::ProgramBuffers &buffers, int64_t n) {
   }
 }
 
+void HostModule::launchWith(const runtime::LaunchRecord &rec, int block, long long gridX,
+                            int smem) {
+  std::vector<void *> args;
+  std::vector<runtime::KernelArg> copy = rec.args;
+  for (runtime::KernelArg &a : copy)
+    args.push_back(a.address());
+  long long grid[3] = {gridX, rec.dims.grid[1], rec.dims.grid[2]};
+  launchers_[static_cast<size_t>(rec.kernel)](args.data(), grid, block, smem);
+}
+
 } // namespace lcejit::testing

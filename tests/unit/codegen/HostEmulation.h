@@ -29,6 +29,9 @@ public:
   void setLateAsyncCopies(bool late);
   /// Runs every step for N rows, like runtime::Executor::run.
   void run(const runtime::ProgramBuffers &buffers, int64_t n);
+  /// One launch of a planned run with its geometry changed (launch-contract tests): block
+  /// threads, grid x and dynamic shared bytes instead of the record's.
+  void launchWith(const runtime::LaunchRecord &rec, int block, long long gridX, int smem);
 
 private:
   using LaunchFn = void (*)(void **args, const long long *grid, int block,

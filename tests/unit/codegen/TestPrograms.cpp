@@ -141,7 +141,7 @@ Program makeLceProgram(const LceOptions &o) {
   p.splits = o.splits;
   p.workspace = {
       BufferSpec{"scalar_slots", 0, 8 * 3, BufferInit::Zero},
-      BufferSpec{"error_word", 0, 16, BufferInit::Zero},
+      BufferSpec{"error_word", 0, plan::kErrorWordBytes, BufferInit::Zero},
       BufferSpec{"partials0", 4 * o.splits * 3, 0, BufferInit::None},
       BufferSpec{"lse", 4, 0, BufferInit::None},
       BufferSpec{"valid", 1, 0, BufferInit::None},

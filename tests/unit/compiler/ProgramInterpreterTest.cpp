@@ -214,6 +214,14 @@ TEST(ProgramInterpreter, DeviceCheckReportsFirstBadTarget) {
     EXPECT_EQ(bad.badRow, 6);
     EXPECT_EQ(bad.badValue, -7);
     EXPECT_FALSE(bad.ok());
+    // Bad rows 6, 1 and 5: always the lowest one (the device reports the same).
+    in[2].data[6] = 99;
+    in[2].data[1] = -3;
+    bad = ref::interpretProgram(checked, in, 7);
+    EXPECT_EQ(bad.badRow, 2);
+    EXPECT_EQ(bad.badValue, -3);
+    in[2].data[1] = 0;
+    in[2].data[6] = 0;
     // Without the check the Program runs; out-of-range gathers pick 0 like the graph.
     auto quiet = ref::interpretProgram(unchecked, in, 7);
     EXPECT_EQ(quiet.badRow, 0);

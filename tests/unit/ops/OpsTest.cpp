@@ -779,6 +779,14 @@ TEST(OpsReference, PlannedProgramMatchesTheUnfusedGraph) {
     y[7] = o.vocab + 3;
     expectError([&] { op.runReference(h, w, y); }, ErrorKind::DeviceCheck,
                 {"targets[7] = 260", "outside [0, V = 257)"});
+    // Several bad rows: the lowest one is reported, as on the device.
+    y[30] = -1;
+    y[19] = int64_t(1) << 40;
+    y[7] = -5;
+    expectError([&] { op.runReference(h, w, y); }, ErrorKind::DeviceCheck, {"targets[7] = -5"});
+    y[7] = 0;
+    expectError([&] { op.runReference(h, w, y); }, ErrorKind::DeviceCheck,
+                {"targets[19] = 1099511627776"});
   }
 }
 

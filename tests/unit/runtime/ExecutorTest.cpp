@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <array>
 #include <numeric>
 
 using namespace lcejit;
@@ -60,7 +61,7 @@ Program makeProgram() {
   p.outputs = {{"loss", DType::F32, {}}, {"dh", DType::BF16, {-1, 64}},
                {"dw", DType::F32, {1000, 64}}};
   p.workspace = {{"scalars", 0, 64, BufferInit::Zero},
-                 {"error", 0, 16, BufferInit::Zero},
+                 {"error", 0, 32, BufferInit::Zero},
                  {"partials", 8, 0, BufferInit::None},
                  {"dz", 0, 0, BufferInit::None, /*bytesPerRowCol=*/4, /*blockLocal=*/true},
                  {"dh_acc", 256, 0, BufferInit::Zero}};
@@ -259,26 +260,29 @@ TEST(ExecutorPlanTest, ConcreteArgumentLists) {
   EXPECT_EQ(row.args[5].value.i64, 1000);
   EXPECT_EQ(row.args[6].type, KernelArg::Type::I32);
   EXPECT_EQ(row.args[6].value.i32, 3);
-  // dz of the last chunk: h, w, partials, scalars, dz, n, n_total, chunk_begin, chunk_cols.
+  // dz of the last chunk: h, w, partials, scalars, dz, error, n, n_total, chunk_begin,
+  // chunk_cols.
   const LaunchRecord &dz = plan.launches[8];
   ASSERT_EQ(dz.kernel, 2);
-  ASSERT_EQ(dz.args.size(), 9u);
+  ASSERT_EQ(dz.args.size(), 10u);
   EXPECT_EQ(dz.args[0].value.pointer, 0x1000u);
   EXPECT_EQ(dz.args[1].value.pointer, 0x2000u);
   EXPECT_EQ(dz.args[2].value.pointer, wsAt(2));
   EXPECT_EQ(dz.args[3].value.pointer, wsAt(0));
   EXPECT_EQ(dz.args[4].value.pointer, wsAt(3));
-  EXPECT_EQ(dz.args[7].value.i64, 768);
-  EXPECT_EQ(dz.args[8].value.i64, 232);
+  EXPECT_EQ(dz.args[5].value.pointer, wsAt(1)) << "the error word (launch contract)";
+  EXPECT_EQ(dz.args[8].value.i64, 768);
+  EXPECT_EQ(dz.args[9].value.i64, 232);
   EXPECT_EQ(dz.dims.grid[1], 2) << "ceil(232 / 128) column tiles";
-  // dlhs of chunk 1: dz, w, dh_acc, n, chunk_begin, chunk_cols, chunk_index.
+  // dlhs of chunk 1: dz, w, dh_acc, error, n, chunk_begin, chunk_cols, chunk_index.
   const LaunchRecord &dlhs = plan.launches[6];
   ASSERT_EQ(dlhs.kernel, 3);
-  ASSERT_EQ(dlhs.args.size(), 7u);
+  ASSERT_EQ(dlhs.args.size(), 8u);
   EXPECT_EQ(dlhs.args[2].value.pointer, wsAt(4));
-  EXPECT_EQ(dlhs.args[4].value.i64, 384);
+  EXPECT_EQ(dlhs.args[3].value.pointer, wsAt(1));
   EXPECT_EQ(dlhs.args[5].value.i64, 384);
-  EXPECT_EQ(dlhs.args[6].value.i64, 1);
+  EXPECT_EQ(dlhs.args[6].value.i64, 384);
+  EXPECT_EQ(dlhs.args[7].value.i64, 1);
 }
 
 TEST(ExecutorPlanTest, LaunchStepOfAChunkKernelCoversAllColumns) {
@@ -286,8 +290,8 @@ TEST(ExecutorPlanTest, LaunchStepOfAChunkKernelCoversAllColumns) {
   p.steps = {{Step::Kind::Launch, 2, {}}};
   ExecutionPlan plan = planExecution(p, makeBuffers(p, 1000), 1000);
   ASSERT_EQ(plan.launches.size(), 1u);
-  EXPECT_EQ(plan.launches[0].args[7].value.i64, 0);
-  EXPECT_EQ(plan.launches[0].args[8].value.i64, 1000);
+  EXPECT_EQ(plan.launches[0].args[8].value.i64, 0);
+  EXPECT_EQ(plan.launches[0].args[9].value.i64, 1000);
 }
 
 TEST(ExecutorPlanTest, ZeroRowsSkipsEmptyGrids) {
@@ -322,6 +326,129 @@ TEST(ExecutorPlanTest, EmptyTensorsMayBeNullButOthersMayNot) {
   one.inputs[2] = 0;
   std::string msg = expectError(ErrorKind::InvalidArgument, [&] { planExecution(p, one, 1); });
   EXPECT_NE(msg.find("'y'"), std::string::npos) << msg;
+}
+
+/// A prepared run bound to buffers launches exactly what planExecution plans for them,
+/// and rebinding to other buffers re-points every pointer in place.
+void expectSameRun(const Program &p, const PreparedRun &r, const ProgramBuffers &b, int64_t n) {
+  ExecutionPlan plan = planExecution(p, b, n);
+  ASSERT_EQ(r.launches.size(), plan.launches.size());
+  ASSERT_EQ(r.memsets.size(), plan.memsets.size());
+  EXPECT_EQ(r.skippedLaunches, plan.skippedLaunches);
+  for (size_t i = 0; i < plan.memsets.size(); ++i) {
+    const PreparedRun::Memset &m = r.memsets[i];
+    EXPECT_EQ(r.bound[static_cast<size_t>(m.at.base)] + m.at.offset, plan.memsets[i].pointer);
+    EXPECT_EQ(m.bytes, plan.memsets[i].bytes);
+  }
+  for (size_t i = 0; i < plan.launches.size(); ++i) {
+    const PreparedRun::Launch &l = r.launches[i];
+    const LaunchRecord &want = plan.launches[i];
+    SCOPED_TRACE(fmt::format("launch {} (kernel {})", i, want.kernel));
+    EXPECT_EQ(l.kernel, want.kernel);
+    EXPECT_EQ(l.chunk, want.chunk);
+    EXPECT_EQ(l.rowBlock, want.rowBlock);
+    EXPECT_EQ(l.dims.block, want.dims.block);
+    EXPECT_EQ(l.dims.sharedBytes, want.dims.sharedBytes);
+    for (int d = 0; d < 3; ++d)
+      EXPECT_EQ(l.dims.grid[d], want.dims.grid[d]);
+    ASSERT_EQ(l.args.size(), want.args.size());
+    for (size_t a = 0; a < want.args.size(); ++a) {
+      EXPECT_EQ(l.args[a].type, want.args[a].type) << "arg " << a;
+      EXPECT_EQ(l.args[a].value.i64, want.args[a].value.i64) << "arg " << a;
+    }
+  }
+}
+
+TEST(ExecutorPlanTest, PreparedRunBindsToWhatPlanExecutionPlans) {
+  Program p = makeProgram();
+  const int64_t n = 1000;
+  PreparedRun r = prepareRun(p, n);
+  EXPECT_EQ(r.n, n);
+  EXPECT_EQ(r.workspaceBytes, workspaceBytes(p, n));
+  EXPECT_EQ(r.errorWordOffset, errorWordOffset(p, n));
+  ProgramBuffers b = makeBuffers(p, n);
+  bindRun(r, p, b.inputs.data(), b.inputs.size(), b.outputs.data(), b.outputs.size(),
+          b.workspace, b.workspaceBytes);
+  EXPECT_EQ(r.binds, 1);
+  expectSameRun(p, r, b, n);
+  // The same buffers again: nothing to do.
+  bindRun(r, p, b.inputs.data(), b.inputs.size(), b.outputs.data(), b.outputs.size(),
+          b.workspace, b.workspaceBytes);
+  EXPECT_EQ(r.binds, 1);
+  // Other buffers (a new workspace and a new dH): every pointer follows.
+  b.outputs[1] = 0x9000;
+  b.workspace = kWs + 0x100000;
+  bindRun(r, p, b.inputs.data(), b.inputs.size(), b.outputs.data(), b.outputs.size(),
+          b.workspace, b.workspaceBytes);
+  EXPECT_EQ(r.binds, 2);
+  expectSameRun(p, r, b, n);
+  // The checks of planExecution.
+  ProgramBuffers bad = b;
+  bad.inputs[2] = 0;
+  std::string msg = expectError(ErrorKind::InvalidArgument, [&] {
+    bindRun(r, p, bad.inputs.data(), bad.inputs.size(), bad.outputs.data(), bad.outputs.size(),
+            bad.workspace, bad.workspaceBytes);
+  });
+  EXPECT_NE(msg.find("'y'"), std::string::npos) << msg;
+  msg = expectError(ErrorKind::InvalidArgument, [&] {
+    bindRun(r, p, b.inputs.data(), b.inputs.size(), b.outputs.data(), b.outputs.size(),
+            b.workspace, b.workspaceBytes - 1);
+  });
+  EXPECT_NE(msg.find("too small"), std::string::npos) << msg;
+  msg = expectError(ErrorKind::InvalidArgument, [&] {
+    bindRun(r, p, b.inputs.data(), 2, b.outputs.data(), b.outputs.size(), b.workspace,
+            b.workspaceBytes);
+  });
+  EXPECT_NE(msg.find("input pointer"), std::string::npos) << msg;
+  // N = 0: empty tensors may be null, as for planExecution.
+  Program p0 = makeProgram();
+  p0.bucket = 256;
+  p0.bucketLow = 0;
+  PreparedRun r0 = prepareRun(p0, 0);
+  ProgramBuffers b0 = makeBuffers(p0, 0);
+  b0.inputs[0] = b0.inputs[2] = 0;
+  b0.outputs[1] = 0;
+  bindRun(r0, p0, b0.inputs.data(), b0.inputs.size(), b0.outputs.data(), b0.outputs.size(),
+          b0.workspace, b0.workspaceBytes);
+  expectSameRun(p0, r0, b0, 0);
+}
+
+TEST(ExecutorErrorWord, DecodesTheLowestBadRowAndContractViolations) {
+  // What raise_row_check leaves for row 37, value -100000000000 (lcejit_common.cuh).
+  auto word = [](uint64_t row, int64_t value) {
+    const uint64_t v = static_cast<uint64_t>(value);
+    return std::array<int64_t, 4>{static_cast<int64_t>(~((row << 32) | (v & 0xFFFFFFFFull))),
+                                  static_cast<int64_t>(~((row << 32) | (v >> 32))), 0, 0};
+  };
+  auto w = word(37, -100000000000);
+  DeviceErrors e = decodeErrorWord(w.data());
+  EXPECT_EQ(e.badRow, 37);
+  EXPECT_EQ(e.badValue, -100000000000);
+  EXPECT_EQ(e.contract, 0);
+  EXPECT_TRUE(e.any());
+  // atomicMax over several rows keeps the lowest one, whatever the order.
+  auto lower = word(5, 7), higher = word(4096, 1 << 20);
+  for (int i = 0; i < 2; ++i)
+    EXPECT_GT(static_cast<uint64_t>(lower[i]), static_cast<uint64_t>(higher[i]));
+  // Row 0 (value 0) is not "no error".
+  EXPECT_EQ(decodeErrorWord(word(0, 0).data()).badRow, 0);
+  std::array<int64_t, 4> none{};
+  EXPECT_FALSE(decodeErrorWord(none.data()).any());
+  // A contract violation: kind 1 (block) of kernel 2, launched with 128 x 1 x 1.
+  std::array<int64_t, 4> c{0, 0, static_cast<int64_t>((uint64_t(1) << 32) | 3),
+                           128 | (1 << 16) | (int64_t(1) << 32)};
+  e = decodeErrorWord(c.data());
+  EXPECT_EQ(e.contract, 1);
+  EXPECT_EQ(e.kernel, 2);
+  EXPECT_EQ(e.badRow, -1);
+  Program p = makeProgram();
+  std::string text = describeContractViolation(p, e);
+  EXPECT_NE(text.find("kernel 'dz' (kernel 2 of program 'test')"), std::string::npos) << text;
+  EXPECT_NE(text.find("128 x 1 x 1 threads"), std::string::npos) << text;
+  // Mismatched halves are a bug.
+  auto broken = word(37, 1);
+  broken[1] = word(38, 1)[1];
+  expectError(ErrorKind::Internal, [&] { decodeErrorWord(broken.data()); });
 }
 
 TEST(ExecutorPlanTest, BufferChecks) {
@@ -504,7 +631,7 @@ TEST(ExecutorGpuTest, RunsAProgramEndToEnd) {
   p.inputs = {{"x", DType::F32, {-1}}};
   p.outputs = {{"y", DType::F32, {-1}}, {"cover", DType::I64, {1000}},
                {"chunks", DType::I64, {8}}};
-  p.workspace = {{"scalars", 0, 16, BufferInit::Zero}, {"error", 0, 16, BufferInit::Zero}};
+  p.workspace = {{"scalars", 0, 16, BufferInit::Zero}, {"error", 0, 32, BufferInit::Zero}};
   RowKernel row;
   row.args = {rowOperand(in(0), DType::F32)};
   row.sinks = {storeRow(out(0))};
@@ -539,10 +666,11 @@ TEST(ExecutorGpuTest, RunsAProgramEndToEnd) {
   float v = ((const float *)in0)[i];
   ((float *)out0)[i] = 2.f * v;
   atomicAdd((double *)ws0, (double)v);
-  if (v < 0.f) {
+  if (v < 0.f) { // lcejit::raise_row_check's encoding (lcejit_common.cuh)
     unsigned long long *err = (unsigned long long *)ws1;
-    if (atomicCAS(err, 0ull, (unsigned long long)(i + 1)) == 0ull)
-      err[1] = (unsigned long long)(long long)v;
+    unsigned long long r = (unsigned long long)i, x = (unsigned long long)(long long)v;
+    atomicMax(err, ~((r << 32) | (x & 0xFFFFFFFFull)));
+    atomicMax(err + 1, ~((r << 32) | (x >> 32)));
   }
 }
 )";
@@ -592,8 +720,8 @@ TEST(ExecutorGpuTest, RunsAProgramEndToEnd) {
   LCEJIT_CU(d.memsetD8Async(dcover, 0, 1000 * 8, s));
   LCEJIT_CU(d.memsetD8Async(dws, 0xff, static_cast<size_t>(wsBytes), s)); // must be re-zeroed
   int64_t *hostErr = nullptr;
-  LCEJIT_CU(d.memAllocHost(reinterpret_cast<void **>(&hostErr), 16));
-  hostErr[0] = hostErr[1] = 42;
+  LCEJIT_CU(d.memAllocHost(reinterpret_cast<void **>(&hostErr), plan::kErrorWordBytes));
+  hostErr[0] = hostErr[1] = hostErr[2] = hostErr[3] = 42;
 
   ProgramBuffers bufs{{dx}, {dy, dcover, dchunks}, dws, wsBytes};
   exec.run(bufs, n, s);
@@ -613,8 +741,10 @@ TEST(ExecutorGpuTest, RunsAProgramEndToEnd) {
     ASSERT_EQ(cover[j], j + 1) << "column " << j << " covered once by the chunk loop";
   EXPECT_EQ(chunks, (std::vector<int64_t>{0, 300, 300, 300, 600, 300, 900, 100}));
   EXPECT_DOUBLE_EQ(sum, std::accumulate(x.begin(), x.end(), 0.0)) << "scalars zeroed first";
-  EXPECT_EQ(hostErr[0], 614) << "first bad row + 1";
-  EXPECT_EQ(hostErr[1], -7);
+  DeviceErrors errs = decodeErrorWord(hostErr);
+  EXPECT_EQ(errs.badRow, 613) << "the bad row";
+  EXPECT_EQ(errs.badValue, -7);
+  EXPECT_EQ(errs.contract, 0);
 
   FunctionAttributes fa = module.attributes(module.function("dlhs"));
   EXPECT_GE(fa.maxDynamicSharedBytes, dlhsShared) << "raised by the executor";
@@ -628,7 +758,7 @@ TEST(ExecutorGpuTest, RunsAProgramEndToEnd) {
   exec.run(bufs, n, s);
   exec.enqueueErrorReadback(bufs, n, s, hostErr);
   LCEJIT_CU(d.streamSynchronize(s));
-  EXPECT_EQ(hostErr[0], 0);
+  EXPECT_FALSE(decodeErrorWord(hostErr).any());
 
   // Asking again is a memory hit: still one compile.
   EXPECT_EQ(cache.get(req).origin, CacheOrigin::Memory);

@@ -29,7 +29,8 @@
 //    (Early: a copy into a stage other threads still read corrupts it). A
 //    thread that ends with copies pending aborts. The zero fill of a copy
 //    with src-size 0 lands with it, like the data;
-//  - atomics go through one mutex; __trap aborts.
+//  - atomics go through one mutex; __trap aborts (the device headers no longer
+//    trap: launch_ok records a contract violation in the error word).
 //
 // The only device-header code this does not exercise is the inline PTX itself
 // (the hooks under #ifdef LCEJIT_HOST_EMULATION: %dynamic_smem_size in
@@ -212,6 +213,13 @@ atomicCAS(unsigned long long *p, unsigned long long cmp, unsigned long long v) {
   std::lock_guard<std::mutex> lock(lcejit_emu::atomic_mutex);
   unsigned long long old = *p;
   if (old == cmp)
+    *p = v;
+  return old;
+}
+inline unsigned long long atomicMax(unsigned long long *p, unsigned long long v) {
+  std::lock_guard<std::mutex> lock(lcejit_emu::atomic_mutex);
+  unsigned long long old = *p;
+  if (v > old)
     *p = v;
   return old;
 }
