@@ -1,0 +1,399 @@
+//===- HardeningGpuTest.cpp - Device errors, the warm path, CUDA graphs (issue 8) -===//
+//
+//   LceGpuHardening.LowestBadTargetRowIsReported
+//   LceGpuHardening.LaunchContractViolationIsReportedAndTheContextStaysUsable
+//   LceGpuHardening.WarmCallAllocatesNothingAndTakesNoSlowPath
+//   LceGpuHardening.EnqueueCapturedInACudaGraphReplaysCorrectly
+//
+// This file also replaces the global operator new of the GPU runner to count the
+// allocations of one thread while a test asks for it (WarmCall...); it only counts.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ops/lib/LceJit.h"
+#include "runtime/Executor.h"
+#include "tests/gpu/GpuSupport.h"
+#include "tests/gpu/Tolerances.h"
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <new>
+
+namespace {
+thread_local bool gCounting = false;
+thread_local long gAllocations = 0;
+
+void *countedAlloc(std::size_t n) {
+  if (gCounting)
+    ++gAllocations;
+  if (void *p = std::malloc(n ? n : 1))
+    return p;
+  throw std::bad_alloc();
+}
+
+void *countedAlignedAlloc(std::size_t n, std::align_val_t a) {
+  if (gCounting)
+    ++gAllocations;
+  const std::size_t align = static_cast<std::size_t>(a);
+  const std::size_t size = (n + align - 1) / align * align;
+  if (void *p = std::aligned_alloc(align, size ? size : align))
+    return p;
+  throw std::bad_alloc();
+}
+} // namespace
+
+void *operator new(std::size_t n) { return countedAlloc(n); }
+void *operator new[](std::size_t n) { return countedAlloc(n); }
+void *operator new(std::size_t n, std::align_val_t a) { return countedAlignedAlloc(n, a); }
+void *operator new[](std::size_t n, std::align_val_t a) { return countedAlignedAlloc(n, a); }
+void operator delete(void *p) noexcept { std::free(p); }
+void operator delete[](void *p) noexcept { std::free(p); }
+void operator delete(void *p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void *p, std::size_t) noexcept { std::free(p); }
+void operator delete(void *p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void *p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace lcejit::gputest {
+namespace {
+
+/// Counts the allocations `f` makes on this thread.
+template <typename F> long allocationsOf(F &&f) {
+  gAllocations = 0;
+  gCounting = true;
+  try {
+    f();
+  } catch (...) {
+    gCounting = false;
+    throw;
+  }
+  gCounting = false;
+  return gAllocations;
+}
+
+void upload(const DeviceBuffer &b, const void *host, int64_t bytes) {
+  LCEJIT_CU(runtime::cudaDriver().memcpyHtoD(b.ptr(), host, static_cast<size_t>(bytes)));
+}
+
+/// The inputs and outputs of one call, filled with random values (never zeros).
+struct Problem {
+  LinearCrossEntropyOptions o;
+  int64_t n = 0;
+  DeviceBuffer h, w, y, dH, dW, loss;
+
+  Problem(const LinearCrossEntropyOptions &opts, int64_t rows, uint64_t seed) : o(opts), n(rows) {
+    const int64_t es = dtypeSize(o.dtype);
+    h = DeviceBuffer(n * o.hidden * es);
+    w = DeviceBuffer(o.vocab * o.hidden * es);
+    y = DeviceBuffer(std::max<int64_t>(n, 1) * 8);
+    dH = DeviceBuffer(n * o.hidden * es);
+    dW = DeviceBuffer(o.vocab * o.hidden * dtypeSize(o.gradWeightDType));
+    loss = DeviceBuffer(256);
+    fill(seed);
+  }
+  void fill(uint64_t seed) {
+    RefKernels &k = RefKernels::get();
+    const double scale = 2.0 / std::pow(double(o.hidden), 0.25);
+    k.fillRandom(h, o.dtype, n * o.hidden, seed, scale);
+    k.fillRandom(w, o.dtype, o.vocab * o.hidden, seed + 1, scale);
+    k.fillTargets(y, DType::I64, n, seed + 2, o.vocab, o.ignoreIndex.value_or(0), 7);
+  }
+  TensorRef H() const { return {h.data(), o.dtype, {n, o.hidden}, {}}; }
+  TensorRef W() const { return {w.data(), o.dtype, {o.vocab, o.hidden}, {}}; }
+  TensorRef Y() const { return {y.data(), DType::I64, {n}, {}}; }
+  MutableTensorRef L() const { return {loss.data(), DType::F32, {}, {}}; }
+  MutableTensorRef DH() const { return {dH.data(), o.dtype, {n, o.hidden}, {}}; }
+  MutableTensorRef DW() const { return {dW.data(), o.gradWeightDType, {o.vocab, o.hidden}, {}}; }
+
+  /// loss, dH and dW against the fp64 reference of the current inputs.
+  void expectMatchesReference(float got, const std::string &what) const {
+    GpuReference ref = gpuReference(o, h, w, y, n);
+    RefKernels &k = RefKernels::get();
+    Comparison ch = k.compare(dH, o.dtype, ref.dH, n * o.hidden);
+    Comparison cw = k.compare(dW, o.gradWeightDType, ref.dW, o.vocab * o.hidden);
+    EXPECT_LE(std::abs(double(got) - ref.loss), kLossTolerance * std::abs(ref.loss))
+        << what << ": loss " << got << " vs fp64 " << ref.loss;
+    EXPECT_EQ(ch.nonFinite, 0) << what << ": dH";
+    EXPECT_EQ(cw.nonFinite, 0) << what << ": dW";
+    EXPECT_LE(ch.relError, gradTolerance(o.dtype, false, false, ch.floor, ch.bf16Floor))
+        << what << ": dH";
+    EXPECT_LE(cw.relError, gradTolerance(o.gradWeightDType, false, false, cw.floor, cw.bf16Floor))
+        << what << ": dW";
+  }
+};
+
+LinearCrossEntropyOptions options(int64_t vocab) {
+  LinearCrossEntropyOptions o;
+  o.hidden = 256;
+  o.vocab = vocab; // a multiple of 8: the wgmma path on sm_90; 32003: mma.sync everywhere
+  o.dtype = DType::BF16;
+  o.softcap = 30.0;
+  o.ignoreIndex = -100;
+  return o;
+}
+
+std::string errorOf(const std::function<void()> &f, ErrorKind want) {
+  try {
+    f();
+  } catch (const Error &e) {
+    EXPECT_EQ(e.kind(), want) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an lcejit::Error";
+  return "";
+}
+
+/// Bad targets at rows 5000, 37 and 4096 of 8191: every path reports row 37 and its value
+/// (which needs both 32-bit halves of the error word), whatever order the threads ran in.
+/// Then the same op runs a good call correctly.
+TEST(LceGpuHardening, LowestBadTargetRowIsReported) {
+  for (int64_t vocab : {int64_t(32000), int64_t(32003)}) {
+    SCOPED_TRACE(fmt::format("V = {}", vocab));
+    Problem pr(options(vocab), 8191, 501);
+    LinearCrossEntropy op(pr.o);
+    std::vector<int64_t> good(static_cast<size_t>(pr.n));
+    pr.y.downloadTo(good.data(), pr.n * 8);
+    std::vector<int64_t> bad = good;
+    bad[5000] = vocab;
+    bad[37] = -5000000000LL; // below -2^32: the high half matters
+    bad[4096] = -7;
+    upload(pr.y, bad.data(), pr.n * 8);
+    const std::string want = "targets[37] = -5000000000";
+    std::string msg = errorOf([&] { op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW()); },
+                              ErrorKind::DeviceCheck);
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+    msg = errorOf([&] { op.forward(pr.H(), pr.W(), pr.Y()); }, ErrorKind::DeviceCheck);
+    EXPECT_NE(msg.find(want), std::string::npos) << "forward: " << msg;
+    op.enqueue(pr.H(), pr.W(), pr.Y(), pr.L(), pr.DH(), pr.DW());
+    LCEJIT_CU(runtime::cudaDriver().ctxSynchronize());
+    msg = errorOf([&] { op.checkDeviceErrors(); }, ErrorKind::DeviceCheck);
+    EXPECT_NE(msg.find(want), std::string::npos) << "enqueue: " << msg;
+    EXPECT_NO_THROW(op.checkDeviceErrors()) << "an error is reported once";
+    // Only row 4096 bad: that one.
+    bad[37] = good[37];
+    bad[5000] = good[5000];
+    upload(pr.y, bad.data(), pr.n * 8);
+    msg = errorOf([&] { op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW()); },
+                  ErrorKind::DeviceCheck);
+    EXPECT_NE(msg.find("targets[4096] = -7"), std::string::npos) << msg;
+    // Good targets: the same op computes the right answer.
+    upload(pr.y, good.data(), pr.n * 8);
+    pr.dH.poison();
+    pr.dW.poison();
+    float loss = op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW());
+    pr.expectMatchesReference(loss, "after the bad targets");
+  }
+}
+
+/// Launches generated kernels of a compiled Program with a wrong block size, too little
+/// dynamic shared memory and a wrong grid, through the Driver API: each records its
+/// violation (kind, kernel) in the error word and returns — no trap, no hang — and the
+/// process then runs a full op correctly on the same context.
+TEST(LceGpuHardening, LaunchContractViolationIsReportedAndTheContextStaysUsable) {
+  const runtime::CudaDriver &d = runtime::cudaDriver();
+  for (int64_t vocab : {int64_t(32000), int64_t(32003)}) {
+    SCOPED_TRACE(fmt::format("V = {}", vocab));
+    Problem pr(options(vocab), 1000, 601);
+    ops::LceJit jit(pr.o);
+    ops::ProgramLookup l = jit.lookup(pr.n, ops::LceJit::deviceTarget());
+    const plan::Program &p = l.compiled->program;
+    std::vector<runtime::Module> modules;
+    modules.reserve(l.compiled->parts.size());
+    std::vector<const runtime::Module *> moduleOf(p.kernels.size(), nullptr);
+    for (size_t i = 0; i < l.compiled->parts.size(); ++i) {
+      modules.emplace_back(l.compiled->binaries[i]->cubin);
+      for (int32_t k : l.compiled->parts[i].kernels)
+        moduleOf[static_cast<size_t>(k)] = &modules.back();
+    }
+    runtime::Executor ex(p, moduleOf);
+    runtime::PreparedRun run = ex.prepare(pr.n);
+    DeviceBuffer ws(run.workspaceBytes);
+    const CUdeviceptr in[3] = {pr.h.ptr(), pr.w.ptr(), pr.y.ptr()};
+    const CUdeviceptr out[3] = {pr.loss.ptr(), pr.dH.ptr(), pr.dW.ptr()};
+    runtime::bindRun(run, p, in, 3, out, 3, ws.ptr(), ws.bytes());
+    const CUdeviceptr errWord = ws.ptr() + static_cast<CUdeviceptr>(run.errorWordOffset);
+    auto readErrors = [&] {
+      LCEJIT_CU(d.ctxSynchronize());
+      int64_t word[4];
+      LCEJIT_CU(d.memcpyDtoH(word, errWord, sizeof(word)));
+      return runtime::decodeErrorWord(word);
+    };
+    // The executor's own launches satisfy every contract.
+    ex.launch(run, nullptr);
+    EXPECT_FALSE(readErrors().any()) << "a correct run reports nothing";
+
+    // One launch of the run's list with its geometry changed.
+    auto launchChanged = [&](const runtime::PreparedRun::Launch &la, int64_t block,
+                             int64_t gridX, int64_t shared) {
+      LCEJIT_CU(d.memsetD8Async(errWord, 0, plan::kErrorWordBytes, nullptr));
+      void *params[64];
+      for (size_t i = 0; i < la.args.size(); ++i)
+        params[i] = la.args[i].type == runtime::KernelArg::Type::TensorMap
+                        ? const_cast<CUtensorMap *>(&la.maps[static_cast<size_t>(la.args[i].value.i64)])
+                        : const_cast<void *>(static_cast<const void *>(&la.args[i].value));
+      CUlaunchConfig cfg{};
+      cfg.gridDimX = static_cast<unsigned>(gridX);
+      cfg.gridDimY = static_cast<unsigned>(la.dims.grid[1]);
+      cfg.gridDimZ = static_cast<unsigned>(la.dims.grid[2]);
+      cfg.blockDimX = static_cast<unsigned>(block);
+      cfg.blockDimY = cfg.blockDimZ = 1;
+      cfg.sharedMemBytes = static_cast<unsigned>(shared);
+      CUfunction f = moduleOf[static_cast<size_t>(la.kernel)]->function(
+          p.kernels[static_cast<size_t>(la.kernel)].name);
+      LCEJIT_CU(d.launchKernelEx(&cfg, f, params, nullptr));
+      return readErrors();
+    };
+    const runtime::PreparedRun::Launch *row = nullptr, *gemm = nullptr;
+    for (const runtime::PreparedRun::Launch &la : run.launches) {
+      const plan::KernelKind kind = p.kernels[static_cast<size_t>(la.kernel)].kind();
+      if (!row && kind == plan::KernelKind::Row)
+        row = &la;
+      if (!gemm && kind == plan::KernelKind::GemmReduce)
+        gemm = &la;
+    }
+    ASSERT_TRUE(row && gemm);
+    const std::string gemmName = p.kernels[static_cast<size_t>(gemm->kernel)].name;
+
+    runtime::DeviceErrors e =
+        launchChanged(*gemm, gemm->dims.block / 2, gemm->dims.grid[0], gemm->dims.sharedBytes);
+    EXPECT_EQ(e.contract, 1) << "block size";
+    EXPECT_EQ(e.kernel, gemm->kernel);
+    EXPECT_EQ(e.had & 0xFFFF, static_cast<uint64_t>(gemm->dims.block / 2));
+    std::string text = runtime::describeContractViolation(p, e);
+    EXPECT_NE(text.find("'" + gemmName + "'"), std::string::npos) << text;
+    EXPECT_EQ(e.badRow, -1);
+
+    e = launchChanged(*gemm, gemm->dims.block, gemm->dims.grid[0], gemm->dims.sharedBytes / 2);
+    EXPECT_EQ(e.contract, 2) << "dynamic shared memory";
+    EXPECT_EQ(e.kernel, gemm->kernel);
+    EXPECT_EQ(e.had, static_cast<uint64_t>(gemm->dims.sharedBytes / 2));
+
+    e = launchChanged(*gemm, gemm->dims.block, gemm->dims.grid[0] + 1, gemm->dims.sharedBytes);
+    EXPECT_EQ(e.contract, 3) << "grid of the GemmReduce (one CTA per row tile and split)";
+    EXPECT_EQ(e.kernel, gemm->kernel);
+
+    e = launchChanged(*row, row->dims.block, row->dims.grid[0] + 1, row->dims.sharedBytes);
+    EXPECT_EQ(e.contract, 3) << "grid of the row kernel";
+    EXPECT_EQ(e.kernel, row->kernel);
+    EXPECT_EQ(e.had & 0x7FFFFFFF, static_cast<uint64_t>(row->dims.grid[0] + 1));
+    text = runtime::describeContractViolation(p, e);
+    EXPECT_NE(text.find("grid of"), std::string::npos) << text;
+
+    // The context is fine: a full op in the same process computes the right answer.
+    EXPECT_EQ(d.ctxSynchronize(), CUDA_SUCCESS);
+    LinearCrossEntropy op(pr.o);
+    pr.dH.poison();
+    pr.dW.poison();
+    float loss = op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW());
+    pr.expectMatchesReference(loss, "after the contract violations");
+  }
+}
+
+/// A warm call (Program loaded, run prepared for this N) allocates nothing on the host,
+/// looks nothing up, builds no run; new pointers (another dH) change that not.
+TEST(LceGpuHardening, WarmCallAllocatesNothingAndTakesNoSlowPath) {
+  for (int64_t vocab : {int64_t(32000), int64_t(32003)}) {
+    SCOPED_TRACE(fmt::format("V = {}", vocab));
+    Problem pr(options(vocab), 3000, 701);
+    LinearCrossEntropy op(pr.o);
+    op.prepare(pr.n);
+    op.enqueue(pr.H(), pr.W(), pr.Y(), pr.L(), pr.DH(), pr.DW());
+    LCEJIT_CU(runtime::cudaDriver().ctxSynchronize());
+    DeviceBuffer dH2(pr.dH.bytes());
+    ops::CallPathCounters &c = ops::callPathCounters();
+    const int64_t lookups = c.programLookups.load(), loads = c.programLoads.load(),
+                  builds = c.runBuilds.load();
+    EXPECT_EQ(allocationsOf([&] { op.enqueue(pr.H(), pr.W(), pr.Y(), pr.L(), pr.DH(), pr.DW()); }),
+              0)
+        << "warm enqueue";
+    MutableTensorRef other{dH2.data(), pr.o.dtype, {pr.n, pr.o.hidden}, {}};
+    EXPECT_EQ(allocationsOf([&] { op.enqueue(pr.H(), pr.W(), pr.Y(), pr.L(), other, pr.DW()); }), 0)
+        << "warm enqueue on another dH";
+    float loss = 0;
+    EXPECT_EQ(allocationsOf([&] { loss = op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW()); }),
+              0)
+        << "warm forwardBackward";
+    EXPECT_EQ(allocationsOf([&] { op.checkDeviceErrors(); }), 0);
+    EXPECT_EQ(c.programLookups.load(), lookups) << "no Program cache key built";
+    EXPECT_EQ(c.programLoads.load(), loads);
+    EXPECT_EQ(c.runBuilds.load(), builds);
+    pr.expectMatchesReference(loss, "warm call");
+    // A new N of the bucket builds its run once, then is warm too.
+    Problem small(pr.o, 2999, 702);
+    op.forwardBackward(small.H(), small.W(), small.Y(), small.DH(), small.DW());
+    EXPECT_EQ(c.runBuilds.load(), builds + 1);
+    EXPECT_EQ(allocationsOf([&] { op.forwardBackward(small.H(), small.W(), small.Y(), small.DH(), small.DW()); }),
+              0);
+  }
+}
+
+/// prepare(N), then enqueue captured into a CUDA graph on a non-default stream; three
+/// replays with new inputs each time, every replay's loss, dH and dW against the fp64
+/// reference of its inputs. forwardBackward during a capture is refused up front.
+TEST(LceGpuHardening, EnqueueCapturedInACudaGraphReplaysCorrectly) {
+  const runtime::CudaDriver &d = runtime::cudaDriver();
+  for (int64_t vocab : {int64_t(32000), int64_t(32003)}) {
+    SCOPED_TRACE(fmt::format("V = {}", vocab));
+    Problem pr(options(vocab), 2048, 801);
+    LinearCrossEntropy op(pr.o);
+    op.prepare(pr.n);
+    CUstream s = nullptr;
+    LCEJIT_CU(d.streamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    LCEJIT_CU(d.streamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    std::string refused;
+    try {
+      op.enqueue(pr.H(), pr.W(), pr.Y(), pr.L(), pr.DH(), pr.DW(), s);
+      try {
+        op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW(), s);
+      } catch (const Error &e) {
+        refused = e.what();
+      }
+    } catch (...) {
+      d.streamEndCapture(s, &graph);
+      throw;
+    }
+    LCEJIT_CU(d.streamEndCapture(s, &graph));
+    EXPECT_NE(refused.find("cannot be captured"), std::string::npos) << refused;
+    LCEJIT_CU(d.graphInstantiateWithFlags(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) {
+      SCOPED_TRACE(fmt::format("replay {}", replay));
+      pr.fill(810 + 10 * replay); // new H, W and targets, same addresses
+      pr.loss.poison();
+      pr.dH.poison();
+      pr.dW.poison();
+      LCEJIT_CU(d.ctxSynchronize());
+      LCEJIT_CU(d.graphLaunch(exec, s));
+      LCEJIT_CU(d.streamSynchronize(s));
+      EXPECT_NO_THROW(op.checkDeviceErrors());
+      pr.expectMatchesReference(pr.loss.download<float>()[0], "graph replay");
+    }
+    // A bad target inside a replay is reported like one of enqueue.
+    std::vector<int64_t> yy(static_cast<size_t>(pr.n));
+    pr.y.downloadTo(yy.data(), pr.n * 8);
+    yy[1234] = vocab + 1;
+    yy[77] = -2;
+    upload(pr.y, yy.data(), pr.n * 8);
+    LCEJIT_CU(d.graphLaunch(exec, s));
+    LCEJIT_CU(d.streamSynchronize(s));
+    std::string msg = errorOf([&] { op.checkDeviceErrors(); }, ErrorKind::DeviceCheck);
+    EXPECT_NE(msg.find("targets[77] = -2"), std::string::npos) << msg;
+    // After the graph, eager calls of the op still work (and are ordered after it).
+    pr.fill(899);
+    float loss = op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW(), s);
+    pr.expectMatchesReference(loss, "eager call after the graph");
+    LCEJIT_CU(d.graphExecDestroy(exec));
+    LCEJIT_CU(d.graphDestroy(graph));
+    LCEJIT_CU(d.streamDestroy(s));
+  }
+}
+
+} // namespace
+} // namespace lcejit::gputest
