@@ -79,6 +79,8 @@ template <typename F> long allocationsOf(F &&f) {
 
 void upload(const DeviceBuffer &b, const void *host, int64_t bytes) {
   LCEJIT_CU(runtime::cudaDriver().memcpyHtoD(b.ptr(), host, static_cast<size_t>(bytes)));
+  // A pageable copy may still be in flight on return: work on other streams must see it.
+  LCEJIT_CU(runtime::cudaDriver().ctxSynchronize());
 }
 
 /// The inputs and outputs of one call, filled with random values (never zeros).
@@ -387,6 +389,7 @@ TEST(LceGpuHardening, EnqueueCapturedInACudaGraphReplaysCorrectly) {
     EXPECT_NE(msg.find("targets[77] = -2"), std::string::npos) << msg;
     // After the graph, eager calls of the op still work (and are ordered after it).
     pr.fill(899);
+    LCEJIT_CU(d.ctxSynchronize()); // the fill ran on the legacy stream, s does not wait for it
     float loss = op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW(), s);
     pr.expectMatchesReference(loss, "eager call after the graph");
     LCEJIT_CU(d.graphExecDestroy(exec));
