@@ -21,8 +21,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <new>
+#include <vector>
 
 namespace {
 thread_local bool gCounting = false;
@@ -201,7 +203,7 @@ TEST(LceGpuHardening, LaunchContractViolationIsReportedAndTheContextStaysUsable)
   const runtime::CudaDriver &d = runtime::cudaDriver();
   for (int64_t vocab : {int64_t(32000), int64_t(32003)}) {
     SCOPED_TRACE(fmt::format("V = {}", vocab));
-    Problem pr(options(vocab), 1000, 601);
+    Problem pr(options(vocab), 8191, 601);
     ops::LceJit jit(pr.o);
     ops::ProgramLookup l = jit.lookup(pr.n, ops::LceJit::deviceTarget());
     const plan::Program &p = l.compiled->program;
@@ -227,8 +229,18 @@ TEST(LceGpuHardening, LaunchContractViolationIsReportedAndTheContextStaysUsable)
       return runtime::decodeErrorWord(word);
     };
     // The executor's own launches satisfy every contract.
+    pr.dH.poison();
+    pr.dW.poison();
     ex.launch(run, nullptr);
     EXPECT_FALSE(readErrors().any()) << "a correct run reports nothing";
+    // What the Program computes (its kernels are deterministic: no atomics, partials
+    // combined in split order), to compare the run after the violations with, bit for bit.
+    float lossBefore = 0;
+    std::vector<unsigned char> dHBefore(static_cast<size_t>(pr.dH.bytes())),
+        dWBefore(static_cast<size_t>(pr.dW.bytes()));
+    pr.loss.downloadTo(&lossBefore, sizeof(float));
+    pr.dH.downloadTo(dHBefore.data(), pr.dH.bytes());
+    pr.dW.downloadTo(dWBefore.data(), pr.dW.bytes());
 
     // One launch of the run's list with its geometry changed.
     auto launchChanged = [&](const runtime::PreparedRun::Launch &la, int64_t block,
@@ -287,12 +299,19 @@ TEST(LceGpuHardening, LaunchContractViolationIsReportedAndTheContextStaysUsable)
     text = runtime::describeContractViolation(p, e);
     EXPECT_NE(text.find("grid of"), std::string::npos) << text;
 
-    // The context is fine: a full op in the same process computes the right answer.
+    // The context is fine: a full op in the same process computes what the Program
+    // computed before the violations, bit for bit, and that matches the fp64 reference.
     EXPECT_EQ(d.ctxSynchronize(), CUDA_SUCCESS);
     LinearCrossEntropy op(pr.o);
     pr.dH.poison();
     pr.dW.poison();
     float loss = op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW());
+    std::vector<unsigned char> dHAfter(dHBefore.size()), dWAfter(dWBefore.size());
+    pr.dH.downloadTo(dHAfter.data(), pr.dH.bytes());
+    pr.dW.downloadTo(dWAfter.data(), pr.dW.bytes());
+    EXPECT_EQ(std::memcmp(&loss, &lossBefore, sizeof(float)), 0) << loss << " vs " << lossBefore;
+    EXPECT_TRUE(dHAfter == dHBefore) << "dH differs from the run before the violations";
+    EXPECT_TRUE(dWAfter == dWBefore) << "dW differs from the run before the violations";
     pr.expectMatchesReference(loss, "after the contract violations");
   }
 }
@@ -311,15 +330,16 @@ TEST(LceGpuHardening, WarmCallAllocatesNothingAndTakesNoSlowPath) {
     ops::CallPathCounters &c = ops::callPathCounters();
     const int64_t lookups = c.programLookups.load(), loads = c.programLoads.load(),
                   builds = c.runBuilds.load();
-    EXPECT_EQ(allocationsOf([&] { op.enqueue(pr.H(), pr.W(), pr.Y(), pr.L(), pr.DH(), pr.DW()); }),
-              0)
-        << "warm enqueue";
+    // The tensor references (their shapes are vectors) are built outside the counted
+    // calls: a framework keeps its own.
+    const TensorRef H = pr.H(), W = pr.W(), Y = pr.Y();
+    const MutableTensorRef L = pr.L(), DH = pr.DH(), DW = pr.DW();
+    EXPECT_EQ(allocationsOf([&] { op.enqueue(H, W, Y, L, DH, DW); }), 0) << "warm enqueue";
     MutableTensorRef other{dH2.data(), pr.o.dtype, {pr.n, pr.o.hidden}, {}};
-    EXPECT_EQ(allocationsOf([&] { op.enqueue(pr.H(), pr.W(), pr.Y(), pr.L(), other, pr.DW()); }), 0)
+    EXPECT_EQ(allocationsOf([&] { op.enqueue(H, W, Y, L, other, DW); }), 0)
         << "warm enqueue on another dH";
     float loss = 0;
-    EXPECT_EQ(allocationsOf([&] { loss = op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW()); }),
-              0)
+    EXPECT_EQ(allocationsOf([&] { loss = op.forwardBackward(H, W, Y, DH, DW); }), 0)
         << "warm forwardBackward";
     EXPECT_EQ(allocationsOf([&] { op.checkDeviceErrors(); }), 0);
     EXPECT_EQ(c.programLookups.load(), lookups) << "no Program cache key built";
@@ -330,8 +350,10 @@ TEST(LceGpuHardening, WarmCallAllocatesNothingAndTakesNoSlowPath) {
     Problem small(pr.o, 2999, 702);
     op.forwardBackward(small.H(), small.W(), small.Y(), small.DH(), small.DW());
     EXPECT_EQ(c.runBuilds.load(), builds + 1);
-    EXPECT_EQ(allocationsOf([&] { op.forwardBackward(small.H(), small.W(), small.Y(), small.DH(), small.DW()); }),
-              0);
+    const TensorRef sH = small.H(), sW = small.W(), sY = small.Y();
+    const MutableTensorRef sDH = small.DH(), sDW = small.DW();
+    EXPECT_EQ(allocationsOf([&] { op.forwardBackward(sH, sW, sY, sDH, sDW); }), 0)
+        << "warm forwardBackward, second N of the bucket";
   }
 }
 
