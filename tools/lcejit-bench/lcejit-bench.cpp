@@ -118,7 +118,8 @@ struct Args {
   bool series = false;
   bool gemmOnly = false;
   bool forward = false; ///< --forward: the loss only (forward()) against the one cuBLAS GEMM Z
-  std::vector<std::array<int, 3>> gemmConfigs{{256, 4, 8}}; ///< --gemm-config BN,STAGES,GROUP/...
+  /// --gemm-config BN,STAGES,GROUP[,pp]/...: the 4th value is 1 for ping-pong consumers.
+  std::vector<std::array<int, 4>> gemmConfigs{{256, 4, 8, 0}};
 };
 
 struct CaseShape {
@@ -147,7 +148,7 @@ struct Result {
   std::cerr << "lcejit-bench: " << msg
             << "\nusage: lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]\n"
                "                    [--case A,B,C,Q,S,L,W|all] [--precision fast|exact] [--budget-mb M]\n"
-               "                    [--json FILE] [--series] [--forward] [--gemm-only [--gemm-config BN,STAGES,GROUP/...]]\n";
+               "                    [--json FILE] [--series] [--forward] [--gemm-only [--gemm-config BN,STAGES,GROUP[,pp]/...]]\n";
   std::exit(2);
 }
 
@@ -184,9 +185,12 @@ Args parse(int argc, char **argv) {
         while (pos < v.size()) {
           size_t slash = v.find('/', pos);
           std::string one = v.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
-          std::array<int, 3> c{};
-          if (std::sscanf(one.c_str(), "%d,%d,%d", &c[0], &c[1], &c[2]) != 3)
-            usage("--gemm-config: '" + one + "' is not BN,STAGES,GROUP");
+          std::array<int, 4> c{};
+          char pp[8] = {};
+          const int got = std::sscanf(one.c_str(), "%d,%d,%d,%7s", &c[0], &c[1], &c[2], pp);
+          if (got < 3 || (got == 4 && std::string(pp) != "pp"))
+            usage("--gemm-config: '" + one + "' is not BN,STAGES,GROUP or BN,STAGES,GROUP,pp");
+          c[3] = got == 4 ? 1 : 0;
           a.gemmConfigs.push_back(c);
           if (slash == std::string::npos)
             break;
@@ -439,10 +443,11 @@ int runGemmOnly(const Args &a, const std::vector<CaseShape> &shapes, const runti
   for (size_t c = 0; c < a.gemmConfigs.size(); ++c) {
     const auto &g = a.gemmConfigs[c];
     const std::string p = fmt::format("g{}_", c);
-    specs.push_back({p + "fwd", g[0], g[1], true, true, DType::BF16});
-    specs.push_back({p + "dh", g[0], g[1], true, false, DType::BF16});
-    specs.push_back({p + "dw", g[0], g[1], false, false, DType::BF16});
-    specs.push_back({p + "dwf", g[0], g[1], false, false, DType::F32});
+    const bool pp = g[3] != 0;
+    specs.push_back({p + "fwd", g[0], g[1], true, true, DType::BF16, pp});
+    specs.push_back({p + "dh", g[0], g[1], true, false, DType::BF16, pp});
+    specs.push_back({p + "dw", g[0], g[1], false, false, DType::BF16, pp});
+    specs.push_back({p + "dwf", g[0], g[1], false, false, DType::F32, pp});
   }
   codegen::EmittedModule em = codegen::emitSm90GemmModule(specs);
   runtime::NvrtcRequest req;
@@ -520,8 +525,9 @@ int runGemmOnly(const Args &a, const std::vector<CaseShape> &shapes, const runti
           const double ms = medianMs(a.iters, s, [&] { runtime::launchSm90Gemm(mod, f, l, s); });
           cu(d.ctxSynchronize(), "sync");
           const double err = blas ? relDiff(fillModule, out, variant == 1, gm.ref, gm.m * gm.n) : -1.0;
-          const std::string cfgText = fmt::format("{}x{} s{} g{}{}", 128, spec.bn, spec.stages,
-                                                  l.group, variant ? " f32 out" : "");
+          const std::string cfgText = fmt::format("{}x{} s{} g{}{}{}", 128, spec.bn, spec.stages,
+                                                  l.group, spec.pingpong ? " ping-pong" : "",
+                                                  variant ? " f32 out" : "");
           fmt::print("| {} | {} | {}x{}x{} | {} | {:.3f} | {:.0f} | {:.3f} | {:.0f} | {:.3f} | {:.2e} |\n",
                      cs.name, gm.name, gm.m, gm.n, gm.k, cfgText, blasMs,
                      blasMs > 0 ? flops / (blasMs * 1e-3) / 1e12 : 0.0, ms, flops / (ms * 1e-3) / 1e12,
