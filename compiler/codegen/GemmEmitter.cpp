@@ -657,6 +657,29 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
            ctx.scalarParamName(Param::Kind::Splits));
 }
 
+/// Live exp/log/tanh-like instructions of an epilogue function: the length of
+/// its per-element latency chain, roughly.
+static int transcendentalCount(const plan::ScalarFunc &f) {
+  const std::vector<bool> live = liveInsts(f);
+  int n = 0;
+  for (size_t i = 0; i < f.insts.size(); ++i) {
+    if (!live[i])
+      continue;
+    switch (f.insts[i].op) {
+    case plan::ScalarOp::Exp:
+    case plan::ScalarOp::Log:
+    case plan::ScalarOp::Tanh:
+    case plan::ScalarOp::Expm1:
+    case plan::ScalarOp::Log1p:
+      ++n;
+      break;
+    default:
+      break;
+    }
+  }
+  return n;
+}
+
 void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
                 const plan::GemmDzKernel &k) {
   const std::string what = fmt::format("gemm_dz kernel '{}'", ctx.name());
@@ -697,6 +720,16 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
   emitConfig(w, ctx, s);
 
   epi.emit([&] {
+    if (isWgmma(ctx)) {
+      // [Note: sm90 dZ full tiles] in lcejit_sm90.cuh: the unchecked two-pass
+      // path pays for a long per-element chain (measured: softcap's tanh and
+      // exp, 63 -> 73 % tensor-pipe activity) and costs a plain exp (its
+      // stores bunch at the end of the tile: 89 -> 85 %).
+      const int chain = transcendentalCount(g.epilogue);
+      w.line("static constexpr bool FULL_TILE_PASSES = {}; // {} transcendental op{} "
+             "per element",
+             chain >= 2 ? "true" : "false", chain, chain == 1 ? "" : "s");
+    }
     auto f = w.block(
         "__device__ __forceinline__ float value(float acc, long long row, "
         "long long col, const Row &r, const Col &c) const");

@@ -773,6 +773,14 @@ gemm_reduce_kernel(const TensorMap &map_a, const TensorMap &map_b,
 
 /// GemmDz: dz[row][c] = Epi::value(acc) for the columns of one chunk, bf16
 /// (fast precision) or f32.
+/// The element type of a dZ operand format (DZ_BF16 or DZ_F32).
+template <int FORMAT> struct DzElem {
+  typedef elem_bf16 type;
+};
+template <> struct DzElem<DZ_F32> {
+  typedef elem_f32 type;
+};
+
 template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
   static_assert(FORMAT == DZ_BF16 || FORMAT == DZ_F32,
                 "sm90 gemm_dz: one dZ operand (bf16 or f32)");
@@ -783,8 +791,8 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
   __device__ __forceinline__ void begin(int, int) const {}
   __device__ __forceinline__ void finish(int, int) const {}
   template <int R>
-  __device__ __forceinline__ void tile(const float (&acc)[R], int, i64 row0,
-                                       i64 col0, int t) const {
+  __device__ __forceinline__ void tile(float (&acc)[R], int, i64 row0, i64 col0,
+                                       int t) const {
     typename Epi::Row rv[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -792,6 +800,45 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
       rv[h] = row < n ? epi.load_row(row) : typename Epi::Row();
     }
     const bool pairs = (chunk_cols % 2) == 0;
+    // R accumulators cover 64 rows x 2 R columns. [Note: sm90 dZ full tiles]
+    // The checked loop below splits the unrolled epilogue into one basic block
+    // per element pair, and ptxas then runs each element's latency chain
+    // alone, with one epilogue warp per scheduler to hide it: with softcap
+    // (tanh and exp per element) B's dZ kernel was at 63 % tensor-pipe
+    // activity. Inside the rows and columns (even columns for the pair
+    // stores), an epilogue that asks for it (FULL_TILE_PASSES, set by the
+    // emitter for long chains) takes two unchecked passes instead: every value
+    // (in place of its accumulator), then every store: 73 %. With one exp per
+    // element the stores bunched at the end cost more than the chain (A: 89 ->
+    // 85 %), and interleaving groups of values and stores spilled.
+    if (Epi::FULL_TILE_PASSES && pairs && row0 + 64 <= n &&
+        col0 + 2 * R <= chunk_cols) {
+      // Per row one base (element pair q of the row is 8 q columns on), so
+      // that the stores take constant offsets: 64-bit addresses per element
+      // made ptxas spill here.
+      typedef typename DzElem<FORMAT>::type Out;
+      typedef typename Out::raw_t Raw;
+      const i64 c0 = col0 + 2 * (t % 4), col_base = chunk_begin + c0;
+      i64 row_of[2];
+      Raw *base[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        row_of[h] = row0 + acc_row(2 * h, t);
+        base[h] = static_cast<Raw *>(dz) + row_of[h] * chunk_cols + c0;
+      }
+      // The values overwrite the accumulators (the next tile's first wgmma
+      // ignores them), then go out in pairs.
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const int h = (i / 2) % 2;
+        const i64 col = col_base + 8 * (i / 4) + i % 2;
+        acc[i] = epi.value(acc[i], row_of[h], col, rv[h], epi.load_col(col));
+      }
+#pragma unroll
+      for (int i = 0; i < R; i += 2)
+        store_f32_pair<Out>(base[(i / 2) % 2], 8 * (i / 4), acc[i], acc[i + 1]);
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < R; i += 2) {
       const int h = (i / 2) % 2;
