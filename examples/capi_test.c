@@ -42,6 +42,11 @@ int main(void) {
   EXPECT(strstr(lcejit_last_error_message(), "options.dtype = 42") != NULL);
 
   o.dtype = LCEJIT_BF16;
+  EXPECT(o.device == -1);
+  o.device = -7; /* not an ordinal: named */
+  EXPECT(lcejit_create(&o, &op) == LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "options.device = -7") != NULL);
+  o.device = -1;
   EXPECT(lcejit_create(&o, &op) == LCEJIT_OK);
   EXPECT(op != NULL);
 

@@ -104,6 +104,7 @@ void lcejit_options_init(lcejit_options *o) {
   o->ignore_index = -100;
   o->reduction = LCEJIT_REDUCTION_MEAN;
   o->precision = LCEJIT_PRECISION_FAST;
+  o->device = -1;
 }
 
 lcejit_status lcejit_create(const lcejit_options *o, lcejit_op **op) {
@@ -136,6 +137,7 @@ lcejit_status lcejit_create(const lcejit_options *o, lcejit_op **op) {
     c.precision = o->precision == LCEJIT_PRECISION_EXACT ? lcejit::Precision::Exact
                                                          : lcejit::Precision::Fast;
     c.workspaceBudgetBytes = o->workspace_budget_bytes;
+    c.device = o->device;
     auto h = std::make_unique<lcejit_op>();
     h->impl = std::make_unique<lcejit::LinearCrossEntropy>(c);
     *op = h.release();

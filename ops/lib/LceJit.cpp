@@ -24,6 +24,10 @@ namespace lcejit::ops {
 LinearCrossEntropyOptions validateOptions(const LinearCrossEntropyOptions &o) {
   LinearCrossEntropyOptions v = o;
   LCEJIT_CHECK_ARG(o.hidden > 0, "options.hidden (D) must be positive, got {}", o.hidden);
+  LCEJIT_CHECK_ARG(o.device >= -1,
+                   "options.device = {} must be a device ordinal (>= 0) or -1 (the device "
+                   "current at the first call)",
+                   o.device);
   LCEJIT_CHECK_ARG(o.hidden % 8 == 0,
                    "options.hidden (D) = {} must be a multiple of 8 (rows of 16 bytes)", o.hidden);
   LCEJIT_CHECK_ARG(o.vocab > 0, "options.vocab (V) must be positive, got {}", o.vocab);

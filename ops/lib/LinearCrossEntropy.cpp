@@ -17,6 +17,7 @@
 #include <initializer_list>
 #include <map>
 #include <mutex>
+#include <optional>
 
 namespace lcejit {
 
@@ -64,10 +65,32 @@ void checkTensor(const char *name, const Ref &t, DType dtype, std::initializer_l
                    "{}.data = {} is not {}-byte aligned", name, pointerStr(t.data), alignment);
 }
 
-/// The target to plan for: the current GPU, or the default H200 without one.
-plan::Target callTarget() {
-  return runtime::cudaAvailable() ? ops::LceJit::deviceTarget() : ops::LceJit::defaultTarget();
-}
+/// [Note: the op's context] Makes `ctx` current for the scope and restores the caller's
+/// context after it, so that an op bound to one device works whatever the calling thread
+/// has current (LinearCrossEntropyOptions::device). One cuCtxGetCurrent per call, and a
+/// switch only when the contexts differ.
+class ContextScope {
+public:
+  explicit ContextScope(CUcontext ctx) {
+    const runtime::CudaDriver &d = runtime::cudaDriver();
+    LCEJIT_CU(d.ctxGetCurrent(&previous_));
+    if (previous_ != ctx) {
+      LCEJIT_CU(d.ctxSetCurrent(ctx));
+      switched_ = true;
+    }
+  }
+  ~ContextScope() {
+    if (switched_)
+      runtime::cudaDriver().ctxSetCurrent(previous_); // best effort while unwinding
+  }
+  ContextScope(const ContextScope &) = delete;
+  ContextScope &operator=(const ContextScope &) = delete;
+
+private:
+  CUcontext previous_ = nullptr;
+  bool switched_ = false;
+};
+
 
 /// A Program loaded into the current context, with the runs it has prepared.
 struct LoadedProgram {
@@ -115,6 +138,52 @@ struct LinearCrossEntropy::Impl {
                                                 /*forwardOnly=*/false, /*scaledGradients=*/true);
     return *scaledJit;
   }
+  /// The op's context ([Note: the op's context]): the primary context of
+  /// options.device, or the one current at the first GPU call; set once.
+  CUcontext ctx = nullptr;
+  /// Enters the op's context for a GPU call (with `mu` held); nothing without a GPU, so
+  /// that argument errors come first there.
+  void enter(std::optional<ContextScope> &scope, int device) {
+    if (runtime::cudaAvailable())
+      scope.emplace(context(device));
+  }
+  /// The target a call plans for: the op's device (its context, or options.device's
+  /// primary context before the first call), the current GPU for device -1 before the
+  /// first call, or the default H200 without a GPU.
+  plan::Target callTarget(int device) {
+    if (!runtime::cudaAvailable())
+      return ops::LceJit::defaultTarget();
+    CUcontext c = ctx;
+    if (!c && device >= 0)
+      c = context(device);
+    if (!c)
+      return ops::LceJit::deviceTarget();
+    ContextScope scope(c);
+    return ops::LceJit::deviceTarget();
+  }
+  CUcontext context(int device) {
+    if (ctx)
+      return ctx;
+    if (device >= 0) {
+      std::lock_guard<std::mutex> lock(ctxMu);
+      if (ctx)
+        return ctx;
+      int count = 0;
+      LCEJIT_CU(runtime::cudaDriver().deviceGetCount(&count));
+      LCEJIT_CHECK_ARG(device < count,
+                       "options.device = {} is out of range: this machine has {} CUDA "
+                       "device(s)",
+                       device, count);
+      ctx = runtime::primaryContext(device);
+    } else {
+      std::lock_guard<std::mutex> lock(ctxMu);
+      if (ctx)
+        return ctx;
+      ctx = runtime::ensureContext();
+    }
+    return ctx;
+  }
+  std::mutex ctxMu; ///< guards the first setting of ctx
   // Device state, created on the first GPU call.
   bool deviceReady = false;
   plan::Target target;
@@ -147,6 +216,12 @@ struct LinearCrossEntropy::Impl {
   ~Impl() {
     if (!deviceReady)
       return;
+    std::optional<ContextScope> scope;
+    try {
+      scope.emplace(ctx);
+    } catch (...) {
+      return; // the context is gone, and with it everything below
+    }
     const runtime::CudaDriver &d = runtime::cudaDriver();
     // Best effort: errors while tearing down are not reported. Work still queued may
     // use the memory below: wait for the last call first.
@@ -336,7 +411,8 @@ int64_t LinearCrossEntropy::compileCount() { return ops::LceJit::programCompileC
 bool LinearCrossEntropy::prepare(int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
   const bool compiled =
-      impl_->jit->lookup(n, callTarget()).binaryOrigin == runtime::CacheOrigin::Compiled;
+      impl_->jit->lookup(n, impl_->callTarget(options().device)).binaryOrigin ==
+      runtime::CacheOrigin::Compiled;
   if (!runtime::cudaAvailable())
     return compiled;
   // With a GPU: everything a plain call with N rows needs besides the launches (device
@@ -344,6 +420,8 @@ bool LinearCrossEntropy::prepare(int64_t n) {
   // capturable in a CUDA graph ([Note: the warm path]).
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl &im = *impl_;
+  std::optional<ContextScope> scope;
+  im.enter(scope, options().device);
   im.ensureDevice();
   LoadedProgram &lp = im.loadedFor(CallKind::Plain, n, /*capturing=*/false);
   runtime::PreparedRun &run = im.runFor(lp, n);
@@ -354,13 +432,15 @@ bool LinearCrossEntropy::prepare(int64_t n) {
 
 int64_t LinearCrossEntropy::workspaceBytes(int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
-  ops::ProgramLookup l = impl_->jit->lookup(n, callTarget(), /*compile=*/false);
+  ops::ProgramLookup l =
+      impl_->jit->lookup(n, impl_->callTarget(options().device), /*compile=*/false);
   return runtime::workspaceBytes(l.compiled->program, n);
 }
 
 std::string LinearCrossEntropy::scheduleSummary(int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
-  ops::ProgramLookup l = impl_->jit->lookup(n, callTarget(), /*compile=*/false);
+  ops::ProgramLookup l =
+      impl_->jit->lookup(n, impl_->callTarget(options().device), /*compile=*/false);
   return l.compiled->program.runSchedule(n).describe();
 }
 
@@ -368,7 +448,8 @@ std::string LinearCrossEntropy::inspect(int64_t n, const std::string &what) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
   LCEJIT_CHECK_ARG(what == "plan" || what == "cuda",
                    "inspect: what = '{}' must be \"plan\" or \"cuda\"", what);
-  ops::ProgramLookup l = impl_->jit->lookup(n, callTarget(), /*compile=*/false);
+  ops::ProgramLookup l =
+      impl_->jit->lookup(n, impl_->callTarget(options().device), /*compile=*/false);
   const plan::Program &p = l.compiled->program;
   if (what == "cuda")
     return l.compiled->source;
@@ -533,6 +614,8 @@ void LinearCrossEntropy::enqueue(const TensorRef &hidden, const TensorRef &weigh
                                  const MutableTensorRef &gradWeight, void *stream,
                                  const GradScale &gradScale) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  std::optional<ContextScope> scope;
+  impl_->enter(scope, options().device);
   const bool capturing = runtime::cudaAvailable() && Impl::isCapturing(static_cast<CUstream>(stream));
   enqueueLocked(*impl_, options(), hidden, weight, targets, loss, gradHidden, gradWeight,
                 stream, capturing, /*gradients=*/true, gradScale);
@@ -563,6 +646,8 @@ float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorR
   // The whole call under the op's lock: the loss scratch, the pinned loss and error
   // words belong to this call until it returns.
   std::lock_guard<std::mutex> lock(impl_->mu);
+  std::optional<ContextScope> scope;
+  impl_->enter(scope, options().device);
   rejectCapture(stream, "forwardBackward");
   impl_->ensureDevice();
   MutableTensorRef loss{reinterpret_cast<void *>(static_cast<uintptr_t>(impl_->lossScratch)),
@@ -581,6 +666,8 @@ float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorR
 float LinearCrossEntropy::forward(const TensorRef &hidden, const TensorRef &weight,
                                   const TensorRef &targets, void *stream) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  std::optional<ContextScope> scope;
+  impl_->enter(scope, options().device);
   rejectCapture(stream, "forward");
   impl_->ensureDevice();
   MutableTensorRef loss{reinterpret_cast<void *>(static_cast<uintptr_t>(impl_->lossScratch)),
@@ -600,6 +687,8 @@ void LinearCrossEntropy::enqueueForward(const TensorRef &hidden, const TensorRef
                                         const TensorRef &targets, const MutableTensorRef &loss,
                                         void *stream) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  std::optional<ContextScope> scope;
+  impl_->enter(scope, options().device);
   const bool capturing = runtime::cudaAvailable() && Impl::isCapturing(static_cast<CUstream>(stream));
   enqueueLocked(*impl_, options(), hidden, weight, targets, loss, {}, {}, stream, capturing,
                 /*gradients=*/false);

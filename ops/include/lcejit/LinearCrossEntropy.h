@@ -95,6 +95,13 @@ struct LinearCrossEntropyOptions {
   /// bf16 inputs: Fast (default) or Exact gradients. f16 and f32 inputs always form dZ in
   /// f32 (Exact and Fast are the same there).
   Precision precision = Precision::Fast;
+  /// The CUDA device the op runs on. -1 (the default): the device of the context current
+  /// at the op's first GPU call. An ordinal: that device's primary context, whatever
+  /// context the calling thread has current; each GPU call makes the op's context current
+  /// for its duration and restores the caller's before it returns (an op bound to device 1
+  /// works while device 0 is current). Tensors, workspace and stream of a call must
+  /// belong to the op's device.
+  int device = -1;
 };
 
 /// What a CPU reference run returns (fp64).
@@ -142,7 +149,9 @@ public:
   /// call's work, on whatever stream that ran, so calls never share the op's workspace
   /// at the same time and every result is that of its own inputs. Calls of one op do
   /// not overlap on the device; use one op per stream for concurrency. The op stays on
-  /// the device of its first call. checkDeviceErrors() reports the most recent enqueue.
+  /// its device (LinearCrossEntropyOptions::device: an ordinal, or the device of the
+  /// first call) and runs every call in that device's context, whichever thread calls and
+  /// whatever it has current. checkDeviceErrors() reports the most recent enqueue.
   void enqueue(const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
                const MutableTensorRef &loss, const MutableTensorRef &gradHidden,
                const MutableTensorRef &gradWeight, void *stream = nullptr,

@@ -69,6 +69,7 @@ typedef struct lcejit_options {
   lcejit_reduction reduction; /* default MEAN */
   lcejit_precision precision; /* default FAST */
   int64_t workspace_budget_bytes; /* 0: LCEJIT_WORKSPACE_MB or 512 MiB */
+  int32_t device;             /* CUDA device ordinal; -1 (default): the device current at the first call */
 } lcejit_options;
 
 /* A dense, contiguous, row-major tensor (rank <= 2; rank 0 for a scalar loss). */

@@ -90,6 +90,9 @@ TEST(OpsOptions, BadOptionsNameTheOptionAndValue) {
   o = base();
   o.workspaceBudgetBytes = -1;
   expectError(make(o), ErrorKind::InvalidArgument, {"options.workspaceBudgetBytes", "-1"});
+  o = base();
+  o.device = -2;
+  expectError(make(o), ErrorKind::InvalidArgument, {"options.device", "-2"});
 }
 
 TEST(OpsOptions, BadPrecisionIsNamed) {
