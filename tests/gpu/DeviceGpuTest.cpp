@@ -1,9 +1,10 @@
 //===- DeviceGpuTest.cpp - An op bound to a device ordinal (issue 7) ------===//
 //
-//   LceGpuDevice.OpBoundToDevice1WorksWhileDevice0IsCurrent
+//   LceGpuDevice.OpRunsInItsContextWhateverIsCurrent   (one GPU)
+//   LceGpuDevice.OpBoundToDevice1WorksWhileDevice0IsCurrent   (two GPUs)
 //
-// Needs two GPUs of one kind (the nvidia-h200-x2 machine); elsewhere it is reported as
-// skipped, with the device count.
+// The second needs two GPUs of one kind (the nvidia-h200-x2 machine); elsewhere it is
+// reported as skipped, with the device count.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,6 +29,74 @@ struct Results {
   float loss = 0;
   std::vector<unsigned char> dH, dW;
 };
+
+/// [Note: the op's context] on one GPU: with no context current on the calling thread, an
+/// op bound to device 0 and an op bound (by its first call) to device 0's primary context
+/// both run in that context, compute bit for bit what a call with the context current
+/// computes (which matches fp64), and leave no context current again.
+TEST(LceGpuDevice, OpRunsInItsContextWhateverIsCurrent) {
+  const runtime::CudaDriver &d = runtime::cudaDriver();
+  const CUcontext c0 = runtime::primaryContext(0);
+  LCEJIT_CU(d.ctxSetCurrent(c0));
+  LinearCrossEntropyOptions o;
+  o.hidden = 256;
+  o.vocab = 32000;
+  o.dtype = DType::BF16;
+  o.softcap = 30.0;
+  o.ignoreIndex = -100;
+  const int64_t n = 3000;
+  const int64_t hBytes = n * o.hidden * 2, dWBytes = o.vocab * o.hidden * 4;
+  RefKernels &k = RefKernels::get();
+  DeviceBuffer h(hBytes), w(o.vocab * o.hidden * 2), y(n * 8), dH(hBytes), dW(dWBytes);
+  k.fillRandom(h, o.dtype, n * o.hidden, 91, 2.0 / std::pow(double(o.hidden), 0.25));
+  k.fillRandom(w, o.dtype, o.vocab * o.hidden, 92, 2.0 / std::pow(double(o.hidden), 0.25));
+  k.fillTargets(y, DType::I64, n, 93, o.vocab, -100, 7);
+  const TensorRef H{h.data(), o.dtype, {n, o.hidden}, {}};
+  const TensorRef W{w.data(), o.dtype, {o.vocab, o.hidden}, {}};
+  const TensorRef Y{y.data(), DType::I64, {n}, {}};
+  const MutableTensorRef DH{dH.data(), o.dtype, {n, o.hidden}, {}};
+  const MutableTensorRef DW{dW.data(), DType::F32, {o.vocab, o.hidden}, {}};
+  auto results = [&](float loss) {
+    Results r;
+    r.loss = loss;
+    r.dH.resize(hBytes);
+    r.dW.resize(dWBytes);
+    LCEJIT_CU(d.ctxSetCurrent(c0)); // the test's own downloads
+    dH.downloadTo(r.dH.data(), hBytes);
+    dW.downloadTo(r.dW.data(), dWBytes);
+    return r;
+  };
+  auto expectSame = [](const Results &a, const Results &b, const char *what) {
+    EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof(float)), 0) << what << ": loss";
+    EXPECT_TRUE(a.dH == b.dH) << what << ": dH";
+    EXPECT_TRUE(a.dW == b.dW) << what << ": dW";
+  };
+
+  LinearCrossEntropy first(o); // device -1: bound to c0 by its first call
+  dH.poison();
+  dW.poison();
+  const Results base = results(first.forwardBackward(H, W, Y, DH, DW));
+  GpuReference ref = gpuReference(o, h, w, y, n);
+  Comparison cw = k.compare(dW, DType::F32, ref.dW, o.vocab * o.hidden);
+  EXPECT_LE(std::abs(double(base.loss) - ref.loss), kLossTolerance * std::abs(ref.loss));
+  EXPECT_LE(cw.relError, gradTolerance(DType::F32, false, false, cw.floor, cw.bf16Floor));
+
+  LinearCrossEntropyOptions o0 = o;
+  o0.device = 0;
+  LinearCrossEntropy bound(o0);
+  for (LinearCrossEntropy *op : {&first, &bound}) {
+    const char *what = op == &first ? "device -1, later call" : "device 0";
+    dH.poison();
+    dW.poison();
+    LCEJIT_CU(d.ctxSynchronize());
+    LCEJIT_CU(d.ctxSetCurrent(nullptr));
+    const float loss = op->forwardBackward(H, W, Y, DH, DW);
+    CUcontext now = c0;
+    LCEJIT_CU(d.ctxGetCurrent(&now));
+    EXPECT_EQ(now, nullptr) << what << ": the caller had no context current, and has none again";
+    expectSame(results(loss), base, what);
+  }
+}
 
 /// An op with options.device = 1, called while device 0's context is current, on inputs
 /// that live on device 1: it computes exactly what an op on device 0 computes from the
