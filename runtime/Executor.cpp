@@ -163,7 +163,8 @@ std::vector<Sm90Operand> wgmmaOperands(const Program &program, const BufferResol
 }
 
 void appendLaunch(const Program &program, const BufferResolver &resolver,
-                  const plan::LaunchItem &item, int64_t n, ExecutionPlan &plan) {
+                  const plan::LaunchItem &item, int64_t n, uint64_t accumulateOutputs,
+                  ExecutionPlan &plan) {
   const int32_t k = item.kernel;
   LCEJIT_CHECK(k >= 0 && k < static_cast<int32_t>(program.kernels.size()), "kernel index {}",
                k);
@@ -207,6 +208,9 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
     case Param::Kind::ChunkIndex: rec.args.push_back(KernelArg::makeI64(item.chunkIndex)); break;
     case Param::Kind::RowBlock: rec.args.push_back(KernelArg::makeI64(item.rowBlock)); break;
     case Param::Kind::Splits: rec.args.push_back(KernelArg::makeI32(program.splits)); break;
+    case Param::Kind::AccumulateOutputs:
+      rec.args.push_back(KernelArg::makeI64(static_cast<int64_t>(accumulateOutputs)));
+      break;
     }
   }
   plan.launches.push_back(std::move(rec));
@@ -241,6 +245,8 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
                      buffers.workspaceBytes, program.name, total, n);
   }
 
+  checkAccumulateMask(program, buffers.accumulateOutputs, plan::accumulableOutputs(program));
+
   ExecutionPlan plan;
   plan.schedule = sched;
   // Zero-initialized buffers; each one's slot runs to the next offset (its 256-byte
@@ -262,8 +268,25 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
 
   BufferResolver resolver(program, buffers, sched);
   for (const plan::LaunchItem &item : program.expand(sched))
-    appendLaunch(program, resolver, item, n, plan);
+    appendLaunch(program, resolver, item, n, buffers.accumulateOutputs, plan);
   return plan;
+}
+
+void checkAccumulateMask(const Program &program, uint64_t mask, uint64_t accumulable) {
+  if ((mask & ~accumulable) == 0)
+    return;
+  for (size_t i = 0; i < 64; ++i) {
+    if (!((mask & ~accumulable) >> i & 1))
+      continue;
+    LCEJIT_CHECK_ARG(i < program.outputs.size(),
+                     "accumulate: program '{}' has {} outputs, no output {} to add to",
+                     program.name, program.outputs.size(), i);
+    LCEJIT_CHECK_ARG(false,
+                     "accumulate: output {} ('{}') of program '{}' cannot be added to: it is "
+                     "not a gradient written by the backward GEMMs or their cast (only those "
+                     "read the old value)",
+                     i, program.outputs[i].name, program.name);
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -404,15 +427,21 @@ PreparedRun prepareRun(const Program &program, int64_t n) {
       l.operandRelocs.push_back(use(op.data));
     l.operands = std::move(rec.maps);
     l.maps.resize(l.operands.size());
+    const std::vector<Param> params =
+        plan::kernelParams(program.kernels[static_cast<size_t>(l.kernel)]);
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params[i].kind == Param::Kind::AccumulateOutputs)
+        l.accumulateArg = static_cast<int32_t>(i);
     r.launches.push_back(std::move(l));
   }
   r.bound.assign(numBases, 0);
+  r.accumulable = plan::accumulableOutputs(program);
   return r;
 }
 
 void bindRun(PreparedRun &r, const Program &program, const CUdeviceptr *inputs,
              size_t numInputs, const CUdeviceptr *outputs, size_t numOutputs,
-             CUdeviceptr workspace, int64_t workspaceBytes) {
+             CUdeviceptr workspace, int64_t workspaceBytes, uint64_t accumulateOutputs) {
   LCEJIT_CHECK_ARG(numInputs == static_cast<size_t>(r.numInputs),
                    "program '{}' takes {} input pointer(s), got {}", program.name, r.numInputs,
                    numInputs);
@@ -431,18 +460,26 @@ void bindRun(PreparedRun &r, const Program &program, const CUdeviceptr *inputs,
                      workspaceBytes, program.name, r.workspaceBytes, r.n);
   }
   const size_t numBases = r.bound.size();
+  auto pointerOf = [&](size_t b) {
+    const bool isInput = b < numInputs, isOutput = !isInput && b < numInputs + numOutputs;
+    return isInput ? inputs[b] : isOutput ? outputs[b - numInputs] : workspace;
+  };
+  // Every check before anything changes: a bind that throws leaves the run as it was
+  // (bound pointers and arguments agree), so the next call re-points what it must.
+  for (size_t b = 0; b < numInputs + numOutputs && b < numBases; ++b) {
+    if (pointerOf(b) != 0 || !r.baseUsed[b] || r.baseMayBeNull[b])
+      continue;
+    if (b < numInputs)
+      LCEJIT_CHECK_ARG(false, "input {} ('{}') is a null pointer, but a kernel of '{}' reads it",
+                       b, program.inputs[b].name, program.name);
+    LCEJIT_CHECK_ARG(false, "output {} ('{}') is a null pointer, but a kernel of '{}' writes it",
+                     b - numInputs, program.outputs[b - numInputs].name, program.name);
+  }
+  checkAccumulateMask(program, accumulateOutputs, r.accumulable);
   bool changed[kMaxBases] = {};
   bool any = false;
   for (size_t b = 0; b < numBases; ++b) {
-    const bool isInput = b < numInputs, isOutput = !isInput && b < numInputs + numOutputs;
-    const CUdeviceptr p = isInput ? inputs[b] : isOutput ? outputs[b - numInputs] : workspace;
-    if ((isInput || isOutput) && p == 0 && r.baseUsed[b] && !r.baseMayBeNull[b]) {
-      if (isInput)
-        LCEJIT_CHECK_ARG(false, "input {} ('{}') is a null pointer, but a kernel of '{}' reads it",
-                         b, program.inputs[b].name, program.name);
-      LCEJIT_CHECK_ARG(false, "output {} ('{}') is a null pointer, but a kernel of '{}' writes it",
-                       b - numInputs, program.outputs[b - numInputs].name, program.name);
-    }
+    const CUdeviceptr p = pointerOf(b);
     if (p != r.bound[b] || r.binds == 0) {
       changed[b] = true;
       any = true;
@@ -450,6 +487,14 @@ void bindRun(PreparedRun &r, const Program &program, const CUdeviceptr *inputs,
     }
   }
   r.boundWorkspaceBytes = workspaceBytes;
+  // [Note: accumulating outputs] The mask is a plain argument: rewritten in place.
+  if (accumulateOutputs != r.boundAccumulate || r.binds == 0) {
+    r.boundAccumulate = accumulateOutputs;
+    for (PreparedRun::Launch &l : r.launches)
+      if (l.accumulateArg >= 0)
+        l.args[static_cast<size_t>(l.accumulateArg)].value.i64 =
+            static_cast<int64_t>(accumulateOutputs);
+  }
   if (!any)
     return;
   ++r.binds;
@@ -501,7 +546,8 @@ Executor::Executor(Program program, std::vector<const Module *> moduleOfKernel)
 void Executor::run(const ProgramBuffers &buffers, int64_t n, CUstream stream) const {
   PreparedRun r = prepare(n);
   bindRun(r, program_, buffers.inputs.data(), buffers.inputs.size(), buffers.outputs.data(),
-          buffers.outputs.size(), buffers.workspace, buffers.workspaceBytes);
+          buffers.outputs.size(), buffers.workspace, buffers.workspaceBytes,
+          buffers.accumulateOutputs);
   launch(r, stream);
 }
 

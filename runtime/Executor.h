@@ -14,7 +14,8 @@
 // CUdeviceptr of the buffer (inputs and outputs as given, workspace buffers at base +
 // workspaceOffsets(N)[index]), each offset by rowBegin * rowStrideBytes() inside a row
 // block; N (the launch's rows), TotalRows (the call's N), ChunkBegin, ChunkCols,
-// ChunkIndex, RowBlock -> int64_t; Splits -> int32_t (Program::splits); TensorMapA/B -> the
+// ChunkIndex, RowBlock -> int64_t; AccumulateOutputs -> int64_t (the run's mask,
+// ProgramBuffers::accumulateOutputs); Splits -> int32_t (Program::splits); TensorMapA/B -> the
 // operand of a WgmmaBF16 GEMM kind, described as in its kernel template (lcejit_sm90.cuh):
 //   GemmReduce  A = a [n, k] K-major                B = b [cols, k] K-major
 //   GemmDz      A = a [n, k] K-major                B = b rows of the chunk [chunk, k] K-major
@@ -45,6 +46,10 @@ struct ProgramBuffers {
   std::vector<CUdeviceptr> outputs; ///< indexed like Program::outputs
   CUdeviceptr workspace = 0;        ///< 256-byte aligned, at least workspaceBytes(N)
   int64_t workspaceBytes = 0;       ///< size of the workspace allocation
+  /// Bit i set: the run adds to what output i holds instead of overwriting it
+  /// ([Note: accumulating outputs] in compiler/plan/Program.h); only outputs in
+  /// plan::accumulableOutputs(program).
+  uint64_t accumulateOutputs = 0;
 };
 
 /// Bytes of workspace a run with N rows needs (Program::workspaceOffsets' total).
@@ -152,6 +157,7 @@ struct PreparedRun {
     std::vector<Sm90Operand> operands; ///< wgmma: A and B (data bound by bindRun)
     std::vector<Reloc> operandRelocs;
     std::vector<CUtensorMap> maps; ///< encoded by bindRun when an operand's base changed
+    int32_t accumulateArg = -1; ///< index of the AccumulateOutputs argument (-1: none)
   };
 
   int64_t n = -1;
@@ -167,6 +173,8 @@ struct PreparedRun {
   /// The buffers bound now (0 = not bound yet): inputs, outputs, workspace.
   std::vector<CUdeviceptr> bound;
   int64_t boundWorkspaceBytes = 0;
+  uint64_t accumulable = 0;     ///< plan::accumulableOutputs(program)
+  uint64_t boundAccumulate = 0; ///< the accumulate mask bound now
   int64_t binds = 0;      ///< bindRun calls that changed a pointer
   int64_t mapEncodes = 0; ///< tensor maps encoded by bindRun
 };
@@ -176,13 +184,19 @@ struct PreparedRun {
 PreparedRun prepareRun(const plan::Program &program, int64_t n);
 
 /// Points `run` at `buffers`: checks them like planExecution (counts, nulls where a kernel
-/// uses a buffer, workspace null/misaligned/small: Error(InvalidArgument)), rewrites the
-/// arguments of the bases that changed and re-encodes the tensor maps on them. Allocates
-/// nothing; a call with the buffers of the last one does nothing. `inputs`/`outputs` have
-/// numInputs/numOutputs entries.
+/// uses a buffer, workspace null/misaligned/small, an accumulate mask with an output that
+/// cannot accumulate: Error(InvalidArgument)), rewrites the arguments of the bases that
+/// changed and re-encodes the tensor maps on them, and sets the AccumulateOutputs
+/// arguments to `accumulateOutputs` (ProgramBuffers::accumulateOutputs). Allocates
+/// nothing; a call with the buffers and mask of the last one does nothing.
+/// `inputs`/`outputs` have numInputs/numOutputs entries.
 void bindRun(PreparedRun &run, const plan::Program &program, const CUdeviceptr *inputs,
              size_t numInputs, const CUdeviceptr *outputs, size_t numOutputs,
-             CUdeviceptr workspace, int64_t workspaceBytes);
+             CUdeviceptr workspace, int64_t workspaceBytes, uint64_t accumulateOutputs = 0);
+
+/// Error(InvalidArgument) naming the first output of `mask` that is not in `accumulable`
+/// (plan::accumulableOutputs) and why; allocates nothing when the mask is fine.
+void checkAccumulateMask(const plan::Program &program, uint64_t mask, uint64_t accumulable);
 
 class Executor {
 public:

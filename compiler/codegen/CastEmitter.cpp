@@ -30,18 +30,21 @@ void emitCastKernel(CodeWriter &w, const KernelContext &ctx) {
   roles.add(ctx.bufferName(k.in), fmt::format("in f32 [N, {}]", k.k));
   roles.add(ctx.bufferName(k.out),
             fmt::format("out {} [N, {}]", dtypeName(k.outType), k.k));
-  emitKernelHeader(
-      w, ctx,
-      {fmt::format("out[i] = {}(in[i]) (round to nearest even) for i < N * {}",
-                   dtypeName(k.outType), k.k),
-       "block 256, grid-stride loop (grid min(ceil(N * k / 1024), 65536))"},
-      roles);
+  std::vector<std::string> about = {
+      fmt::format("out[i] = {}(in[i]) (round to nearest even) for i < N * {}",
+                  dtypeName(k.outType), k.k),
+      "block 256, grid-stride loop (grid min(ceil(N * k / 1024), 65536))"};
+  if (k.out.space == plan::Space::Output)
+    about.push_back(fmt::format("a run that accumulates into this output writes "
+                                "out[i] = {}(out[i] + in[i]) (one rounding)",
+                                dtypeName(k.outType)));
+  emitKernelHeader(w, ctx, about, roles);
   auto kb = openKernel(w, ctx, 256);
-  w.line("lcejit::cast_kernel<{}>({}, {}, {} * {}LL);", tag,
+  w.line("lcejit::cast_kernel<{}>({}, {}, {} * {}LL, {});", tag,
          ctx.bufferName(k.in), ctx.bufferName(k.out),
          k.rows >= 0 ? fmt::format("{}LL", k.rows)
                      : ctx.scalarParamName(Param::Kind::N),
-         k.k);
+         k.k, ctx.accumulatesInto(k.out));
 }
 
 } // namespace lcejit::codegen::detail

@@ -792,16 +792,24 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
           "out[r][j] (+)= sum_c dz[r][c] * B[chunk_begin + c][j], k = {}{}",
           k.k, split ? "; dz = hi + lo, each multiplied" : ""),
       tileText(s), smemText(ctx), gridText(ctx, "grid (ceil(N / bm), ceil(k / bn))"),
-      "out is overwritten for chunk_index == 0 and accumulated for later "
-      "chunks"};
+      k.out.space == plan::Space::Output
+          ? "out is overwritten for chunk_index == 0 and accumulated for later "
+            "chunks; all chunks add to it when the run accumulates into this output"
+          : "out is overwritten for chunk_index == 0 and accumulated for later "
+            "chunks"};
   emitKernelHeader(w, ctx, about, roles);
   emitConfig(w, ctx, s);
   auto kb = openGemmKernel(w, ctx, k.tile.threads());
+  // Added to (not overwritten): chunks after the first, and every chunk of a run that
+  // accumulates into this output ([Note: accumulating outputs]).
+  std::string accumulate =
+      fmt::format("{} > 0", ctx.scalarParamName(Param::Kind::ChunkIndex));
+  if (k.out.space == plan::Space::Output)
+    accumulate = fmt::format("{} || {}", accumulate, ctx.accumulatesInto(k.out));
   if (isWgmma(ctx)) {
     w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config>(map_a, map_b, {}, {}, {}LL, {}, {});",
            ctx.name(), ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
-           ctx.scalarParamName(Param::Kind::ChunkCols),
-           ctx.scalarParamName(Param::Kind::ChunkIndex));
+           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
     return;
   }
   w.line("lcejit::gemm_dlhs_kernel<{}_config>({}, {}, {}, {}, {}, {}LL, {}, "
@@ -810,8 +818,7 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
          split ? ctx.bufferName(k.dzLo) : "nullptr", ctx.bufferName(k.b),
          ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
          ctx.scalarParamName(Param::Kind::ChunkBegin),
-         ctx.scalarParamName(Param::Kind::ChunkCols),
-         ctx.scalarParamName(Param::Kind::ChunkIndex));
+         ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
 }
 
 void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
@@ -852,28 +859,38 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
           split ? "; dz = hi + lo, each multiplied" : ""),
       tileText(s), smemText(ctx),
       gridText(ctx, "grid (ceil(chunk_cols / bm), ceil(k / bn))"),
-      k.accumulateRowBlocks
-          ? fmt::format("written as {} by row block 0, accumulated (f32) by later "
-                        "row blocks",
-                        dtypeName(k.outType))
-          : fmt::format("written once as {} (round to nearest even)",
-                        dtypeName(k.outType))};
+      (k.accumulateRowBlocks
+           ? fmt::format("written as {} by row block 0, accumulated (f32) by later "
+                         "row blocks",
+                         dtypeName(k.outType))
+           : fmt::format("written once as {} (round to nearest even)",
+                         dtypeName(k.outType))) +
+          (k.out.space == plan::Space::Output
+               ? "; a run that accumulates into this output adds to it (old + sum, "
+                 "rounded once)"
+               : "")};
   emitKernelHeader(w, ctx, about, roles);
   emitConfig(w, ctx, s);
   auto kb = openGemmKernel(w, ctx, k.tile.threads());
   LCEJIT_CHECK(!k.accumulateRowBlocks || k.outType == DType::F32,
                "{}: row blocks accumulate into an f32 output only, not {}", what,
                dtypeName(k.outType));
+  // Added to (not overwritten): row blocks after the first, and every launch of a run that
+  // accumulates into this output ([Note: accumulating outputs]).
+  std::vector<std::string> terms;
+  if (k.accumulateRowBlocks)
+    terms.push_back(fmt::format("{} > 0", ctx.scalarParamName(Param::Kind::RowBlock)));
+  if (k.out.space == plan::Space::Output)
+    terms.push_back(ctx.accumulatesInto(k.out));
+  const std::string accumulate =
+      terms.empty() ? std::string("false") : fmt::format("{}", fmt::join(terms, " || "));
   if (isWgmma(ctx)) {
     w.line("lcejit::sm90::gemm_drhs_kernel<{}_config, {}>(map_a, map_b, {}, {}, {}LL, {}, "
            "{}, {});",
            ctx.name(), elemTag(k.outType), ctx.bufferName(k.out),
            ctx.scalarParamName(Param::Kind::N), k.k,
            ctx.scalarParamName(Param::Kind::ChunkBegin),
-           ctx.scalarParamName(Param::Kind::ChunkCols),
-           k.accumulateRowBlocks
-               ? fmt::format("{} > 0", ctx.scalarParamName(Param::Kind::RowBlock))
-               : std::string("false"));
+           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
     return;
   }
   w.line("lcejit::gemm_drhs_kernel<{}_config, {}>({}, {}, {}, {}, {}, {}LL, "
@@ -882,10 +899,7 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
          split ? ctx.bufferName(k.dzLo) : "nullptr", ctx.bufferName(k.a),
          ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
          ctx.scalarParamName(Param::Kind::ChunkBegin),
-         ctx.scalarParamName(Param::Kind::ChunkCols),
-         k.accumulateRowBlocks
-             ? fmt::format("{} > 0", ctx.scalarParamName(Param::Kind::RowBlock))
-             : std::string("false"));
+         ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
 }
 
 } // namespace

@@ -42,6 +42,13 @@ const std::string &KernelContext::scalarParamName(Param::Kind kind) const {
   return none;
 }
 
+std::string KernelContext::accumulatesInto(const BufferRef &out) const {
+  if (out.space != Space::Output)
+    return "false";
+  return fmt::format("((({} >> {}) & 1) != 0)",
+                     scalarParamName(Param::Kind::AccumulateOutputs), out.index);
+}
+
 const char *paramCType(const Param &p) {
   switch (p.kind) {
   case Param::Kind::Pointer:
@@ -185,6 +192,10 @@ void emitKernelHeader(CodeWriter &w, const KernelContext &ctx,
       break;
     case Param::Kind::TensorMapB:
       role = role.empty() ? "TMA map of the B operand (encoded by the executor)" : role;
+      break;
+    case Param::Kind::AccumulateOutputs:
+      role = "mask of the outputs this run adds to (bit i: output i; [Note: accumulating "
+             "outputs])";
       break;
     }
     w.comment(fmt::format("  {:<{}}  {}", p.name, width, role));

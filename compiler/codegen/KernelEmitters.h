@@ -43,6 +43,12 @@ public:
   /// chunk_begin, ...).
   const std::string &scalarParamName(plan::Param::Kind kind) const;
 
+  /// Whether this launch adds to `out` instead of overwriting it because the run
+  /// accumulates into that output ([Note: accumulating outputs] in Program.h), as a
+  /// C++ bool expression: "((accumulate_outputs >> 1) & 1) != 0" for an output, "false"
+  /// for a workspace buffer.
+  std::string accumulatesInto(const plan::BufferRef &out) const;
+
   /// "const void *in0, void *ws2, long long n, int splits" (kernelParams()
   /// order).
   std::string signature() const;

@@ -392,6 +392,8 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
     pl.add(Param::Kind::ChunkCols, "chunk_cols");
     pl.add(Param::Kind::ChunkIndex, "chunk_index");
+    if (k.out.space == Space::Output)
+      pl.add(Param::Kind::AccumulateOutputs, "accumulate_outputs");
     break;
   }
   case KernelKind::GemmDRhs: {
@@ -405,6 +407,8 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
     pl.add(Param::Kind::ChunkCols, "chunk_cols");
     pl.add(Param::Kind::RowBlock, "row_block");
+    if (k.out.space == Space::Output)
+      pl.add(Param::Kind::AccumulateOutputs, "accumulate_outputs");
     break;
   }
   case KernelKind::Cast: {
@@ -412,10 +416,46 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.in);
     pl.addBuffer(k.out); // grid-stride: any launch shape is correct, no contract to check
     pl.add(Param::Kind::N, "n");
+    if (k.out.space == Space::Output)
+      pl.add(Param::Kind::AccumulateOutputs, "accumulate_outputs");
     break;
   }
   }
   return pl.params;
+}
+
+uint64_t accumulableOutputs(const Program &program) {
+  // Per output: written by some kernel, and only by kernels that read the mask.
+  std::vector<uint8_t> written(program.outputs.size(), 0), other(program.outputs.size(), 0);
+  auto mark = [&](const BufferRef &b, bool accumulates) {
+    if (b.space != Space::Output || b.index < 0 ||
+        b.index >= static_cast<int32_t>(program.outputs.size()))
+      return;
+    (accumulates ? written : other)[static_cast<size_t>(b.index)] = 1;
+  };
+  for (const Kernel &k : program.kernels)
+    std::visit(
+        [&](const auto &b) {
+          using T = std::decay_t<decltype(b)>;
+          if constexpr (std::is_same_v<T, GemmDLhsKernel> || std::is_same_v<T, GemmDRhsKernel> ||
+                        std::is_same_v<T, CastKernel>)
+            mark(b.out, true);
+          else if constexpr (std::is_same_v<T, RowKernel>)
+            for (const RowKernel::Sink &s : b.sinks)
+              mark(s.buf, false);
+          else if constexpr (std::is_same_v<T, GemmReduceKernel>)
+            mark(b.partials, false);
+          else if constexpr (std::is_same_v<T, GemmDzKernel>) {
+            mark(b.dz, false);
+            mark(b.dzLo, false);
+          }
+        },
+        k.body);
+  uint64_t mask = 0;
+  for (size_t i = 0; i < program.outputs.size() && i < 64; ++i)
+    if (written[i] && !other[i])
+      mask |= uint64_t(1) << i;
+  return mask;
 }
 
 //===----------------------------------------------------------------------===//

@@ -315,6 +315,9 @@ struct Param {
     RowBlock,   ///< int64 index of the row block (0 = first)
     TensorMapA, ///< WgmmaBF16 GEMMs: the TMA map of the A operand (128-byte CUtensorMap)
     TensorMapB, ///< ... and of the B operand. See [Note: sm90 operand maps].
+    /// int64 mask of the outputs the run accumulates into (bit i: Program::outputs[i]);
+    /// a kernel that writes an output reads its own bit. See [Note: accumulating outputs].
+    AccumulateOutputs,
   };
   Kind kind = Kind::Pointer;
   BufferRef buf;
@@ -324,6 +327,23 @@ struct Param {
 
 /// The kernel's parameters in order. Pure function of the kernel.
 std::vector<Param> kernelParams(const Kernel &kernel);
+
+/// [Note: accumulating outputs] A run may add its results to what some outputs already
+/// hold instead of overwriting them (β = 1: gradient accumulation across micro-batches).
+/// Which outputs is a runtime argument, not part of the Program: the mask
+/// (Param::Kind::AccumulateOutputs, bit i = output i) reaches every kernel that writes an
+/// output of its own (GemmDLhs and GemmDRhs into an output, Cast), and each reads its
+/// output's bit:
+///   - GemmDLhs: chunk 0 adds to `out` too (`out = old + Σ chunks`, in f32);
+///   - GemmDRhs: row block 0 adds too; a bf16/f16 `out` is read, widened, added in f32 and
+///     rounded once (`out = round(old + Σ rows)`): the output is still written once;
+///   - Cast: `out = round(old + in)`, one rounding.
+/// So accumulating costs no extra pass over the output, only the read of its old value
+/// inside the kernel that writes it. An output may accumulate only if every kernel that
+/// writes it is one of these (accumulableOutputs); the loss, written by a row kernel,
+/// cannot.
+struct Program;
+uint64_t accumulableOutputs(const Program &program);
 
 //===----------------------------------------------------------------------===//
 // Steps and the Program.

@@ -398,11 +398,37 @@ private:
       b.bytes = t.numel() * dtypeSize(spec.dtype);
       in_.push_back(std::move(b));
     }
-    for (const TensorSpec &spec : p_.outputs) {
+    const uint64_t accumulable = accumulableOutputs(p_);
+    for (size_t i = 0; i < p_.outputs.size() && i < 64; ++i)
+      if ((opt_.accumulateOutputs >> i & 1) && !(accumulable >> i & 1))
+        LCEJIT_CHECK_ARG(false,
+                         "interpretProgram: output {} '{}' of program '{}' cannot be "
+                         "accumulated into (it is not written by GemmDLhs/GemmDRhs/Cast)",
+                         i, p_.outputs[i].name, p_.name);
+    LCEJIT_CHECK_ARG(p_.outputs.size() >= 64 || (opt_.accumulateOutputs >> p_.outputs.size()) == 0,
+                     "interpretProgram: accumulate mask 0x{:x} names outputs program '{}' does "
+                     "not have ({} outputs)",
+                     opt_.accumulateOutputs, p_.name, p_.outputs.size());
+    for (size_t oi = 0; oi < p_.outputs.size(); ++oi) {
+      const TensorSpec &spec = p_.outputs[oi];
       Buffer b;
       b.name = "output '" + spec.name + "'";
       int64_t numel = RefTensor::numelOf(concrete(spec.shape));
       b.data.assign(static_cast<size_t>(numel), opt_.poison ? kNaN : 0.0);
+      if (accumulates(static_cast<int32_t>(oi))) {
+        LCEJIT_CHECK_ARG(oi < opt_.initialOutputs.size(),
+                         "interpretProgram: output {} '{}' accumulates but initialOutputs has "
+                         "{} tensors",
+                         oi, spec.name, opt_.initialOutputs.size());
+        const RefTensor &t = opt_.initialOutputs[oi];
+        LCEJIT_CHECK_ARG(t.dtype == spec.dtype && t.shape == concrete(spec.shape) &&
+                             static_cast<int64_t>(t.data.size()) == numel,
+                         "interpretProgram: initialOutputs[{}] ('{}') must be {} {} (N = {}), "
+                         "got {}",
+                         oi, spec.name, dtypeName(spec.dtype), shapeStr(concrete(spec.shape)),
+                         n_, describe(t));
+        b.data = t.data;
+      }
       b.dtype = spec.dtype;
       b.typed = true;
       b.bytes = numel * dtypeSize(spec.dtype);
@@ -865,7 +891,7 @@ private:
           s.add(dzAt(k.dz, k.dzLo, k.format, r * cols + c, site) *
                 read(k.b, (begin + c) * k.k + j, k.bType, site));
         double &out = element(k.out, r * k.k + j, DType::F32, site);
-        out = chunkIndex == 0 ? s.value() : out + s.value();
+        out = chunkIndex == 0 && !accumulatesInto(k.out) ? s.value() : out + s.value();
       }
   }
 
@@ -881,10 +907,11 @@ private:
         for (int64_t r = 0; r < rows_; ++r)
           s.add(dzAt(k.dz, k.dzLo, k.format, r * cols + c, site) *
                 read(k.a, r * k.k + j, k.aType, site));
-        if (k.accumulateRowBlocks && rowBlock_ > 0) {
-          if (k.outType != DType::F32)
-            badProgram(name, "row blocks accumulate into an f32 dRhs only");
-          element(k.out, (begin + c) * k.k + j, DType::F32, site) += s.value();
+        if (k.accumulateRowBlocks && rowBlock_ > 0 && k.outType != DType::F32)
+          badProgram(name, "row blocks accumulate into an f32 dRhs only");
+        if ((k.accumulateRowBlocks && rowBlock_ > 0) || accumulatesInto(k.out)) {
+          // The device widens the old value, adds in f32 and rounds once.
+          element(k.out, (begin + c) * k.k + j, k.outType, site) += s.value();
         } else {
           write(k.out, (begin + c) * k.k + j, k.outType, s.value(), site);
         }
@@ -893,8 +920,22 @@ private:
 
   void castKernel(const std::string &name, const CastKernel &k) {
     Site site{name, "the cast"};
-    for (int64_t i = 0; i < (k.rows >= 0 ? k.rows : rows_) * k.k; ++i)
-      write(k.out, i, k.outType, read(k.in, i, DType::F32, site), site);
+    const bool add = accumulatesInto(k.out);
+    for (int64_t i = 0; i < (k.rows >= 0 ? k.rows : rows_) * k.k; ++i) {
+      const double v = read(k.in, i, DType::F32, site);
+      if (add)
+        element(k.out, i, k.outType, site) += v;
+      else
+        write(k.out, i, k.outType, v, site);
+    }
+  }
+
+  /// Whether output `index` starts from its initial value and is added to.
+  bool accumulates(int32_t index) const {
+    return index >= 0 && index < 64 && (opt_.accumulateOutputs >> index & 1);
+  }
+  bool accumulatesInto(const BufferRef &b) const {
+    return b.space == Space::Output && accumulates(b.index);
   }
 
   const Program &p_;

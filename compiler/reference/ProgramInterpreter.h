@@ -33,6 +33,12 @@ struct InterpretOptions {
   bool roundOutputs = false;
   /// Fill workspace buffers with init = None and the outputs with NaN before the run.
   bool poison = true;
+  /// [Note: accumulating outputs] in Program.h: bit i set, output i starts from
+  /// initialOutputs[i] (its dtype and shape, N substituted) and the run adds to it, as the
+  /// device does (GemmDLhs/GemmDRhs/Cast read the old value). Only outputs in
+  /// plan::accumulableOutputs; anything else is Error(InvalidArgument).
+  uint64_t accumulateOutputs = 0;
+  std::vector<RefTensor> initialOutputs; ///< indexed like Program::outputs
 };
 
 struct ProgramRunResult {

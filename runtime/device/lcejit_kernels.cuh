@@ -255,15 +255,16 @@ gemm_dz_kernel(const Epi &epi, const void *a, const void *b, void *dz,
 //
 // out[r][j] (+)= sum_{c < chunk_cols} dz[r][c] * B[chunk_begin + c][j]: A = dZ
 // [n][chunk_cols] (K-major, one or two operands), B = rows of [cols][k]
-// (N-major). out is f32 [n][k], overwritten when chunk_index == 0, accumulated
-// otherwise.
+// (N-major). out is f32 [n][k]: overwritten, or, when `accumulate` (chunks
+// after the first; also the first when the call accumulates into an output
+// dA, [Note: accumulating outputs]), added to.
 //===----------------------------------------------------------------------===//
 
 template <class Cfg>
 __device__ __forceinline__ void
 gemm_dlhs_kernel(const void *dz, const void *dz_lo, const void *b, void *out,
                  i64 n, i64 k, i64 chunk_begin, i64 chunk_cols,
-                 i64 chunk_index) {
+                 bool accumulate) {
   typedef GemmMainloop<Cfg> Mainloop;
   typedef typename Cfg::ElemA ElemA;
   static_assert(
@@ -283,7 +284,6 @@ gemm_dlhs_kernel(const void *dz, const void *dz_lo, const void *b, void *out,
   ml.run(smem, src_a, src_b, m0, n0, chunk_cols);
 
   float *o = static_cast<float *>(out);
-  const bool accumulate = chunk_index > 0;
 #pragma unroll
   for (int i = 0; i < Mainloop::TR; ++i) {
     const i64 row = m0 + ml.row_of(i);
@@ -306,8 +306,10 @@ gemm_dlhs_kernel(const void *dz, const void *dz_lo, const void *b, void *out,
 // out[chunk_begin + c][j] = sum_{r < n} dz[r][c] * A[r][j]: A operand = dZ^T
 // (element (c, r) at dz[r * chunk_cols + c]: M-major, one or two operands), B
 // operand = the forward A [n][k] (N-major), K = n. Written as OutElem, or, when
-// `accumulate` (row blocks after the first), added to the f32 out; n == 0 writes
-// zeros (or adds nothing).
+// `accumulate` (row blocks after the first of an f32 out; any out when the call
+// accumulates into it, [Note: accumulating outputs]), added to what out holds:
+// old widened to f32, plus the sum, rounded once to OutElem. n == 0 writes zeros
+// (or adds nothing).
 //===----------------------------------------------------------------------===//
 
 template <class Cfg, class OutElem>
@@ -343,7 +345,7 @@ gemm_drhs_kernel(const void *dz, const void *dz_lo, const void *a, void *out,
         continue;
       const i64 idx = (chunk_begin + c) * k + col;
       if (accumulate)
-        static_cast<float *>(out)[idx] += ml.acc[i][j]; // OutElem is f32 (emitter)
+        store_f32<OutElem>(out, idx, load_f32<OutElem>(out, idx) + ml.acc[i][j]);
       else
         store_f32<OutElem>(out, idx, ml.acc[i][j]);
     }
@@ -352,13 +354,21 @@ gemm_drhs_kernel(const void *dz, const void *dz_lo, const void *a, void *out,
 
 //===----------------------------------------------------------------------===//
 // CastKernel: block 256, grid-stride over count = n * k elements of f32.
+// out[i] = round(in[i]), or, when `accumulate` ([Note: accumulating outputs]),
+// round(out[i] + in[i]): the old value widened to f32, one rounding.
 //===----------------------------------------------------------------------===//
 
 template <class OutElem>
 __device__ __forceinline__ void cast_kernel(const void *in, void *out,
-                                            i64 count) {
+                                            i64 count, bool accumulate) {
   const float *src = static_cast<const float *>(in);
   const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  if (accumulate) {
+    for (i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+         i < count; i += stride)
+      store_f32<OutElem>(out, i, load_f32<OutElem>(out, i) + src[i]);
+    return;
+  }
   for (i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < count; i += stride)
     store_f32<OutElem>(out, i, src[i]);

@@ -923,19 +923,38 @@ struct F32OutEpilogue {
 };
 
 /// GemmDLhs: out [n, k] f32 (+)= dZ [n, chunk_cols] * W[chunk rows] ([chunk,
-/// k], MN-major): overwritten when chunk_index == 0, accumulated after.
+/// k], MN-major): overwritten, or added to when `accumulate` (chunks after the
+/// first; the first too when the call accumulates into an output dA).
 template <class Cfg>
 __device__ __forceinline__ void
 gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
-                 i64 n, i64 k, i64 chunk_cols, i64 chunk_index) {
-  F32OutEpilogue e{static_cast<float *>(out), n, k, k, 0, chunk_index > 0};
+                 i64 n, i64 k, i64 chunk_cols, bool accumulate) {
+  F32OutEpilogue e{static_cast<float *>(out), n, k, k, 0, accumulate};
   gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(n, k, 8), e,
                   chunk_cols);
 }
 
+/// Loads elements i and i + 1 of a buffer of `Elem` (i even: one 4- or 8-byte
+/// load) and widens them to f32: the counterpart of store_f32_pair.
+template <class Elem>
+__device__ __forceinline__ void load_f32_pair(const void *p, i64 i, float &x,
+                                              float &y) {
+  typedef typename Elem::raw_t Raw;
+  if constexpr (Elem::BYTES == 4) {
+    const uint2 v = *reinterpret_cast<const uint2 *>(static_cast<const Raw *>(p) + i);
+    x = Elem::to_f32(static_cast<Raw>(v.x));
+    y = Elem::to_f32(static_cast<Raw>(v.y));
+  } else {
+    const u32 v = *reinterpret_cast<const u32 *>(static_cast<const Raw *>(p) + i);
+    x = Elem::to_f32(static_cast<Raw>(v & 0xFFFFu));
+    y = Elem::to_f32(static_cast<Raw>(v >> 16));
+  }
+}
+
 /// GemmDRhs, OutElem output: out[chunk_begin + c][j] = acc (c < chunk_cols,
-/// j < k).
-template <class OutElem> struct DRhsStoreEpilogue {
+/// j < k); with ACCUMULATE, out = round(old + acc): the old value widened to
+/// f32, one rounding ([Note: accumulating outputs]).
+template <class OutElem, bool ACCUMULATE = false> struct DRhsStoreEpilogue {
   void *out;
   i64 rows, cols, row_offset;
   __device__ __forceinline__ void begin(int, int) const {}
@@ -950,27 +969,45 @@ template <class OutElem> struct DRhsStoreEpilogue {
       if (row >= rows || col >= cols)
         continue;
       const i64 idx = (row_offset + row) * cols + col;
-      if (col + 1 < cols)
-        store_f32_pair<OutElem>(out, idx, acc[i], acc[i + 1]);
-      else
-        store_f32<OutElem>(out, idx, acc[i]);
+      if (col + 1 < cols) {
+        float x = acc[i], y = acc[i + 1];
+        if constexpr (ACCUMULATE) {
+          float ox, oy;
+          load_f32_pair<OutElem>(out, idx, ox, oy);
+          x += ox;
+          y += oy;
+        }
+        store_f32_pair<OutElem>(out, idx, x, y);
+      } else {
+        float x = acc[i];
+        if constexpr (ACCUMULATE)
+          x += load_f32<OutElem>(out, idx);
+        store_f32<OutElem>(out, idx, x);
+      }
     }
   }
 };
 
 /// GemmDRhs: out [cols, k] rows [chunk_begin, + chunk_cols) = dZ^T * A, K = n
 /// (A operand dZ [n, chunk_cols] MN-major, B operand the forward A [n, k]
-/// MN-major). `accumulate` (row blocks after the first) adds to an f32 out.
+/// MN-major). `accumulate` (row blocks after the first of an f32 out; any out
+/// when the call accumulates into it) adds to what out holds.
 template <class Cfg, class OutElem>
 __device__ __forceinline__ void
 gemm_drhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
                  i64 n, i64 k, i64 chunk_begin, i64 chunk_cols,
                  bool accumulate) {
   if (accumulate) {
-    F32OutEpilogue e{static_cast<float *>(out), chunk_cols, k, k, chunk_begin,
-                     true};
-    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
-                    n);
+    if constexpr (OutElem::BYTES == 4) { // elem_f32: float2 read-modify-write
+      F32OutEpilogue e{static_cast<float *>(out), chunk_cols, k, k, chunk_begin,
+                       true};
+      gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
+                      n);
+    } else {
+      DRhsStoreEpilogue<OutElem, true> e{out, chunk_cols, k, chunk_begin};
+      gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
+                      n);
+    }
   } else {
     DRhsStoreEpilogue<OutElem> e{out, chunk_cols, k, chunk_begin};
     gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,

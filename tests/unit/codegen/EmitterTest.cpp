@@ -190,16 +190,18 @@ TEST(Emitter, LceKernelShapes) {
   EXPECT_NE(
       m.source.find(
           "lcejit::gemm_dlhs_kernel<lce_dlhs0_config>(ws5, ws6, in1, ws7, n, "
-          "4096LL, chunk_begin, chunk_cols, chunk_index);"),
+          "4096LL, chunk_begin, chunk_cols, chunk_index > 0);"),
       std::string::npos);
   EXPECT_NE(
       m.source.find(
           "lcejit::gemm_drhs_kernel<lce_drhs0_config, lcejit::elem_bf16>(ws5, "
-          "ws6, in0, out2, n, 4096LL, chunk_begin, chunk_cols, false);"),
+          "ws6, in0, out2, n, 4096LL, chunk_begin, chunk_cols, "
+          "(((accumulate_outputs >> 2) & 1) != 0));"),
       std::string::npos);
   EXPECT_NE(
       m.source.find(
-          "lcejit::cast_kernel<lcejit::elem_bf16>(ws7, out1, n * 4096LL);"),
+          "lcejit::cast_kernel<lcejit::elem_bf16>(ws7, out1, n * 4096LL, "
+          "(((accumulate_outputs >> 1) & 1) != 0));"),
       std::string::npos);
   EXPECT_NE(m.source.find("lcejit::lse_add(p[0], p[1], "), std::string::npos);
   EXPECT_NE(m.source.find("lcejit::raise_row_check(ws1, row, "),

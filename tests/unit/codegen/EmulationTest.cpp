@@ -533,6 +533,128 @@ TEST(Emulation, PlannedProgramRowBlocksAndChunks) {
     }
   }
 }
+/// Gradient accumulation ([Note: accumulating outputs] in Program.h): planned Programs'
+/// generated CUDA, run under the host emulation with row blocks (f32 dW) and vocabulary
+/// chunks, with the output mask of a run that accumulates into dH, dW or both. Each
+/// accumulated output equals what it held plus what a plain run writes (a bf16 output is
+/// rounded once after the addition: within one rounding of old + fresh), and against
+/// fp64: old + the gradient. An output that does not accumulate is written exactly as by
+/// a plain run. Covers the mma.sync dRhs epilogue (f32 and bf16 outputs, row block 0
+/// adding too), the cast (bf16 dH), and the SIMT dLhs GEMM writing an f32 dH itself
+/// (chunk 0 adding too).
+TEST(Emulation, AccumulateAddsTheGradientsToWhatTheOutputsHold) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  struct Plan {
+    const char *name;
+    DType ab, dh, dw;
+    bool exact;
+  };
+  for (const Plan &pc : {Plan{"bf16 fast dW f32", DType::BF16, DType::BF16, DType::F32, false},
+                         Plan{"bf16 fast dW bf16", DType::BF16, DType::BF16, DType::BF16, false},
+                         Plan{"bf16 exact dW f32", DType::BF16, DType::BF16, DType::F32, true},
+                         Plan{"f32 simt", DType::F32, DType::F32, DType::F32, false}}) {
+    LceOptions o = smallLce();
+    o.abType = pc.ab;
+    o.dhType = pc.dh;
+    o.dwType = pc.dw;
+    fe::LceSpec spec;
+    spec.hidden = o.d;
+    spec.vocab = o.v;
+    spec.dtype = pc.ab;
+    spec.ignoreIndex = -100;
+    auto fg = pipeline::compileGraph(*fe::buildLceGraph(spec));
+    plan::PlanOptions po;
+    po.name = "accumulate";
+    po.tokens = 100;
+    po.exactGradients = pc.exact;
+    po.mainloop = plan::Mainloop::MmaSync; // the host emulation runs the portable mainloop
+    po.outputTypes = {DType::F32, o.dhType, o.dwType};
+    Program p = fg->plan(po);
+    ASSERT_EQ(plan::accumulableOutputs(p), 6u) << pc.name;
+    p.schedule.minBlockRows = 32;
+    p.schedule.rowAlign = 32;
+    p.schedule.goodChunkCols = 128;
+    const int64_t n = 77;
+    p.schedule.budgetBytes = plan::workspaceBytesFor(p, n, 32, 128);
+    if (p.schedule.firstBlockedStep < 0)
+      p.schedule.fixedChunkCols = 128; // bf16 dW: rows never blocked, chunks anyway
+    plan::RunSchedule s = p.runSchedule(n);
+    SCOPED_TRACE(fmt::format("{}: {}", pc.name, s.describe()));
+    ASSERT_GT(s.chunks, 1);
+    ASSERT_EQ(s.rowBlocks > 1, pc.dw == DType::F32) << "f32 dW blocks its rows, bf16 dW not";
+    HostModule module(p);
+    LceRun r(p, o, n);
+    r.run(module);
+    const int64_t nh = n * o.d, nw = o.v * o.d;
+    auto values = [](DType t, const void *base, int64_t count) {
+      std::vector<double> v(static_cast<size_t>(count));
+      for (size_t i = 0; i < v.size(); ++i)
+        v[i] = loadAs(t, base, i);
+      return v;
+    };
+    const std::vector<double> freshH = values(o.dhType, r.dh.p, nh),
+                              freshW = values(o.dwType, r.dw.p, nw);
+    const Reference ref = reference(o, n, r.h, r.w, r.y);
+    for (uint64_t mask : {6u, 4u, 2u}) {
+      SCOPED_TRACE(fmt::format("accumulate mask {}", mask));
+      // Old values of the gradients' size, stored as the outputs' dtypes (never zero).
+      std::mt19937_64 rng(mask);
+      std::uniform_real_distribution<double> u(0.5, 1.0);
+      auto prefill = [&](DType t, void *base, const std::vector<double> &like) {
+        double m = 0;
+        for (double x : like)
+          m = std::max(m, std::fabs(x));
+        std::vector<double> old(like.size());
+        for (size_t i = 0; i < old.size(); ++i)
+          old[i] = storeAs(t, base, i, (rng() & 1 ? 1 : -1) * u(rng) * m);
+        return old;
+      };
+      const std::vector<double> oldH = prefill(o.dhType, r.dh.p, freshH),
+                                oldW = prefill(o.dwType, r.dw.p, freshW);
+      r.buffers.accumulateOutputs = mask;
+      r.run(module);
+      r.buffers.accumulateOutputs = 0;
+      auto check = [&](const char *what, DType t, const void *got, const std::vector<double> &old,
+                       const std::vector<double> &fresh, const std::vector<double> &exact,
+                       bool accumulates) {
+        const std::vector<double> a = values(t, got, static_cast<int64_t>(old.size()));
+        if (!accumulates) {
+          EXPECT_EQ(a, fresh) << what << " is written as by a plain run";
+          return;
+        }
+        double maxOld = 0, maxFresh = 0, maxRef = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          maxOld = std::max(maxOld, std::fabs(old[i]));
+          maxFresh = std::max(maxFresh, std::fabs(fresh[i]));
+          maxRef = std::max(maxRef, std::fabs(exact[i]));
+        }
+        int bad = 0, badRef = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          // One rounding of old + the f32 gradient (the plain run rounded that gradient:
+          // both roundings in the bound), f32 sums grouped otherwise (row blocks, chunks).
+          const double tol = roundingOf(t) * (std::fabs(old[i]) + std::fabs(fresh[i])) +
+                             1e-6 * (maxOld + maxFresh);
+          if (!(std::fabs(a[i] - (old[i] + fresh[i])) <= tol) && bad++ < 3)
+            ADD_FAILURE() << what << "[" << i << "] = " << a[i] << ", old " << old[i]
+                          << " + fresh " << fresh[i];
+          // Against fp64: the plain run's error (a bf16 dZ: 2^-8 of the largest element,
+          // as in PlannedProgramRowBlocksAndChunks) and the rounding of the sum.
+          const double tolRef =
+              0x1p-8 * maxRef + roundingOf(t) * std::fabs(old[i] + exact[i]) + 1e-30;
+          if (!(std::fabs(a[i] - (old[i] + exact[i])) <= tolRef) && badRef++ < 3)
+            ADD_FAILURE() << what << "[" << i << "] = " << a[i] << ", old " << old[i]
+                          << " + fp64 " << exact[i];
+        }
+        EXPECT_EQ(bad, 0) << what << ": elements not old + fresh";
+        EXPECT_EQ(badRef, 0) << what << ": elements not old + the fp64 gradient";
+      };
+      check("grad_hidden", o.dhType, r.dh.p, oldH, freshH, ref.dh, mask & 2);
+      check("grad_weight", o.dwType, r.dw.p, oldW, freshW, ref.dw, mask & 4);
+      EXPECT_EQ(r.errorWord(p)[0], 0);
+    }
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Every tile config of the mainloop (GemmMainloop in lcejit_gemm.cuh), in all
 // four GEMM kernels of an LCE, against fp64: tails in M, N and K everywhere,

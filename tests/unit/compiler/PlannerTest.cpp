@@ -432,6 +432,11 @@ TEST(Planner, KernelParamsOrder) {
       break;
     case KernelKind::Cast: want = {PK::N}; break;
     }
+    // A kernel that writes an output takes the run's accumulate mask last ([Note:
+    // accumulating outputs]): here the dRhs GEMM (dW) and the cast (dH); the dLhs GEMM
+    // writes the f32 dH accumulator, a workspace buffer.
+    if (k.kind() == KernelKind::GemmDRhs || k.kind() == KernelKind::Cast)
+      want.push_back(PK::AccumulateOutputs);
     EXPECT_EQ(ints, want) << k.name;
     // Specific buffers are present.
     auto hasBuf = [&](const plan::BufferRef &b) {

@@ -237,6 +237,10 @@ TEST(ExecutorPlanTest, ArgumentsFollowKernelParamsExactly) {
         ASSERT_EQ(a.type, KernelArg::Type::I32);
         EXPECT_EQ(a.value.i32, 3);
         break;
+      case Param::Kind::AccumulateOutputs:
+        ASSERT_EQ(a.type, KernelArg::Type::I64);
+        EXPECT_EQ(a.value.i64, 0) << "ProgramBuffers::accumulateOutputs defaults to 0";
+        break;
       }
     }
   }

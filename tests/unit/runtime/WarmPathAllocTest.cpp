@@ -138,6 +138,31 @@ TEST(WarmPathAlloc, BindingAPreparedRunAllocatesNothing) {
       if (l.argRelocs[i].base == 0)
         sawH |= l.args[i].value.pointer == 0x11000;
   EXPECT_TRUE(sawH);
+  // Accumulating into dh (output 1, written by the dLhs GEMM): the mask is rewritten in
+  // place, with the same buffers or new ones, and back; nothing allocates.
+  auto maskOfLaunches = [&] {
+    int64_t mask = -1;
+    for (const PreparedRun::Launch &l : r.launches)
+      if (l.accumulateArg >= 0) {
+        EXPECT_TRUE(mask == -1 || mask == l.args[size_t(l.accumulateArg)].value.i64);
+        mask = l.args[size_t(l.accumulateArg)].value.i64;
+      }
+    return mask;
+  };
+  EXPECT_EQ(maskOfLaunches(), 0);
+  EXPECT_EQ(allocationsOf([&] { bindRun(r, p, in, 3, out, 2, ws + 0x1000, wsBytes, 2); }), 0);
+  EXPECT_EQ(maskOfLaunches(), 2);
+  out[1] = 0x52000;
+  EXPECT_EQ(allocationsOf([&] { bindRun(r, p, in, 3, out, 2, ws + 0x1000, wsBytes, 2); }), 0);
+  EXPECT_EQ(allocationsOf([&] { bindRun(r, p, in, 3, out, 2, ws + 0x1000, wsBytes, 0); }), 0);
+  EXPECT_EQ(maskOfLaunches(), 0);
+  // The loss (output 0, a row kernel's) cannot accumulate: named.
+  try {
+    bindRun(r, p, in, 3, out, 2, ws, wsBytes, 1);
+    ADD_FAILURE() << "expected Error(InvalidArgument)";
+  } catch (const lcejit::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("output 0 ('loss')"), std::string::npos) << e.what();
+  }
   // A failing bind does allocate (its message), and says why.
   in[2] = 0;
   EXPECT_THROW(bindRun(r, p, in, 3, out, 2, ws, wsBytes), lcejit::Error);
