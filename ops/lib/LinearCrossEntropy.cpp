@@ -502,7 +502,8 @@ void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions
                    const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
                    const MutableTensorRef &loss, const MutableTensorRef &gradHidden,
                    const MutableTensorRef &gradWeight, void *stream, bool capturing,
-                   bool gradients = true, const GradScale &gradScale = {}) {
+                   bool gradients = true, const GradScale &gradScale = {},
+                   const Accumulate &accumulate = {}) {
   LCEJIT_CHECK_ARG(hidden.shape.size() == 2, "hidden.shape is {}, expected [N, {}]",
                    shapeStr(hidden.shape), o.hidden);
   int64_t n = hidden.shape[0];
@@ -573,7 +574,13 @@ void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions
   }
   CUdeviceptr outputs[3] = {cu(loss.data), cu(gradHidden.data), cu(gradWeight.data)};
   const size_t numOutputs = gradients ? 3 : 1;
-  runtime::bindRun(run, program, inputs, numInputs, outputs, numOutputs, ws, wsBytes);
+  // [Note: accumulating outputs]: outputs 1 (dH) and 2 (dW) of the LCE Program.
+  const uint64_t accumulateMask =
+      gradients ? (accumulate.gradHidden ? uint64_t(1) << 1 : 0) |
+                      (accumulate.gradWeight ? uint64_t(1) << 2 : 0)
+                : 0;
+  runtime::bindRun(run, program, inputs, numInputs, outputs, numOutputs, ws, wsBytes,
+                   accumulateMask);
   lp.executor->launch(run, s);
   if (!capturing)
     std::memset(im.hostError, 0, plan::kErrorWordBytes);
@@ -613,12 +620,21 @@ void LinearCrossEntropy::enqueue(const TensorRef &hidden, const TensorRef &weigh
                                  const MutableTensorRef &gradHidden,
                                  const MutableTensorRef &gradWeight, void *stream,
                                  const GradScale &gradScale) {
+  enqueue(hidden, weight, targets, loss, gradHidden, gradWeight, stream, gradScale,
+          Accumulate{});
+}
+
+void LinearCrossEntropy::enqueue(const TensorRef &hidden, const TensorRef &weight,
+                                 const TensorRef &targets, const MutableTensorRef &loss,
+                                 const MutableTensorRef &gradHidden,
+                                 const MutableTensorRef &gradWeight, void *stream,
+                                 const GradScale &gradScale, const Accumulate &accumulate) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   std::optional<ContextScope> scope;
   impl_->enter(scope, options().device);
   const bool capturing = runtime::cudaAvailable() && Impl::isCapturing(static_cast<CUstream>(stream));
   enqueueLocked(*impl_, options(), hidden, weight, targets, loss, gradHidden, gradWeight,
-                stream, capturing, /*gradients=*/true, gradScale);
+                stream, capturing, /*gradients=*/true, gradScale, accumulate);
   impl_->recordDone(static_cast<CUstream>(stream), capturing);
 }
 
@@ -643,6 +659,16 @@ float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorR
                                           const MutableTensorRef &gradHidden,
                                           const MutableTensorRef &gradWeight, void *stream,
                                           const GradScale &gradScale) {
+  return forwardBackward(hidden, weight, targets, gradHidden, gradWeight, stream, gradScale,
+                         Accumulate{});
+}
+
+float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorRef &weight,
+                                          const TensorRef &targets,
+                                          const MutableTensorRef &gradHidden,
+                                          const MutableTensorRef &gradWeight, void *stream,
+                                          const GradScale &gradScale,
+                                          const Accumulate &accumulate) {
   // The whole call under the op's lock: the loss scratch, the pinned loss and error
   // words belong to this call until it returns.
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -653,7 +679,7 @@ float LinearCrossEntropy::forwardBackward(const TensorRef &hidden, const TensorR
   MutableTensorRef loss{reinterpret_cast<void *>(static_cast<uintptr_t>(impl_->lossScratch)),
                         DType::F32, {}, {}};
   enqueueLocked(*impl_, options(), hidden, weight, targets, loss, gradHidden, gradWeight,
-                stream, /*capturing=*/false, /*gradients=*/true, gradScale);
+                stream, /*capturing=*/false, /*gradients=*/true, gradScale, accumulate);
   const runtime::CudaDriver &d = runtime::cudaDriver();
   CUstream s = static_cast<CUstream>(stream);
   LCEJIT_CU(d.memcpyDtoHAsync(impl_->hostLoss, impl_->lossScratch, sizeof(float), s));

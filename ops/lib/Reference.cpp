@@ -55,7 +55,8 @@ ReferenceResult runGraphReference(const LinearCrossEntropyOptions &options,
 
 ReferenceResult runProgramReference(LceJit &jit, const std::vector<double> &hidden,
                                     const std::vector<double> &weight,
-                                    const std::vector<int64_t> &targets, double gradScale) {
+                                    const std::vector<int64_t> &targets, double gradScale,
+                                    const AccumulateInto &accumulate, bool roundOutputs) {
   const LinearCrossEntropyOptions &o = jit.options();
   const int64_t n = static_cast<int64_t>(targets.size());
   ProgramLookup l = jit.lookup(n, LceJit::defaultTarget(), /*compile=*/false);
@@ -65,7 +66,29 @@ ReferenceResult runProgramReference(LceJit &jit, const std::vector<double> &hidd
     s.data = {gradScale};
     inputs.push_back(s);
   }
-  ref::ProgramRunResult run = ref::interpretProgram(l.compiled->program, inputs, n);
+  ref::InterpretOptions opts;
+  opts.roundOutputs = roundOutputs;
+  if (accumulate.gradHidden || accumulate.gradWeight) {
+    // [Note: accumulating outputs]: outputs 1 (dH) and 2 (dW) start from the given values.
+    const plan::Program &p = l.compiled->program;
+    LCEJIT_CHECK(p.outputs.size() == 3, "accumulate: the program has {} outputs, not 3",
+                 p.outputs.size());
+    opts.initialOutputs.resize(3);
+    auto init = [&](size_t i, const std::vector<double> *v, int64_t rows, const char *what) {
+      if (!v)
+        return;
+      LCEJIT_CHECK_ARG(static_cast<int64_t>(v->size()) == rows * o.hidden,
+                       "accumulate: {} has {} values, expected {}·{}", what, v->size(), rows,
+                       o.hidden);
+      ref::RefTensor t({rows, o.hidden}, p.outputs[i].dtype);
+      t.data = *v;
+      opts.initialOutputs[i] = std::move(t);
+      opts.accumulateOutputs |= uint64_t(1) << i;
+    };
+    init(1, accumulate.gradHidden, n, "gradHidden");
+    init(2, accumulate.gradWeight, o.vocab, "gradWeight");
+  }
+  ref::ProgramRunResult run = ref::interpretProgram(l.compiled->program, inputs, n, opts);
   if (run.badRow != 0)
     throwBadTarget(o, run.badRow - 1, run.badValue);
   return toResult(run.outputs);

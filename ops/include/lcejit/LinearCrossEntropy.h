@@ -21,6 +21,10 @@
 // Both surface at the end of forwardBackward() / forward(), and from checkDeviceErrors()
 // after an enqueue() or enqueueForward().
 //
+// Gradient accumulation (β = 1): pass Accumulate{.gradHidden, .gradWeight} to add the
+// call's gradients to what the buffers hold, inside the kernels that write them (no extra
+// pass); see docs/integration.md "Accumulating gradients".
+//
 // CUDA graphs: after prepare(N), enqueue() with N rows does no allocation, hashing,
 // string building or synchronization and is capturable (cuStreamBeginCapture on a
 // non-default stream); see docs/integration.md "CUDA graphs" for the rules.
@@ -67,6 +71,20 @@ struct GradScale {
   float value = 1.0f;
   const void *device = nullptr; ///< f32, 4-byte aligned; overrides `value` when set
   bool isOne() const { return device == nullptr && value == 1.0f; }
+};
+
+/// Whether a call overwrites each gradient (β = 0, the default) or adds the call's
+/// gradient to what the buffer already holds (β = 1: gradient accumulation across
+/// micro-batches), chosen per call and per gradient. The addition happens inside the
+/// kernel that writes the gradient (the one that writes it anyway, reading the old value
+/// on the way): no extra pass over dH or dW, no other Program, no recompile. With a
+/// GradScale the scaled gradient is added. Rounding: an f32 gradient adds in f32; a
+/// bf16/f16 one is widened, added to the call's f32 gradient and rounded once
+/// (docs/numerics.md).
+struct Accumulate {
+  bool gradHidden = false; ///< dH += ∂loss/∂H instead of dH = ∂loss/∂H
+  bool gradWeight = false; ///< dW += ∂loss/∂W instead of dW = ∂loss/∂W
+  bool any() const { return gradHidden || gradWeight; }
 };
 
 /// How bf16 gradients are computed (docs/numerics.md has the measured errors and costs).
@@ -132,6 +150,20 @@ public:
   float forwardBackward(const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
                         const MutableTensorRef &gradHidden, const MutableTensorRef &gradWeight,
                         void *stream = nullptr, const GradScale &gradScale = {});
+  /// The same, adding the gradients to what gradHidden and/or gradWeight hold as
+  /// `accumulate` says (Accumulate{} writes them, like the call above):
+  ///
+  ///   for (int i = 0; i < mb; ++i)   // mb micro-batches; dW accumulates over them
+  ///     loss[i] = lce.forwardBackward(H[i], W, Y[i], DH[i], DW, stream, GradScale{1.f / mb},
+  ///                                   Accumulate{.gradWeight = i > 0});
+  ///
+  /// A gradient that accumulates is read before it is written (NaN/inf in it stay, as
+  /// with +=); one that does not is only written. A call that fails (Error(DeviceCheck):
+  /// a bad target) leaves the gradients unspecified, accumulated ones included: keep a
+  /// copy if a bad batch must not spoil the accumulator.
+  float forwardBackward(const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
+                        const MutableTensorRef &gradHidden, const MutableTensorRef &gradWeight,
+                        void *stream, const GradScale &gradScale, const Accumulate &accumulate);
 
   /// Asynchronous form: the loss (f32 [1] or rank 0) is written in device memory; call
   /// checkDeviceErrors() after synchronizing the stream to surface bad targets.
@@ -156,6 +188,13 @@ public:
                const MutableTensorRef &loss, const MutableTensorRef &gradHidden,
                const MutableTensorRef &gradWeight, void *stream = nullptr,
                const GradScale &gradScale = {});
+  /// enqueue() adding to gradHidden and/or gradWeight as `accumulate` says (see the
+  /// accumulating forwardBackward). Warm and capturable like enqueue(): the choice is a
+  /// kernel argument (a captured graph keeps the one of its capture).
+  void enqueue(const TensorRef &hidden, const TensorRef &weight, const TensorRef &targets,
+               const MutableTensorRef &loss, const MutableTensorRef &gradHidden,
+               const MutableTensorRef &gradWeight, void *stream, const GradScale &gradScale,
+               const Accumulate &accumulate);
   /// The loss only, for evaluation: one GEMM's work (2·N·D·V) and no gradient buffers;
   /// synchronizes `stream` and returns the loss. Same checks, errors and thread rules as
   /// forwardBackward. Its kernels are compiled on the first call (a separate Program).
@@ -177,7 +216,8 @@ public:
   /// also readies the op for plain calls (GradScale 1) with N rows: device state, the
   /// loaded kernels, the launch list, the workspace (unless setWorkspace gave one) — after
   /// it such a call's host side allocates nothing and enqueue() is capturable in a CUDA
-  /// graph. forward() and scaled calls are readied by one call of their kind.
+  /// graph, with or without Accumulate. forward() and scaled calls are readied by one call
+  /// of their kind.
   bool prepare(int64_t n);
 
   /// Bytes of device workspace a call with N tokens uses (plans without compiling; on the

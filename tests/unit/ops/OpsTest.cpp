@@ -7,6 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "compiler/plan/SchedulePolicy.h"
+#include "compiler/reference/ProgramInterpreter.h"
 #include "compiler/reference/RefTensor.h"
 #include "lcejit/LinearCrossEntropy.h"
 #include "ops/lib/LceJit.h"
@@ -791,6 +793,289 @@ TEST(OpsReference, PlannedProgramMatchesTheUnfusedGraph) {
     expectError([&] { op.runReference(h, w, y); }, ErrorKind::DeviceCheck,
                 {"targets[19] = 1099511627776"});
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient accumulation (Accumulate, β = 1; [Note: accumulating outputs] in Program.h)
+//===----------------------------------------------------------------------===//
+
+/// The planned Program of `jit` for N rows, its schedule shrunk (blocks of 32 rows, chunks
+/// of at most 128 columns) so that small shapes run the row blocks and chunks a large call
+/// would; bf16 dW never blocks its rows.
+plan::Program smallScheduleProgram(ops::LceJit &jit, int64_t n) {
+  plan::Program p = jit.lookup(n, ops::LceJit::defaultTarget(), false).compiled->program;
+  p.schedule.minBlockRows = 32;
+  p.schedule.rowAlign = 32;
+  p.schedule.goodChunkCols = 128;
+  p.schedule.chunkAlign = 64;
+  p.schedule.budgetBytes = plan::workspaceBytesFor(p, std::max<int64_t>(n, 1), 32, 128);
+  if (p.schedule.firstBlockedStep < 0)
+    p.schedule.fixedChunkCols = 128; // rows never blocked: over the budget, chunks anyway
+  return p;
+}
+
+/// Random values of `dtype` (rounded to it), never zero, of about `scale`.
+std::vector<double> randomValues(size_t count, DType dtype, double scale, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0.25, 1.0);
+  std::vector<double> v(count);
+  for (size_t i = 0; i < count; ++i)
+    v[i] = ref::roundToDType((rng() & 1 ? 1 : -1) * u(rng) * scale, dtype);
+  return v;
+}
+
+/// On the planned Program in fp64, for several plans (bf16 with f32 or bf16 dW, fast and
+/// exact, f16 and f32 inputs, scaled gradients; ignored rows, softcap; row blocks and
+/// vocabulary chunks, one row, no row): a call that accumulates into dH, dW or both
+/// returns the old values plus what a plain call returns, and writes the other gradient as
+/// a plain call does; the loss is the same.
+TEST(OpsAccumulate, TheProgramAddsItsGradientsToTheOldValues) {
+  struct Plan {
+    const char *name;
+    DType dtype, dw;
+    Precision precision;
+    bool scaled;
+  };
+  for (const Plan &pl : {Plan{"bf16 dW f32 fast", DType::BF16, DType::F32, Precision::Fast, false},
+                         Plan{"bf16 dW bf16 fast", DType::BF16, DType::BF16, Precision::Fast, false},
+                         Plan{"bf16 dW f32 exact", DType::BF16, DType::F32, Precision::Exact, false},
+                         Plan{"bf16 dW f32 scaled", DType::BF16, DType::F32, Precision::Fast, true},
+                         Plan{"f32", DType::F32, DType::F32, Precision::Fast, false},
+                         Plan{"f16 dW f16", DType::F16, DType::F16, Precision::Fast, false}}) {
+    LinearCrossEntropyOptions o;
+    o.hidden = 16;
+    o.vocab = 300;
+    o.dtype = pl.dtype;
+    o.gradWeightDType = pl.dw;
+    o.precision = pl.precision;
+    o.softcap = 20.0;
+    o.ignoreIndex = -100;
+    ops::LceJit jit(o, {}, /*forwardOnly=*/false, /*scaledGradients=*/pl.scaled);
+    for (int64_t n : {int64_t(77), int64_t(1), int64_t(0)}) {
+      plan::Program p = smallScheduleProgram(jit, n);
+      const plan::RunSchedule s = p.runSchedule(n);
+      SCOPED_TRACE(fmt::format("{}, {}", pl.name, s.describe()));
+      ASSERT_EQ(plan::accumulableOutputs(p), 6u) << "dH (output 1) and dW (output 2)";
+      if (n == 77) {
+        EXPECT_GT(s.chunks, 1);
+        EXPECT_EQ(s.rowBlocks > 1, pl.dw == DType::F32) << "f32 dW: row blocks";
+      }
+      std::vector<double> h, w;
+      normalInputs(o, n, 31 + uint64_t(n), h, w);
+      for (double &x : h)
+        x = ref::roundToDType(x, o.dtype);
+      for (double &x : w)
+        x = ref::roundToDType(x, o.dtype);
+      ref::RefTensor H({n, o.hidden}, o.dtype), W({o.vocab, o.hidden}, o.dtype),
+          Y({n, 1}, o.targetDType), scale({}, DType::F32);
+      H.data = h;
+      W.data = w;
+      for (int64_t i = 0; i < n; ++i)
+        Y.data[size_t(i)] = i % 5 == 2 ? -100.0 : double((i * 37 + 11) % o.vocab);
+      scale.data = {-0.75};
+      std::vector<ref::RefTensor> inputs = {H, W, Y};
+      if (pl.scaled)
+        inputs.push_back(scale);
+      const ref::ProgramRunResult fresh = ref::interpretProgram(p, inputs, n);
+      ASSERT_TRUE(fresh.ok());
+      ref::RefTensor oldH({n, o.hidden}, o.dtype), oldW({o.vocab, o.hidden}, o.gradWeightDType);
+      oldH.data = randomValues(size_t(n * o.hidden), o.dtype, 0.01, 41);
+      oldW.data = randomValues(size_t(o.vocab * o.hidden), o.gradWeightDType, 0.01, 42);
+      for (uint64_t mask : {2u, 4u, 6u}) {
+        SCOPED_TRACE(fmt::format("accumulate mask {}", mask));
+        ref::InterpretOptions io;
+        io.accumulateOutputs = mask;
+        io.initialOutputs = {ref::RefTensor(), oldH, oldW};
+        const ref::ProgramRunResult acc = ref::interpretProgram(p, inputs, n, io);
+        ASSERT_TRUE(acc.ok());
+        EXPECT_EQ(acc.outputs[0].data, fresh.outputs[0].data) << "the loss";
+        for (size_t out : {size_t(1), size_t(2)}) {
+          const std::vector<double> &f = fresh.outputs[out].data, &a = acc.outputs[out].data,
+                                    &old = out == 1 ? oldH.data : oldW.data;
+          ASSERT_EQ(a.size(), f.size());
+          if (!(mask >> out & 1)) {
+            EXPECT_EQ(a, f) << "output " << out << " is written, not accumulated";
+            continue;
+          }
+          double maxAbs = 0, maxErr = 0;
+          for (size_t i = 0; i < a.size(); ++i) {
+            maxAbs = std::max({maxAbs, std::abs(old[i]), std::abs(f[i])});
+            maxErr = std::max(maxErr, std::abs(a[i] - (old[i] + f[i])));
+            ASSERT_FALSE(std::isnan(a[i])) << "output " << out << " element " << i;
+          }
+          EXPECT_LE(maxErr, 1e-13 * maxAbs) << "output " << out << " = old + fresh";
+          if (n == 0) {
+            EXPECT_EQ(a, old) << "no rows: the old values stay";
+          }
+        }
+      }
+    }
+  }
+}
+
+/// The planned Program through the public reference path (ops::runProgramReference): the
+/// old values plus the gradients of the unfused graph, with the outputs rounded once to
+/// their dtypes as the device rounds them (bf16 dW: one rounding of old + new).
+TEST(OpsAccumulate, ReferencePathAddsToOldValuesWithOneRounding) {
+  LinearCrossEntropyOptions o = base();
+  o.hidden = 24;
+  o.vocab = 257;
+  o.gradWeightDType = DType::BF16;
+  o.workspaceBudgetBytes = 40000; // several vocab chunks
+  const int64_t n = 33;
+  std::vector<double> h, w;
+  normalInputs(o, n, 77, h, w);
+  for (double &x : h)
+    x = ref::roundToDType(x, o.dtype);
+  for (double &x : w)
+    x = ref::roundToDType(x, o.dtype);
+  std::vector<int64_t> y;
+  for (int64_t i = 0; i < n; ++i)
+    y.push_back(i % 4 == 3 ? -100 : (i * 29) % o.vocab);
+  ops::LceJit jit(o);
+  const ReferenceResult graph = ops::runGraphReference(o, h, w, y);
+  const std::vector<double> oldH = randomValues(size_t(n * o.hidden), o.dtype, 0.02, 5),
+                            oldW = randomValues(size_t(o.vocab * o.hidden), o.gradWeightDType,
+                                                0.02, 6);
+  ops::AccumulateInto acc;
+  acc.gradHidden = &oldH;
+  acc.gradWeight = &oldW;
+  const ReferenceResult r = ops::runProgramReference(jit, h, w, y, 1.0, acc, /*roundOutputs=*/true);
+  EXPECT_NEAR(r.loss, graph.loss, 1e-6 * graph.loss);
+  // Exactly round(old + new) up to the fp64 sums (a tie of the rounding is improbable).
+  size_t bad = 0;
+  for (size_t i = 0; i < oldH.size(); ++i)
+    bad += r.gradHidden[i] != ref::roundToDType(oldH[i] + graph.gradHidden[i], o.dtype);
+  for (size_t i = 0; i < oldW.size(); ++i)
+    bad += r.gradWeight[i] != ref::roundToDType(oldW[i] + graph.gradWeight[i], o.gradWeightDType);
+  EXPECT_LE(bad, size_t(2)) << "elements that are not round(old + gradient)";
+  // A wrong number of old values is named.
+  std::vector<double> shortH(oldH.begin(), oldH.end() - 1);
+  acc.gradHidden = &shortH;
+  expectError([&] { ops::runProgramReference(jit, h, w, y, 1.0, acc); },
+              ErrorKind::InvalidArgument, {"gradHidden", std::to_string(shortH.size())});
+}
+
+/// Outputs that cannot accumulate are named, by the interpreter, the executor's planner and
+/// prepared runs: the loss (a row kernel's), outputs the Program does not have (the
+/// forward-only Program has no gradient), and a mask without old values.
+TEST(OpsAccumulate, OutputsThatCannotAccumulateAreNamed) {
+  LinearCrossEntropyOptions o = base();
+  ops::LceJit full(o), fwd(o, {}, /*forwardOnly=*/true);
+  const int64_t n = 40;
+  const plan::Program &p = full.lookup(n, ops::LceJit::defaultTarget(), false).compiled->program;
+  const plan::Program &pf = fwd.lookup(n, ops::LceJit::defaultTarget(), false).compiled->program;
+  EXPECT_EQ(plan::accumulableOutputs(p), 6u);
+  EXPECT_EQ(plan::accumulableOutputs(pf), 0u) << "the loss only";
+  std::vector<double> h, w;
+  normalInputs(o, n, 3, h, w);
+  ref::RefTensor H({n, o.hidden}, o.dtype), W({o.vocab, o.hidden}, o.dtype), Y({n, 1}, DType::I64);
+  H.data = h;
+  W.data = w;
+  const std::vector<ref::RefTensor> inputs = {H, W, Y};
+  ref::InterpretOptions io;
+  io.accumulateOutputs = 1;
+  expectError([&] { ref::interpretProgram(p, inputs, n, io); }, ErrorKind::InvalidArgument,
+              {"output 0 'loss'", "cannot be accumulated"});
+  io.accumulateOutputs = 2; // dH, but no old values
+  expectError([&] { ref::interpretProgram(p, inputs, n, io); }, ErrorKind::InvalidArgument,
+              {"initialOutputs"});
+  io.accumulateOutputs = 8;
+  expectError([&] { ref::interpretProgram(p, inputs, n, io); }, ErrorKind::InvalidArgument,
+              {"0x8", "3 outputs"});
+  io.accumulateOutputs = 4;
+  expectError([&] { ref::interpretProgram(pf, inputs, n, io); }, ErrorKind::InvalidArgument,
+              {"1 outputs"});
+  runtime::ProgramBuffers b;
+  b.inputs = {0x10000, 0x20000, 0x30000};
+  b.outputs = {0x40000, 0x50000, 0x60000};
+  b.workspace = 0x70000000;
+  b.workspaceBytes = runtime::workspaceBytes(p, n);
+  b.accumulateOutputs = 1;
+  expectError([&] { runtime::planExecution(p, b, n); }, ErrorKind::InvalidArgument,
+              {"output 0 ('loss')", "cannot be added to"});
+  runtime::PreparedRun r = runtime::prepareRun(pf, n);
+  const CUdeviceptr loss = 0x40000;
+  expectError(
+      [&] {
+        runtime::bindRun(r, pf, b.inputs.data(), 3, &loss, 1, b.workspace,
+                         runtime::workspaceBytes(pf, n), 4);
+      },
+      ErrorKind::InvalidArgument, {"has 1 outputs, no output 2"});
+}
+
+/// The mask is a kernel argument of exactly the kernels that write a gradient output (the
+/// dW GEMM and dH's cast on the default sm_90a plan; the f32 dH GEMM of f32 inputs), with
+/// the run's value in every launch; the emitted kernels read their own bit.
+TEST(OpsAccumulate, TheMaskReachesEveryKernelThatWritesAGradient) {
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    LinearCrossEntropyOptions o = base();
+    o.dtype = dtype;
+    o.vocab = 32000;
+    o.workspaceBudgetBytes = int64_t(4) << 20;
+    ops::LceJit jit(o);
+    const int64_t n = 3000;
+    ops::ProgramLookup l = jit.lookup(n, ops::LceJit::defaultTarget(), false);
+    const plan::Program &p = l.compiled->program;
+    runtime::ProgramBuffers b;
+    b.inputs = {0x10000000, 0x20000000, 0x30000000};
+    b.outputs = {0x40000000, 0x50000000, 0x60000000};
+    b.workspace = 0x70000000;
+    b.workspaceBytes = runtime::workspaceBytes(p, n);
+    b.accumulateOutputs = 6;
+    runtime::ExecutionPlan ep = runtime::planExecution(p, b, n);
+    ASSERT_GT(ep.schedule.chunks, 1) << ep.schedule.describe();
+    int writers = 0;
+    for (const runtime::LaunchRecord &r : ep.launches) {
+      const plan::Kernel &k = p.kernels[static_cast<size_t>(r.kernel)];
+      const std::vector<plan::Param> params = plan::kernelParams(k);
+      int masks = 0;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (params[i].kind == plan::Param::Kind::AccumulateOutputs) {
+          ++masks;
+          EXPECT_EQ(r.args[i].type, runtime::KernelArg::Type::I64) << k.name;
+          EXPECT_EQ(r.args[i].value.i64, 6) << k.name;
+        }
+      bool writesOutput = false;
+      if (auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body))
+        writesOutput = d->out.space == plan::Space::Output;
+      if (auto *d = std::get_if<plan::GemmDLhsKernel>(&k.body))
+        writesOutput = d->out.space == plan::Space::Output;
+      if (auto *c = std::get_if<plan::CastKernel>(&k.body))
+        writesOutput = c->out.space == plan::Space::Output;
+      EXPECT_EQ(masks, writesOutput ? 1 : 0) << k.name;
+      writers += writesOutput;
+    }
+    EXPECT_GT(writers, 0);
+    const std::string cuda = l.compiled->source;
+    EXPECT_NE(cuda.find("(((accumulate_outputs >> 2) & 1) != 0)"), std::string::npos)
+        << "the dW GEMM reads bit 2";
+    EXPECT_NE(cuda.find("(((accumulate_outputs >> 1) & 1) != 0)"), std::string::npos)
+        << "the writer of dH reads bit 1";
+  }
+}
+
+/// Accumulate is checked with the other arguments, before any device work: bad tensors are
+/// named as in a plain call, and good ones reach the device (none here).
+TEST(OpsAccumulate, ArgumentsAreCheckedBeforeAnyDeviceWork) {
+  LinearCrossEntropyOptions o = base();
+  LinearCrossEntropy op(o);
+  Args a = goodArgs(o, 16);
+  a.dw.dtype = DType::BF16;
+  expectError(
+      [&] {
+        op.enqueue(a.h, a.w, a.y, a.loss, a.dh, a.dw, nullptr, GradScale{}, Accumulate{true, true});
+      },
+      ErrorKind::InvalidArgument, {"gradWeight.dtype", "bf16", "f32"});
+  if (runtime::cudaAvailable())
+    GTEST_SKIP() << "a GPU is present: the no-GPU answer cannot be checked here";
+  a = goodArgs(o, 16);
+  expectError(
+      [&] {
+        op.enqueue(a.h, a.w, a.y, a.loss, a.dh, a.dw, nullptr, GradScale{0.5f},
+                   Accumulate{false, true});
+      },
+      ErrorKind::NoDevice, {"libcuda.so.1"});
 }
 
 } // namespace
