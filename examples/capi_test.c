@@ -1,5 +1,6 @@
 /* capi_test: the C ABI from a C11 program, on paths that need no GPU: options, bad
-   arguments (each names the argument), the workspace query, errors per thread. Exit 0 when
+   arguments (each names the argument, the accumulate flags too), the workspace query,
+   errors per thread. Exit 0 when
    every check holds; prints the first failure otherwise. */
 #include <lcejit/lcejit.h>
 
@@ -24,7 +25,7 @@ int main(void) {
   int64_t bytes = 0;
   float loss = 0.f;
 
-  EXPECT(strcmp(lcejit_version(), "0.1.0") == 0);
+  EXPECT(strcmp(lcejit_version(), "0.2.0") == 0);
   EXPECT(lcejit_last_error_kind() == LCEJIT_OK);
 
   lcejit_options_init(&o);
@@ -80,6 +81,25 @@ int main(void) {
   EXPECT(lcejit_enqueue_scaled(op, &t, &t, &t, &t, &t, NULL, NULL, 1.0f, NULL) ==
          LCEJIT_ERROR_INVALID_ARGUMENT);
   EXPECT(strstr(lcejit_last_error_message(), "grad_weight is NULL") != NULL);
+  /* Gradient accumulation (0.2): bits other than the lcejit_accumulate flags are named,
+     before any device work; NULL tensors are named as in the other calls; good flags reach
+     the op's own argument checks (an f32 hidden for a bf16 op). */
+  EXPECT(lcejit_forward_backward_accumulate(op, &t, &t, &t, &t, &t, NULL, 1.0f, NULL, 4u,
+                                            &loss) == LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "accumulate = 4") != NULL);
+  EXPECT(lcejit_enqueue_accumulate(op, &t, &t, &t, &t, &t, &t, NULL, 1.0f, NULL,
+                                   LCEJIT_ACCUMULATE_GRAD_WEIGHT | 8u) ==
+         LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "accumulate = 10") != NULL);
+  EXPECT(lcejit_enqueue_accumulate(op, &t, &t, &t, &t, &t, NULL, NULL, 1.0f, NULL,
+                                   LCEJIT_ACCUMULATE_GRAD_WEIGHT) ==
+         LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "grad_weight is NULL") != NULL);
+  EXPECT(lcejit_enqueue_accumulate(
+             op, &t, &t, &t, &t, &t, &t, NULL, 0.5f, NULL,
+             LCEJIT_ACCUMULATE_GRAD_HIDDEN | LCEJIT_ACCUMULATE_GRAD_WEIGHT) ==
+         LCEJIT_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(lcejit_last_error_message(), "hidden.dtype is f32, expected bf16") != NULL);
   EXPECT(lcejit_set_workspace(op, (void *)16, 100) == LCEJIT_ERROR_INVALID_ARGUMENT);
   EXPECT(strstr(lcejit_last_error_message(), "256-byte aligned") != NULL);
   EXPECT(lcejit_set_workspace(NULL, NULL, 0) == LCEJIT_ERROR_INVALID_ARGUMENT);

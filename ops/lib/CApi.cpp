@@ -83,11 +83,25 @@ lcejit::MutableTensorRef out(const lcejit_tensor *t, const char *what) {
   return lcejit::MutableTensorRef{t->data, toDType(t->dtype, what), shapeOf(*t, what), {}};
 }
 
+lcejit::Accumulate accumulateOf(uint32_t flags) {
+  const uint32_t known = LCEJIT_ACCUMULATE_GRAD_HIDDEN | LCEJIT_ACCUMULATE_GRAD_WEIGHT;
+  if (flags & ~known)
+    throw lcejit::Error(lcejit::ErrorKind::InvalidArgument,
+                        "accumulate = " + std::to_string(flags) +
+                            " has bits that are not lcejit_accumulate flags "
+                            "(LCEJIT_ACCUMULATE_GRAD_HIDDEN = 1, "
+                            "LCEJIT_ACCUMULATE_GRAD_WEIGHT = 2)");
+  lcejit::Accumulate a;
+  a.gradHidden = (flags & LCEJIT_ACCUMULATE_GRAD_HIDDEN) != 0;
+  a.gradWeight = (flags & LCEJIT_ACCUMULATE_GRAD_WEIGHT) != 0;
+  return a;
+}
+
 } // namespace
 
 extern "C" {
 
-const char *lcejit_version(void) { return "0.1.0"; }
+const char *lcejit_version(void) { return "0.2.0"; }
 
 const char *lcejit_last_error_message(void) { return tLastMessage.c_str(); }
 
@@ -152,13 +166,14 @@ void lcejit_destroy(lcejit_op *op) {
   }
 }
 
-lcejit_status lcejit_forward_backward_scaled(lcejit_op *op, const lcejit_tensor *hidden,
-                                             const lcejit_tensor *weight,
-                                             const lcejit_tensor *targets,
-                                             const lcejit_tensor *grad_hidden,
-                                             const lcejit_tensor *grad_weight, void *stream,
-                                             float scale, const float *device_scale,
-                                             float *loss) {
+lcejit_status lcejit_forward_backward_accumulate(lcejit_op *op, const lcejit_tensor *hidden,
+                                                 const lcejit_tensor *weight,
+                                                 const lcejit_tensor *targets,
+                                                 const lcejit_tensor *grad_hidden,
+                                                 const lcejit_tensor *grad_weight,
+                                                 void *stream, float scale,
+                                                 const float *device_scale,
+                                                 uint32_t accumulate, float *loss) {
   return guarded([&] {
     // Converted one by one, in argument order, so the first bad one is the one named.
     lcejit::LinearCrossEntropy &o = opOf(op);
@@ -166,9 +181,42 @@ lcejit_status lcejit_forward_backward_scaled(lcejit_op *op, const lcejit_tensor 
                       y = in(targets, "targets");
     lcejit::MutableTensorRef dh = out(grad_hidden, "grad_hidden"),
                              dw = out(grad_weight, "grad_weight");
+    const lcejit::Accumulate acc = accumulateOf(accumulate);
     need(loss, "loss");
-    *loss = o.forwardBackward(h, w, y, dh, dw, stream, lcejit::GradScale{scale, device_scale});
+    *loss = o.forwardBackward(h, w, y, dh, dw, stream, lcejit::GradScale{scale, device_scale},
+                              acc);
   });
+}
+
+lcejit_status lcejit_enqueue_accumulate(lcejit_op *op, const lcejit_tensor *hidden,
+                                        const lcejit_tensor *weight,
+                                        const lcejit_tensor *targets, const lcejit_tensor *loss,
+                                        const lcejit_tensor *grad_hidden,
+                                        const lcejit_tensor *grad_weight, void *stream,
+                                        float scale, const float *device_scale,
+                                        uint32_t accumulate) {
+  return guarded([&] {
+    lcejit::LinearCrossEntropy &o = opOf(op);
+    lcejit::TensorRef h = in(hidden, "hidden"), w = in(weight, "weight"),
+                      y = in(targets, "targets");
+    lcejit::MutableTensorRef l = out(loss, "loss"), dh = out(grad_hidden, "grad_hidden"),
+                             dw = out(grad_weight, "grad_weight");
+    const lcejit::Accumulate acc = accumulateOf(accumulate);
+    o.enqueue(h, w, y, l, dh, dw, stream, lcejit::GradScale{scale, device_scale}, acc);
+  });
+}
+
+// The scaled calls are the accumulating ones with no flag (they write the gradients).
+lcejit_status lcejit_forward_backward_scaled(lcejit_op *op, const lcejit_tensor *hidden,
+                                             const lcejit_tensor *weight,
+                                             const lcejit_tensor *targets,
+                                             const lcejit_tensor *grad_hidden,
+                                             const lcejit_tensor *grad_weight, void *stream,
+                                             float scale, const float *device_scale,
+                                             float *loss) {
+  return lcejit_forward_backward_accumulate(op, hidden, weight, targets, grad_hidden,
+                                            grad_weight, stream, scale, device_scale,
+                                            LCEJIT_ACCUMULATE_NONE, loss);
 }
 
 lcejit_status lcejit_enqueue_scaled(lcejit_op *op, const lcejit_tensor *hidden,
@@ -176,14 +224,8 @@ lcejit_status lcejit_enqueue_scaled(lcejit_op *op, const lcejit_tensor *hidden,
                                     const lcejit_tensor *loss, const lcejit_tensor *grad_hidden,
                                     const lcejit_tensor *grad_weight, void *stream,
                                     float scale, const float *device_scale) {
-  return guarded([&] {
-    lcejit::LinearCrossEntropy &o = opOf(op);
-    lcejit::TensorRef h = in(hidden, "hidden"), w = in(weight, "weight"),
-                      y = in(targets, "targets");
-    lcejit::MutableTensorRef l = out(loss, "loss"), dh = out(grad_hidden, "grad_hidden"),
-                             dw = out(grad_weight, "grad_weight");
-    o.enqueue(h, w, y, l, dh, dw, stream, lcejit::GradScale{scale, device_scale});
-  });
+  return lcejit_enqueue_accumulate(op, hidden, weight, targets, loss, grad_hidden, grad_weight,
+                                   stream, scale, device_scale, LCEJIT_ACCUMULATE_NONE);
 }
 
 // The unscaled calls are the scaled ones with the scale 1 (GradScale::isOne: the plain

@@ -35,4 +35,22 @@ endif()
 if(count LESS 20)
   message(FATAL_ERROR "only ${count} exported symbols: the public API is missing")
 endif()
+# The allowlist the other way round: every entry point of lcejit/lcejit.h (0.2.0) and the
+# C++ calls with gradient accumulation must be exported.
+set(required lcejit_version lcejit_last_error_message lcejit_last_error_kind
+    lcejit_options_init lcejit_create lcejit_destroy lcejit_forward_backward lcejit_enqueue
+    lcejit_forward_backward_scaled lcejit_enqueue_scaled lcejit_forward_backward_accumulate
+    lcejit_enqueue_accumulate lcejit_forward lcejit_enqueue_forward
+    lcejit_check_device_errors lcejit_prepare lcejit_workspace_bytes lcejit_set_workspace)
+foreach(name IN LISTS required)
+  if(NOT out MATCHES "[ \n]${name}(@@?LCEJIT_0)?\n")
+    message(FATAL_ERROR "liblcejit.so does not export ${name}")
+  endif()
+endforeach()
+foreach(call forwardBackward enqueue)
+  if(NOT out MATCHES "lcejit::LinearCrossEntropy::${call}\\([^\n]*lcejit::Accumulate const&\\)")
+    message(FATAL_ERROR "liblcejit.so does not export LinearCrossEntropy::${call} with "
+                        "lcejit::Accumulate")
+  endif()
+endforeach()
 message(STATUS "liblcejit.so exports ${count} symbols, all public API")

@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define LCEJIT_VERSION_MAJOR 0
-#define LCEJIT_VERSION_MINOR 1
+#define LCEJIT_VERSION_MINOR 2
 #define LCEJIT_VERSION_PATCH 0
 
 /* Status of a call: 0 or an error kind (lcejit::ErrorKind in the same order, plus 1). */
@@ -55,6 +55,15 @@ typedef enum lcejit_reduction { LCEJIT_REDUCTION_MEAN = 0, LCEJIT_REDUCTION_SUM 
 
 typedef enum lcejit_precision { LCEJIT_PRECISION_FAST = 0, LCEJIT_PRECISION_EXACT = 1 } lcejit_precision;
 
+/* Flags (OR them) of the lcejit_*_accumulate calls: which gradients the call adds to what
+   their buffers hold (beta = 1, gradient accumulation across micro-batches) instead of
+   overwriting them. Added inside the kernels that write them: no extra pass. */
+typedef enum lcejit_accumulate {
+  LCEJIT_ACCUMULATE_NONE = 0,
+  LCEJIT_ACCUMULATE_GRAD_HIDDEN = 1, /* dH += the call's dH */
+  LCEJIT_ACCUMULATE_GRAD_WEIGHT = 2  /* dW += the call's dW */
+} lcejit_accumulate;
+
 /* LinearCrossEntropyOptions. Fill with lcejit_options_init(), then set fields. */
 typedef struct lcejit_options {
   int64_t hidden;             /* D */
@@ -82,7 +91,7 @@ typedef struct lcejit_tensor {
 
 typedef struct lcejit_op lcejit_op;
 
-/* "0.1.0" */
+/* "0.2.0" (0.2: gradient accumulation, lcejit_*_accumulate) */
 const char *lcejit_version(void);
 /* The message of the last failing call on this thread ("" if none). */
 const char *lcejit_last_error_message(void);
@@ -120,6 +129,26 @@ lcejit_status lcejit_enqueue_scaled(lcejit_op *op, const lcejit_tensor *hidden,
                                     const lcejit_tensor *loss, const lcejit_tensor *grad_hidden,
                                     const lcejit_tensor *grad_weight, void *stream,
                                     float scale, const float *device_scale);
+/* The scaled calls with `accumulate`, lcejit_accumulate flags ORed: the flagged gradients
+   are added to (the scaled gradient is added; bf16/f16 ones are rounded once after the
+   addition), the others written. Other bits: LCEJIT_ERROR_INVALID_ARGUMENT naming
+   `accumulate`. With 0 they are lcejit_forward_backward_scaled / lcejit_enqueue_scaled.
+   Since 0.2.0. */
+lcejit_status lcejit_forward_backward_accumulate(lcejit_op *op, const lcejit_tensor *hidden,
+                                                 const lcejit_tensor *weight,
+                                                 const lcejit_tensor *targets,
+                                                 const lcejit_tensor *grad_hidden,
+                                                 const lcejit_tensor *grad_weight,
+                                                 void *stream, float scale,
+                                                 const float *device_scale,
+                                                 uint32_t accumulate, float *loss);
+lcejit_status lcejit_enqueue_accumulate(lcejit_op *op, const lcejit_tensor *hidden,
+                                        const lcejit_tensor *weight,
+                                        const lcejit_tensor *targets, const lcejit_tensor *loss,
+                                        const lcejit_tensor *grad_hidden,
+                                        const lcejit_tensor *grad_weight, void *stream,
+                                        float scale, const float *device_scale,
+                                        uint32_t accumulate);
 /* The loss only (2*N*D*V of work, for evaluation): synchronizes `stream`, writes *loss. */
 lcejit_status lcejit_forward(lcejit_op *op, const lcejit_tensor *hidden,
                              const lcejit_tensor *weight, const lcejit_tensor *targets,
