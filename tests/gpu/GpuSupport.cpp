@@ -160,6 +160,23 @@ void RefKernels::lceDz(const DeviceBuffer &z, const DeviceBuffer &y, bool is64, 
   launch("lce_dz_f64", gridFor(n * v), 1, 256, {&pz, &py, &i64, &nn, &vv, &softcap, &pl, &pv, &scale});
 }
 
+void RefKernels::scaleAdd(const DeviceBuffer &y, double a, const DeviceBuffer &x, DType dtype,
+                          int64_t n) {
+  CUdeviceptr py = y.ptr(), px = x.ptr();
+  int code = dtypeCode(dtype);
+  long long nn = n;
+  if (n > 0)
+    launch("scale_add_f64", gridFor(n), 1, 256, {&py, &a, &px, &code, &nn});
+}
+
+void RefKernels::scale(const DeviceBuffer &y, double a, int64_t n) {
+  CUdeviceptr py = y.ptr(), px = 0;
+  int code = 2;
+  long long nn = n;
+  if (n > 0)
+    launch("scale_add_f64", gridFor(n), 1, 256, {&py, &a, &px, &code, &nn});
+}
+
 Comparison RefKernels::compare(const DeviceBuffer &x, DType dtype, const DeviceBuffer &ref, int64_t n) {
   DeviceBuffer acc(7 * sizeof(double));
   const auto &d = runtime::cudaDriver();

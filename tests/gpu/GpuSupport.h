@@ -72,6 +72,10 @@ public:
   void lceDz(const DeviceBuffer &z, const DeviceBuffer &y, bool is64, int64_t n, int64_t v,
              double softcap, const DeviceBuffer &lse, const DeviceBuffer &valid, double scale);
   Comparison compare(const DeviceBuffer &x, DType dtype, const DeviceBuffer &ref, int64_t n);
+  /// y = a·y + x for n elements: y f64, x of dtype (widened exactly).
+  void scaleAdd(const DeviceBuffer &y, double a, const DeviceBuffer &x, DType dtype, int64_t n);
+  /// y = a·y for n f64 elements.
+  void scale(const DeviceBuffer &y, double a, int64_t n);
 
 private:
   RefKernels();

@@ -4,6 +4,7 @@
 //   LceGpuHardening.LaunchContractViolationIsReportedAndTheContextStaysUsable
 //   LceGpuHardening.WarmCallAllocatesNothingAndTakesNoSlowPath
 //   LceGpuHardening.EnqueueCapturedInACudaGraphReplaysCorrectly
+//   LceGpuHardening.WarmAccumulateCallAllocatesNothingAndAGraphKeepsItsMask
 //
 // This file also replaces the global operator new of the GPU runner to count the
 // allocations of one thread while a test asks for it (WarmCall...); it only counts.
@@ -414,6 +415,131 @@ TEST(LceGpuHardening, EnqueueCapturedInACudaGraphReplaysCorrectly) {
     LCEJIT_CU(d.ctxSynchronize()); // the fill ran on the legacy stream, s does not wait for it
     float loss = op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW(), s);
     pr.expectMatchesReference(loss, "eager call after the graph");
+    LCEJIT_CU(d.graphExecDestroy(exec));
+    LCEJIT_CU(d.graphDestroy(graph));
+    LCEJIT_CU(d.streamDestroy(s));
+  }
+}
+
+/// Gradient accumulation (issue 7) on the warm path: after prepare(N) and one plain call,
+/// enqueue and forwardBackward with Accumulate allocate nothing, look nothing up and build
+/// no run (the mask is an argument of the prepared run, rewritten in place), and neither
+/// does switching back to writing; each result is the prefill plus the fp64 gradients (or
+/// the gradients, written). Then an accumulating enqueue captured in a CUDA graph: the
+/// graph keeps the mask of its capture, so two replays add the gradient twice to dW while
+/// dH, not accumulated, is written.
+TEST(LceGpuHardening, WarmAccumulateCallAllocatesNothingAndAGraphKeepsItsMask) {
+  const runtime::CudaDriver &d = runtime::cudaDriver();
+  for (int64_t vocab : {int64_t(32000), int64_t(32003)}) {
+    SCOPED_TRACE(fmt::format("V = {}", vocab));
+    Problem pr(options(vocab), 3000, 901);
+    const int64_t nd = pr.n * pr.o.hidden, vd = pr.o.vocab * pr.o.hidden;
+    LinearCrossEntropy op(pr.o);
+    op.prepare(pr.n);
+    op.enqueue(pr.H(), pr.W(), pr.Y(), pr.L(), pr.DH(), pr.DW());
+    LCEJIT_CU(d.ctxSynchronize());
+    RefKernels &k = RefKernels::get();
+    // The RMS of the gradients, to prefill with values of their size (never zeros).
+    GpuReference g = gpuReference(pr.o, pr.h, pr.w, pr.y, pr.n);
+    const double rmsH = k.compare(pr.dH, pr.o.dtype, g.dH, nd).refNorm / std::sqrt(double(nd));
+    const double rmsW =
+        k.compare(pr.dW, pr.o.gradWeightDType, g.dW, vd).refNorm / std::sqrt(double(vd));
+    auto prefill = [&](uint64_t seed) {
+      k.fillRandom(pr.dH, pr.o.dtype, nd, seed, std::sqrt(3.0) * rmsH);
+      k.fillRandom(pr.dW, pr.o.gradWeightDType, vd, seed + 1, std::sqrt(3.0) * rmsW);
+      LCEJIT_CU(d.ctxSynchronize());
+    };
+    // Expected: `times` · G, plus the current contents of dH / dW where `accH` / `accW`.
+    auto expected = [&](double times, bool accH, bool accW) {
+      GpuReference r = gpuReference(pr.o, pr.h, pr.w, pr.y, pr.n);
+      k.scale(r.dH, times, nd);
+      k.scale(r.dW, times, vd);
+      if (accH)
+        k.scaleAdd(r.dH, 1.0, pr.dH, pr.o.dtype, nd);
+      if (accW)
+        k.scaleAdd(r.dW, 1.0, pr.dW, pr.o.gradWeightDType, vd);
+      LCEJIT_CU(d.ctxSynchronize());
+      return r;
+    };
+    auto check = [&](const GpuReference &want, const std::string &what) {
+      const Comparison ch = k.compare(pr.dH, pr.o.dtype, want.dH, nd);
+      const Comparison cw = k.compare(pr.dW, pr.o.gradWeightDType, want.dW, vd);
+      EXPECT_EQ(ch.nonFinite, 0) << what << ": dH";
+      EXPECT_EQ(cw.nonFinite, 0) << what << ": dW";
+      EXPECT_LE(ch.relError, gradTolerance(pr.o.dtype, false, false, ch.floor, ch.bf16Floor))
+          << what << ": dH";
+      EXPECT_LE(cw.relError,
+                gradTolerance(pr.o.gradWeightDType, false, false, cw.floor, cw.bf16Floor))
+          << what << ": dW";
+    };
+
+    ops::CallPathCounters &c = ops::callPathCounters();
+    const int64_t lookups = c.programLookups.load(), loads = c.programLoads.load(),
+                  builds = c.runBuilds.load();
+    const TensorRef H = pr.H(), W = pr.W(), Y = pr.Y();
+    const MutableTensorRef L = pr.L(), DH = pr.DH(), DW = pr.DW();
+    const Accumulate both{true, true};
+
+    prefill(911);
+    GpuReference want = expected(1.0, true, true);
+    EXPECT_EQ(allocationsOf([&] { op.enqueue(H, W, Y, L, DH, DW, nullptr, GradScale{}, both); }),
+              0)
+        << "warm accumulating enqueue";
+    LCEJIT_CU(d.ctxSynchronize());
+    EXPECT_NO_THROW(op.checkDeviceErrors());
+    check(want, "warm accumulating enqueue");
+
+    prefill(921);
+    want = expected(1.0, true, true);
+    float loss = 0;
+    EXPECT_EQ(allocationsOf([&] {
+                loss = op.forwardBackward(H, W, Y, DH, DW, nullptr, GradScale{}, both);
+              }),
+              0)
+        << "warm accumulating forwardBackward";
+    EXPECT_LE(std::abs(double(loss) - g.loss), kLossTolerance * std::abs(g.loss));
+    check(want, "warm accumulating forwardBackward");
+
+    prefill(931); // a plain call again: written, whatever the buffers held
+    want = expected(1.0, false, false);
+    EXPECT_EQ(allocationsOf([&] { op.enqueue(H, W, Y, L, DH, DW); }), 0)
+        << "warm plain enqueue after accumulating ones";
+    LCEJIT_CU(d.ctxSynchronize());
+    check(want, "plain enqueue after accumulating ones");
+    EXPECT_EQ(c.programLookups.load(), lookups) << "no Program cache key built";
+    EXPECT_EQ(c.programLoads.load(), loads);
+    EXPECT_EQ(c.runBuilds.load(), builds) << "accumulating shares the prepared run";
+
+    // Captured: the graph keeps Accumulate{.gradWeight = true} of its capture.
+    CUstream s = nullptr;
+    LCEJIT_CU(d.streamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    LCEJIT_CU(d.streamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    try {
+      op.enqueue(H, W, Y, L, DH, DW, s, GradScale{}, Accumulate{false, true});
+    } catch (...) {
+      d.streamEndCapture(s, &graph);
+      throw;
+    }
+    LCEJIT_CU(d.streamEndCapture(s, &graph));
+    LCEJIT_CU(d.graphInstantiateWithFlags(&exec, graph, 0));
+    prefill(941);
+    pr.dH.poison(); // written by every replay
+    want = expected(2.0, false, true);
+    k.scale(want.dH, 0.5, nd); // dH: G once
+    LCEJIT_CU(d.ctxSynchronize());
+    for (int replay = 0; replay < 2; ++replay) {
+      LCEJIT_CU(d.graphLaunch(exec, s));
+      LCEJIT_CU(d.streamSynchronize(s));
+      EXPECT_NO_THROW(op.checkDeviceErrors());
+    }
+    check(want, "two replays of a captured accumulating enqueue (dW += 2 G, dH = G)");
+    // A plain eager call afterwards writes again (the graph's mask is its own).
+    prefill(951);
+    want = expected(1.0, false, false);
+    op.forwardBackward(H, W, Y, DH, DW, s);
+    check(want, "eager plain call after the graph");
     LCEJIT_CU(d.graphExecDestroy(exec));
     LCEJIT_CU(d.graphDestroy(graph));
     LCEJIT_CU(d.streamDestroy(s));

@@ -224,6 +224,16 @@ extern "C" __global__ void lce_dz_f64(double *Z, const void *y, int is64, long l
   }
 }
 
+/// y[i] = a · y[i] + x[i] (x read as dtype, widened exactly; a null x adds nothing): the
+/// reference of an accumulated gradient, old + scale · fresh, from the fp64 fresh gradient
+/// in y.
+extern "C" __global__ void scale_add_f64(double *y, double a, const void *x, int dtype,
+                                         long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    y[i] = a * y[i] + (x ? load_as_f64(x, dtype, i) : 0.0);
+}
+
 /// Accumulates over i < n: out[0] += (x_i − ref_i)², out[1] += ref_i², out[2] +=
 /// (round_to(ref_i, dtype) − ref_i)², out[3] += !isfinite(x_i), out[4] += (bf16(ref_i) −
 /// ref_i)²; out[5] = max |x_i − ref_i|, out[6] = max |ref_i| (as the bits of non-negative

@@ -49,6 +49,30 @@ inline constexpr double kFastRoundedGradFloorFactor = 1.6;
 /// max |ref_i| (measured <= 1.00). A dropped correction term breaks this at once.
 inline constexpr double kMaxBf16UlpsOfLargest = 2.0;
 
+/// The bf16 ulp of x (> 0): 2^(floor(log2 x) − 7).
+inline double bf16Ulp(double x) { return x > 0 ? std::ldexp(1.0, std::ilogb(x) - 7) : 0.0; }
+
+/// Accumulated gradients (Accumulate, β = 1; AccumulateGpuTest.cpp). The op writes
+/// round(old + g), g its f32 gradient, and the reference is old + G (G the fp64 gradient).
+/// Relative norms use gradTolerance() with the floors of old + G: the one output rounding
+/// is the floor of the sum itself, and g − G, the error of a fresh call, is no larger than
+/// in a fresh call while the sum's norm is larger (the tests prefill `old` with the RMS of
+/// the gradient, so ||old + G|| ≈ √2·||G||). Per element (bf16 inputs), the bound of a
+/// fresh call on the gradient's part (kMaxBf16UlpsOfLargest ulps of max |G|) plus, for a
+/// bf16 output, one bf16 ulp of max |old + G| for the rounding of the sum (half an ulp,
+/// doubled for a sum that g − G pushes across a power of two).
+inline double accumulatedMaxAbsTolerance(DType out, double maxAbsSum, double maxAbsGrad) {
+  return (out == DType::BF16 ? bf16Ulp(maxAbsSum) : 0.0) +
+         kMaxBf16UlpsOfLargest * bf16Ulp(maxAbsGrad);
+}
+
+/// An f32 dW accumulated over micro-batches against one call on the whole batch: the same
+/// dZ (it depends on the row alone), the f32 sums over rows only grouped differently
+/// (partial sums per micro-batch, then added). f32 summation of a few thousand terms of
+/// random sign differs by about eps·sqrt(K) ≈ 3e-6 relative; a lost or doubled micro-batch
+/// is off by tens of percent.
+inline constexpr double kRegroupedF32SumTolerance = 1e-4;
+
 /// The fp64 GPU reference against the fp64 CPU interpreter (both fp64; summation order
 /// differs).
 inline constexpr double kReferenceAgreement = 1e-10;
@@ -67,8 +91,5 @@ inline double gradTolerance(DType t, bool exact, bool peaked, double floor, doub
 /// error below (f32 accumulation of at most a few thousand bf16 products).
 inline constexpr double kGemmBf16FloorFactor = 1.1;
 inline constexpr double kGemmF32Tolerance = 1e-5;
-
-/// The bf16 ulp of x (> 0): 2^(floor(log2 x) − 7).
-inline double bf16Ulp(double x) { return x > 0 ? std::ldexp(1.0, std::ilogb(x) - 7) : 0.0; }
 
 } // namespace lcejit::gputest
