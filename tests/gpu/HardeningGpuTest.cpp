@@ -6,8 +6,9 @@
 //   LceGpuHardening.EnqueueCapturedInACudaGraphReplaysCorrectly
 //   LceGpuHardening.WarmAccumulateCallAllocatesNothingAndAGraphKeepsItsMask
 //
-// This file also replaces the global operator new of the GPU runner to count the
-// allocations of one thread while a test asks for it (WarmCall...); it only counts.
+// The warm-call tests count this thread's heap allocations with
+// tests/support/AllocationCounter (linked into the GPU runner: it replaces the global
+// operator new there, and only counts).
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +16,8 @@
 #include "runtime/Executor.h"
 #include "tests/gpu/GpuSupport.h"
 #include "tests/gpu/Tolerances.h"
+
+#include "tests/support/AllocationCounter.h"
 
 #include <gtest/gtest.h>
 
@@ -27,58 +30,11 @@
 #include <new>
 #include <vector>
 
-namespace {
-thread_local bool gCounting = false;
-thread_local long gAllocations = 0;
-
-void *countedAlloc(std::size_t n) {
-  if (gCounting)
-    ++gAllocations;
-  if (void *p = std::malloc(n ? n : 1))
-    return p;
-  throw std::bad_alloc();
-}
-
-void *countedAlignedAlloc(std::size_t n, std::align_val_t a) {
-  if (gCounting)
-    ++gAllocations;
-  const std::size_t align = static_cast<std::size_t>(a);
-  const std::size_t size = (n + align - 1) / align * align;
-  if (void *p = std::aligned_alloc(align, size ? size : align))
-    return p;
-  throw std::bad_alloc();
-}
-} // namespace
-
-void *operator new(std::size_t n) { return countedAlloc(n); }
-void *operator new[](std::size_t n) { return countedAlloc(n); }
-void *operator new(std::size_t n, std::align_val_t a) { return countedAlignedAlloc(n, a); }
-void *operator new[](std::size_t n, std::align_val_t a) { return countedAlignedAlloc(n, a); }
-void operator delete(void *p) noexcept { std::free(p); }
-void operator delete[](void *p) noexcept { std::free(p); }
-void operator delete(void *p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void *p, std::size_t) noexcept { std::free(p); }
-void operator delete(void *p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void *p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+using lcejit::testsupport::allocationsOf;
 
 namespace lcejit::gputest {
 namespace {
 
-/// Counts the allocations `f` makes on this thread.
-template <typename F> long allocationsOf(F &&f) {
-  gAllocations = 0;
-  gCounting = true;
-  try {
-    f();
-  } catch (...) {
-    gCounting = false;
-    throw;
-  }
-  gCounting = false;
-  return gAllocations;
-}
 
 void upload(const DeviceBuffer &b, const void *host, int64_t bytes) {
   LCEJIT_CU(runtime::cudaDriver().memcpyHtoD(b.ptr(), host, static_cast<size_t>(bytes)));

@@ -1,66 +1,26 @@
 //===- WarmPathAllocTest.cpp - The warm call path allocates nothing (CPU) -------===//
 //
-// A dedicated binary: it replaces the global operator new/delete to count this thread's
-// heap allocations while a test asks for it, and checks that re-binding and re-reading a
-// prepared run ([Note: prepared runs] in runtime/Executor.h), the host half of every warm
-// call of the op, allocates nothing, while building one does (so the counter works). The
-// whole warm call, driver calls included, is counted the same way in the GPU suite
-// (LceGpuWarmPath.*).
+// A dedicated binary (tests/support/AllocationCounter replaces its global operator new to
+// count this thread's heap allocations while a test asks for it): re-binding and
+// re-reading a prepared run ([Note: prepared runs] in runtime/Executor.h), the host half
+// of every warm call of the op, allocates nothing, while building one does (so the
+// counter works). The whole warm call, driver calls included, is counted the same way in
+// the GPU suite (LceGpuHardening.WarmCallAllocatesNothingAndTakesNoSlowPath and
+// LceGpuHardening.WarmAccumulateCallAllocatesNothingAndAGraphKeepsItsMask).
 //
 //===----------------------------------------------------------------------===//
 
 #include "lcejit/Error.h"
 #include "runtime/Executor.h"
 
+#include "tests/support/AllocationCounter.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <new>
 
-namespace {
-thread_local bool gCounting = false;
-thread_local long gAllocations = 0;
-
-void *countedAlloc(std::size_t n) {
-  if (gCounting)
-    ++gAllocations;
-  if (void *p = std::malloc(n ? n : 1))
-    return p;
-  throw std::bad_alloc();
-}
-
-void *countedAlignedAlloc(std::size_t n, std::align_val_t a) {
-  if (gCounting)
-    ++gAllocations;
-  const std::size_t align = static_cast<std::size_t>(a);
-  const std::size_t size = (n + align - 1) / align * align;
-  if (void *p = std::aligned_alloc(align, size ? size : align))
-    return p;
-  throw std::bad_alloc();
-}
-
-/// Counts the allocations `f` makes on this thread.
-template <typename F> long allocationsOf(F &&f) {
-  gAllocations = 0;
-  gCounting = true;
-  f();
-  gCounting = false;
-  return gAllocations;
-}
-} // namespace
-
-void *operator new(std::size_t n) { return countedAlloc(n); }
-void *operator new[](std::size_t n) { return countedAlloc(n); }
-void *operator new(std::size_t n, std::align_val_t a) { return countedAlignedAlloc(n, a); }
-void *operator new[](std::size_t n, std::align_val_t a) { return countedAlignedAlloc(n, a); }
-void operator delete(void *p) noexcept { std::free(p); }
-void operator delete[](void *p) noexcept { std::free(p); }
-void operator delete(void *p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void *p, std::size_t) noexcept { std::free(p); }
-void operator delete(void *p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void *p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void *p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+using lcejit::testsupport::allocationsOf;
 
 namespace {
 
