@@ -128,9 +128,22 @@ DiskCache::Limits limitsFromKnobs() {
 }
 } // namespace
 
-KernelCache::KernelCache(Options options)
-    : disk_(options.diskDir ? *options.diskDir : std::filesystem::path(knobs::cacheDir()),
-            options.diskLimits ? *options.diskLimits : limitsFromKnobs()) {}
+KernelCache::KernelCache(Options options) : options_(std::move(options)) { currentDisk(); }
+
+std::shared_ptr<DiskCache> KernelCache::currentDisk() {
+  std::lock_guard<std::mutex> lock(diskMu_);
+  const int64_t gen = options_.diskDir ? 0 : knobs::generation();
+  if (!disk_ || gen != diskGeneration_) {
+    std::filesystem::path dir =
+        options_.diskDir ? *options_.diskDir : std::filesystem::path(knobs::cacheDir());
+    const DiskCache::Limits limits =
+        options_.diskLimits ? *options_.diskLimits : limitsFromKnobs();
+    if (!disk_ || disk_->root() != dir || disk_->limits().maxBytes != limits.maxBytes)
+      disk_ = std::make_shared<DiskCache>(dir, limits);
+    diskGeneration_ = gen;
+  }
+  return disk_;
+}
 
 KernelCache &KernelCache::global() {
   // Leaked on purpose: kernels may be requested from other static destructors.
@@ -212,7 +225,7 @@ KernelLookup KernelCache::get(const KernelRequest &req) {
   if (!always && slot->binary)
     return {slot->binary, CacheOrigin::Memory};
   if (!always && diskOn) {
-    if (std::optional<DiskEntry> entry = disk_.load(key)) {
+    if (std::optional<DiskEntry> entry = currentDisk()->load(key)) {
       slot->binary = binaryFromDisk(key, std::move(*entry));
       return {slot->binary, CacheOrigin::Disk};
     }
@@ -221,7 +234,7 @@ KernelLookup KernelCache::get(const KernelRequest &req) {
   std::shared_ptr<const CompiledBinary> bin = compile(req, key, why);
   slot->binary = bin;
   if (diskOn)
-    disk_.store(key, bin->cubin, manifestFor(req, *bin)); // failure: warned, not fatal
+    currentDisk()->store(key, bin->cubin, manifestFor(req, *bin)); // failure: warned, not fatal
   return {bin, CacheOrigin::Compiled};
 }
 

@@ -120,7 +120,9 @@ public:
   size_t memoryEntries() const;
   /// Forgets the in-memory entries (the disk cache is untouched).
   void clearMemory();
-  DiskCache &disk() { return disk_; }
+  /// The disk cache in use: the one of Options::diskDir, else the one of LCEJIT_CACHE_DIR
+  /// as the knobs read it now (a knobs reload that changes it switches directories).
+  DiskCache &disk() { return *currentDisk(); }
 
 private:
   struct Slot {
@@ -131,7 +133,12 @@ private:
   std::shared_ptr<const CompiledBinary> compile(const KernelRequest &request,
                                                 const std::string &key, const char *why);
 
-  DiskCache disk_;
+  std::shared_ptr<DiskCache> currentDisk();
+
+  Options options_;
+  std::mutex diskMu_;
+  std::shared_ptr<DiskCache> disk_;
+  int64_t diskGeneration_ = -1; ///< knobs::generation() disk_ was opened for
   mutable std::mutex mapMu_;
   std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;
   std::atomic<int64_t> compiles_{0};

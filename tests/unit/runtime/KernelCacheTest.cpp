@@ -50,6 +50,24 @@ struct KernelCacheTest : ::testing::Test {
   }
 };
 
+/// A cache without a fixed directory follows LCEJIT_CACHE_DIR as the knobs read it now: a
+/// test (or a framework) that points it elsewhere and reloads the knobs gets the new
+/// directory, the size cap too, and a fixed directory never moves.
+TEST_F(KernelCacheTest, DiskDirectoryFollowsTheKnobsUnlessFixed) {
+  TempDir a, b;
+  env.set("LCEJIT_CACHE_DIR", a.path().string());
+  KernelCache cache; // knob-based
+  EXPECT_EQ(cache.disk().root(), a.path());
+  env.set("LCEJIT_CACHE_DIR", b.path().string());
+  EXPECT_EQ(cache.disk().root(), b.path());
+  env.set("LCEJIT_CACHE_MAX_MB", "7");
+  EXPECT_EQ(cache.disk().limits().maxBytes, int64_t(7) << 20);
+  KernelCache fixed(options());
+  env.set("LCEJIT_CACHE_DIR", a.path().string());
+  EXPECT_EQ(fixed.disk().root(), dir.path());
+  EXPECT_EQ(cache.disk().root(), a.path());
+}
+
 TEST_F(KernelCacheTest, CompileOnceThenMemoryHit) {
   KernelCache cache(options());
   KernelLookup first = cache.get(request());
