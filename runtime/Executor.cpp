@@ -188,8 +188,7 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
   LCEJIT_CHECK(rec.dims.block > 0 && rec.dims.block <= 1024 && rec.dims.sharedBytes >= 0,
                "kernel '{}': block {} shared {}", kernel.name, rec.dims.block,
                rec.dims.sharedBytes);
-  const bool wgmma = kernel.kind() != plan::KernelKind::Row &&
-                     kernel.kind() != plan::KernelKind::Cast &&
+  const bool wgmma = plan::isGemmKind(kernel.kind()) &&
                      plan::gemmMath(kernel) == plan::MathMode::WgmmaBF16;
   if (wgmma)
     rec.maps = wgmmaOperands(program, resolver, kernel, item);

@@ -47,4 +47,39 @@ void emitCastKernel(CodeWriter &w, const KernelContext &ctx) {
          k.k, ctx.accumulatesInto(k.out));
 }
 
+void emitDzFormKernel(CodeWriter &w, const KernelContext &ctx) {
+  const plan::DzFormKernel &k = std::get<plan::DzFormKernel>(ctx.kernel().body);
+  LCEJIT_CHECK(k.cols > 0 && k.cols % 8 == 0 && k.tileCols > 0 && k.tileCols % 8 == 0,
+               "dz_form kernel '{}': cols = {} and tile_cols = {} must be positive "
+               "multiples of 8",
+               ctx.name(), k.cols, k.tileCols);
+  LCEJIT_CHECK(!k.target.valid() || k.targetType == DType::I32 || k.targetType == DType::I64,
+               "dz_form kernel '{}': target type {} (i32 or i64)", ctx.name(),
+               dtypeName(k.targetType));
+  const int64_t tiles = (k.cols + k.tileCols - 1) / k.tileCols;
+  ParamRoles roles;
+  roles.add(ctx.bufferName(k.dz),
+            fmt::format("in fp16 stored values, out bf16 dZ [N, {}] (in place)", k.cols));
+  roles.add(ctx.bufferName(k.tileMax), fmt::format("f32 tile maxima [N, {}][4]", tiles));
+  roles.add(ctx.bufferName(k.lse), "f32 [N] row logsumexp");
+  roles.add(ctx.bufferName(k.scale), "f32 [N] per-row factor of dZ");
+  roles.add(ctx.bufferName(k.targetDz), "f32 [N] dZ at the target column");
+  if (k.target.valid())
+    roles.add(ctx.bufferName(k.target), fmt::format("{} [N] target column", dtypeName(k.targetType)));
+  std::vector<std::string> about = {
+      "the materialized schedule's dZ ([Note: the materialized backward] in Program.h):",
+      fmt::format("dz[r][c] = bf16(c == target[r] ? target_dz[r] : values[r][c] * scale[r] * "
+                  "exp(tile_max[r][c / {}][(c % 8) / 2] - lse[r]))",
+                  k.tileCols),
+      "block 256, grid-stride over 8-column vectors (16-byte loads and stores)"};
+  emitKernelHeader(w, ctx, about, roles);
+  auto kb = openKernel(w, ctx, 256);
+  w.line("lcejit::dz_form_kernel<{}>({}, {}, {}, {}, {}, {}, {}, {}LL, {});",
+         !k.target.valid() ? "void" : k.targetType == DType::I32 ? "int" : "long long",
+         ctx.bufferName(k.dz), ctx.bufferName(k.tileMax), ctx.bufferName(k.lse),
+         ctx.bufferName(k.scale), ctx.bufferName(k.targetDz),
+         k.target.valid() ? ctx.bufferName(k.target) : std::string("nullptr"),
+         ctx.scalarParamName(Param::Kind::N), k.cols, k.tileCols);
+}
+
 } // namespace lcejit::codegen::detail

@@ -42,6 +42,9 @@ void emitKernel(CodeWriter &w, const plan::Program &program, int32_t index) {
   case plan::KernelKind::Cast:
     detail::emitCastKernel(w, ctx);
     break;
+  case plan::KernelKind::DzForm:
+    detail::emitDzFormKernel(w, ctx);
+    break;
   }
 }
 
@@ -99,7 +102,7 @@ std::vector<EmittedPart> emitCudaParts(const plan::Program &program) {
   EmittedPart rows;
   for (int32_t i = 0; i < static_cast<int32_t>(program.kernels.size()); ++i) {
     const plan::Kernel &k = program.kernels[static_cast<size_t>(i)];
-    if (k.kind() == plan::KernelKind::Row || k.kind() == plan::KernelKind::Cast) {
+    if (!plan::isGemmKind(k.kind())) {
       rows.kernels.push_back(i);
       rows.kernelNames.push_back(k.name);
       continue;

@@ -280,7 +280,10 @@ CodeWriter::Block openGemmKernel(CodeWriter &w, const KernelContext &ctx, int th
 
 class EpilogueEmitter {
 public:
-  EpilogueEmitter(CodeWriter &w, const KernelContext &ctx, const FusedGemm &g)
+  /// `extra`: another function over the same operands emitted into the functor (the
+  /// materialized store's factor); its operands are loaded too.
+  EpilogueEmitter(CodeWriter &w, const KernelContext &ctx, const FusedGemm &g,
+                  const plan::ScalarFunc *extra = nullptr)
       : w_(w), ctx_(ctx), g_(g),
         what_(fmt::format("epilogue of kernel '{}'", ctx.name())),
         structName_(ctx.name() + "_epilogue") {
@@ -290,6 +293,16 @@ public:
         "{}: the function reads {} arguments but {} operands are given", what_,
         g.epilogue.numArgs(), g.args.size());
     live_ = liveArgs(g.epilogue);
+    if (extra) {
+      verifyScalarFunc(*extra, what_ + " (stored factor)");
+      LCEJIT_CHECK(static_cast<int32_t>(g.args.size()) >= extra->numArgs(),
+                   "{}: the stored factor reads {} arguments but {} operands are given",
+                   what_, extra->numArgs(), g.args.size());
+      for (int32_t a : liveArgs(*extra))
+        if (std::find(live_.begin(), live_.end(), a) == live_.end())
+          live_.push_back(a);
+      std::sort(live_.begin(), live_.end());
+    }
     for (int32_t a : live_) {
       const Operand &o = g.args[static_cast<size_t>(a)];
       switch (o.kind) {
@@ -386,9 +399,10 @@ public:
 
   /// The ScalarFunc body inside accumulate()/value(); returns the result value
   /// names.
-  std::vector<std::string> emitBody() {
+  std::vector<std::string> emitBody() { return emitBodyOf(g_.epilogue); }
+  std::vector<std::string> emitBodyOf(const plan::ScalarFunc &func) {
     return emitScalarBody(
-        w_, g_.epilogue,
+        w_, func,
         [&](int32_t a) {
           const Operand &o = arg(a);
           switch (o.kind) {
@@ -413,8 +427,10 @@ public:
         nTotal());
   }
 
-  DType resultType(size_t r) const {
-    return g_.epilogue.insts[static_cast<size_t>(g_.epilogue.results[r])].type;
+  DType resultType(size_t r) const { return resultTypeOf(g_.epilogue, r); }
+  bool isLive(int32_t a) const { return std::find(live_.begin(), live_.end(), a) != live_.end(); }
+  static DType resultTypeOf(const plan::ScalarFunc &f, size_t r) {
+    return f.insts[static_cast<size_t>(f.results[r])].type;
   }
 
   const std::string &n() const { return ctx_.scalarParamName(Param::Kind::N); }
@@ -534,6 +550,37 @@ static void emitFragmentValue(CodeWriter &w, const plan::GemmReduceKernel &k,
   const bool fragments = lse >= 0 && onlySums;
   w.line("static constexpr int FRAGMENT_LSE_SLOT = {};",
          fragments ? k.slotOf(lse) : -1);
+  LCEJIT_CHECK(!k.stored || (fragments && k.stored->lseResult == lse),
+               "the stored values of a gemm_reduce need its fragment path (one logsumexp "
+               "result, {}, and sums): lse result {}",
+               k.stored ? k.stored->lseResult : -1, lse);
+  w.line("static constexpr bool STORE = {};", k.stored ? "true" : "false");
+  if (k.stored) {
+    w.line("void *store_values;   // fp16 [n][cols] (the materialized dZ buffer)");
+    w.line("void *store_tile_max; // f32 [n][cols / BN]");
+    auto f = w.block("__device__ __forceinline__ float store_factor(float acc, long long "
+                     "row, long long col, const Row &r, const Col &c) const");
+    std::vector<std::string> results = epi.emitBodyOf(k.stored->factor);
+    LCEJIT_CHECK(results.size() == 1, "the stored factor has {} results, not 1",
+                 results.size());
+    w.line("(void)row; (void)col; (void)r; (void)c;");
+    w.line("return {};", convertValue(results[0], epi.resultTypeOf(k.stored->factor, 0),
+                                      DType::F32));
+  }
+  if (k.stored) {
+    auto f = w.block("__device__ __forceinline__ long long store_target(const Row &r) const");
+    const int32_t a = k.stored->excludeArg;
+    if (a >= 0) {
+      LCEJIT_CHECK(a < static_cast<int32_t>(k.gemm.args.size()) &&
+                       k.gemm.args[static_cast<size_t>(a)].kind == Operand::Kind::Row &&
+                       epi.isLive(a),
+                   "the stored values' excluded column must be a live row operand (a{})", a);
+      w.line("return static_cast<long long>(r.a{});", a);
+    } else {
+      w.line("(void)r;");
+      w.line("return -1;");
+    }
+  }
   if (!fragments)
     return;
   auto f = w.block("__device__ __forceinline__ float fragment_value(float "
@@ -569,7 +616,12 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
       "{}: the cross-warp exchange of {} slots does not fit in shared memory",
       what, slots);
 
-  EpilogueEmitter epi(w, ctx, g);
+  LCEJIT_CHECK(!k.stored || (isWgmma(ctx) && g.cols % g.tile.bn == 0 &&
+                              k.stored->tileCols == g.tile.bn),
+               "{}: stored values need the wgmma mainloop and whole column tiles (cols = "
+               "{}, bn = {}, tile_cols = {})",
+               what, g.cols, g.tile.bn, k.stored ? k.stored->tileCols : 0);
+  EpilogueEmitter epi(w, ctx, g, k.stored ? &k.stored->factor : nullptr);
   ParamRoles roles;
   roles.add(
       ctx.bufferName(BufferRef{Space::Workspace, plan::kScalarSlotsBuffer}),
@@ -578,6 +630,12 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
   roles.add(ctx.bufferName(g.b), "B [cols, k] (K-major)");
   roles.add(ctx.bufferName(k.partials),
             fmt::format("partials f32 [N][splits][{}]", slots));
+  if (k.stored) {
+    roles.add(ctx.bufferName(k.stored->values),
+              fmt::format("stored fp16 factor(v) * exp(v - tile max) [N][{}]", g.cols));
+    roles.add(ctx.bufferName(k.stored->tileMax),
+              fmt::format("f32 tile maxima [N][{}][4] (per quad lane)", g.cols / g.tile.bn));
+  }
   std::vector<std::string> about = {
       fmt::format(
           "acc = A * B^T, k = {}, cols = {}; {} of A and B, f32 accumulate",
@@ -593,6 +651,11 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
                                k.slotOf(static_cast<int32_t>(r))));
   about.push_back(fmt::format("reductions: {} ({} slots per row)",
                               fmt::join(reds, ", "), slots));
+  if (k.stored)
+    about.push_back(fmt::format(
+        "materialized: stores fp16 factor(v) * exp(v - m) of result {} per element and m "
+        "per (row, {}-column tile, quad lane)",
+        k.stored->lseResult, k.stored->tileCols));
   epi.describe(roles, about);
   emitKernelHeader(w, ctx, about, roles);
   emitConfig(w, ctx, s);
@@ -644,6 +707,10 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
   w.blank();
   auto kb = openGemmKernel(w, ctx, g.tile.threads());
   emitEpilogueSetup(w, epi);
+  if (k.stored) {
+    w.line("epi.store_values = {};", ctx.bufferName(k.stored->values));
+    w.line("epi.store_tile_max = {};", ctx.bufferName(k.stored->tileMax));
+  }
   if (isWgmma(ctx))
     w.line("lcejit::sm90::gemm_reduce_kernel<{}_config>(map_a, map_b, epi, {}, {}, {}LL, "
            "{}LL, {});",

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/plan/Planner.h"
+#include "compiler/plan/Materialize.h"
 #include "compiler/dialect/TxDialect.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -1019,6 +1020,22 @@ private:
     prog_.workspace[kScalarSlotsBuffer].bytesFixed = 8 * std::max<int64_t>(prog_.numScalarSlots, 1);
     if (!err_.empty())
       return false;
+    if (prog_.hasChunkLoop()) {
+      if (opt_.backward == PlanOptions::Backward::Recompute) {
+        // The default: no decision line (the recompute's own line says what it does).
+      } else if (opt_.fixedChunkCols > 0) {
+        prog_.decisions.push_back("backward: materialized schedule not taken: a fixed chunk "
+                                  "width was given");
+      } else if (std::string why = materializeBackward(prog_, opt_.name); !why.empty()) {
+        prog_.decisions.push_back("backward: materialized schedule not taken: " + why);
+      } else {
+        prog_.decisions.push_back(
+            "backward: materialized: the forward GEMM stores fp16 factor(v)*exp(v - tile max) "
+            "per element (the dZ buffer) and the tile maxima; a row kernel and an elementwise "
+            "pass form dZ (the target column from the f32 target logit); dA and dB run over "
+            "one chunk of all columns per row block: 6*N*D*V of GEMM work");
+      }
+    }
     decideRowBlocks();
     if (prog_.hasChunkLoop())
       for (int64_t n : {std::max<int64_t>(bucketLow_, 1), bucket_})

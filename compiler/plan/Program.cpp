@@ -83,6 +83,7 @@ const char *kernelKindName(KernelKind k) {
   case KernelKind::GemmDLhs: return "gemm_dlhs";
   case KernelKind::GemmDRhs: return "gemm_drhs";
   case KernelKind::Cast: return "cast";
+  case KernelKind::DzForm: return "dz_form";
   }
   return "?";
 }
@@ -209,6 +210,13 @@ static json kernelBodyJson(const Kernel &k) {
           for (ReduceKind r : b.reductions)
             red.push_back(reduceKindName(r));
           j = json{{"gemm", toJ(b.gemm)}, {"reductions", red}, {"partials", toJ(b.partials)}};
+          if (b.stored)
+            j["stored"] = json{{"values", toJ(b.stored->values)},
+                               {"tile_max", toJ(b.stored->tileMax)},
+                               {"lse_result", b.stored->lseResult},
+                               {"tile_cols", b.stored->tileCols},
+                               {"exclude_arg", b.stored->excludeArg},
+                               {"factor", toJ(b.stored->factor)}};
         } else if constexpr (std::is_same_v<T, GemmDzKernel>) {
           j = json{{"gemm", toJ(b.gemm)}, {"format", dzFormatName(b.format)}, {"dz", toJ(b.dz)}};
           if (b.dzLo.valid())
@@ -227,6 +235,15 @@ static json kernelBodyJson(const Kernel &k) {
                    {"accumulate_row_blocks", b.accumulateRowBlocks}};
           if (b.dzLo.valid())
             j["dz_lo"] = toJ(b.dzLo);
+        } else if constexpr (std::is_same_v<T, DzFormKernel>) {
+          j = json{{"dz", toJ(b.dz)},         {"tile_max", toJ(b.tileMax)},
+                   {"cols", b.cols},          {"tile_cols", b.tileCols},
+                   {"lse", toJ(b.lse)},       {"scale", toJ(b.scale)},
+                   {"target_dz", toJ(b.targetDz)}};
+          if (b.target.valid()) {
+            j["target"] = toJ(b.target);
+            j["target_type"] = std::string(dtypeName(b.targetType));
+          }
         } else if constexpr (std::is_same_v<T, CastKernel>) {
           j = json{{"in", toJ(b.in)}, {"out", toJ(b.out)},
                    {"out_type", std::string(dtypeName(b.outType))}, {"k", b.k}};
@@ -286,6 +303,7 @@ std::string Program::toJson(int indent) const {
                        {"min_block_rows", schedule.minBlockRows},
                        {"good_chunk_cols", schedule.goodChunkCols},
                        {"fallback_chunk_cols", schedule.fallbackChunkCols},
+                       {"whole_rows", schedule.wholeRows},
                        {"blocked_steps", json::array({schedule.firstBlockedStep,
                                                       schedule.lastBlockedStep})}};
   j["splits"] = splits;
@@ -333,8 +351,7 @@ struct ParamList {
 
 std::vector<Param> kernelParams(const Kernel &kernel) {
   ParamList pl;
-  if (kernel.kind() != KernelKind::Row && kernel.kind() != KernelKind::Cast &&
-      gemmMath(kernel) == MathMode::WgmmaBF16) {
+  if (isGemmKind(kernel.kind()) && gemmMath(kernel) == MathMode::WgmmaBF16) {
     pl.add(Param::Kind::TensorMapA, "map_a");
     pl.add(Param::Kind::TensorMapB, "map_b");
   }
@@ -360,6 +377,10 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addOperands(k.gemm.args);
     pl.addBuffer(scalars);
     pl.addBuffer(k.partials);
+    if (k.stored) {
+      pl.addBuffer(k.stored->values);
+      pl.addBuffer(k.stored->tileMax);
+    }
     pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::TotalRows, "n_total");
@@ -411,6 +432,17 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
       pl.add(Param::Kind::AccumulateOutputs, "accumulate_outputs");
     break;
   }
+  case KernelKind::DzForm: {
+    const auto &k = std::get<DzFormKernel>(kernel.body);
+    pl.addBuffer(k.dz);
+    pl.addBuffer(k.tileMax);
+    pl.addBuffer(k.lse);
+    pl.addBuffer(k.scale);
+    pl.addBuffer(k.targetDz);
+    pl.addBuffer(k.target); // grid-stride: any launch shape is correct
+    pl.add(Param::Kind::N, "n");
+    break;
+  }
   case KernelKind::Cast: {
     const auto &k = std::get<CastKernel>(kernel.body);
     pl.addBuffer(k.in);
@@ -443,8 +475,14 @@ uint64_t accumulableOutputs(const Program &program) {
           else if constexpr (std::is_same_v<T, RowKernel>)
             for (const RowKernel::Sink &s : b.sinks)
               mark(s.buf, false);
-          else if constexpr (std::is_same_v<T, GemmReduceKernel>)
+          else if constexpr (std::is_same_v<T, GemmReduceKernel>) {
             mark(b.partials, false);
+            if (b.stored) {
+              mark(b.stored->values, false);
+              mark(b.stored->tileMax, false);
+            }
+          } else if constexpr (std::is_same_v<T, DzFormKernel>)
+            mark(b.dz, false);
           else if constexpr (std::is_same_v<T, GemmDzKernel>) {
             mark(b.dz, false);
             mark(b.dzLo, false);
@@ -590,8 +628,7 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc) const {
   LCEJIT_CHECK(idx >= 0 && idx < static_cast<int32_t>(kernels.size()), "kernel index {}", idx);
   LaunchDims d;
   const Kernel &kernel = kernels[static_cast<size_t>(idx)];
-  if (kernel.kind() != KernelKind::Row && kernel.kind() != KernelKind::Cast &&
-      gemmMath(kernel) == MathMode::WgmmaBF16) {
+  if (isGemmKind(kernel.kind()) && gemmMath(kernel) == MathMode::WgmmaBF16) {
     // [Note: the Hopper mainloop]: 384 threads; GemmReduce runs one CTA per (row tile,
     // split), the others are persistent over their output tiles.
     const TileConfig &t = gemmTile(kernel);
@@ -652,6 +689,13 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc) const {
     d.grid[1] = ceilDiv(k.k, k.tile.bn);
     int32_t numA = k.format == DzFormat::SplitBF16 ? 2 : 1;
     d.sharedBytes = gemmSharedBytes(k.tile, dzBytes(k.format), dtypeSize(k.aType), numA);
+    break;
+  }
+  case KernelKind::DzForm: {
+    // Grid-stride over 8-column vectors.
+    const auto &k = std::get<DzFormKernel>(kernel.body);
+    d.block = 256;
+    d.grid[0] = std::min<int64_t>(ceilDiv(n * (k.cols / 8), 256 * 2), int64_t(132) * 16);
     break;
   }
   case KernelKind::Cast: {

@@ -34,6 +34,7 @@
 #include "lcejit/DType.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -225,10 +226,43 @@ struct FusedGemm {
   bool operator==(const FusedGemm &) const = default;
 };
 
+/// [Note: the materialized backward] With the materialized schedule the forward GEMM also
+/// stores, for every element of its row block, the part of dZ that needs the element:
+///
+///   values[r][c] = fp16( factor(v) * exp(v - m[r][t][q]) )   t = c / tileCols,
+///   tileMax[r][t][q] = max of v over the tile's columns c       q = (c % 8) / 2
+///   with (c % 8) / 2 == q, except the row's target column (0 when there are none)
+///
+/// (q is the lane of the wgmma quad that holds the column: each lane reduces its own
+/// columns, so no shuffle and one exp per element serve both the logsumexp and the store)
+/// where v is the value whose logsumexp the kernel reduces (epilogue result `lseResult`)
+/// and factor is the per-element factor of dZ (1 without softcap; 1 - tanh^2 with it),
+/// written as a function of v. The backward then forms dZ from it in one elementwise pass
+/// (DzFormKernel) instead of recomputing the logits: 6·N·D·V of GEMM work instead of 8.
+/// The planner derives factor (and the per-row rest) from the dZ function by algebra
+/// (plan/Materialize.cpp); the values buffer is the dZ buffer of the backward GEMMs, pitch
+/// `cols` (one chunk of all columns).
+struct StoredTile {
+  BufferRef values;   ///< fp16 [rows of the block][cols] (block-local; bf16 dZ after DzForm)
+  BufferRef tileMax;  ///< f32 [rows of the block][cols / tileCols][4] (block-local)
+  int32_t lseResult = -1; ///< the epilogue result whose values are exponentiated
+  int32_t tileCols = 128; ///< columns per tileMax entry (the GEMM's bn)
+  /// The gemm.args index of the row's target column (an i32/i64 Row operand), left out of
+  /// the maxima; -1: none. Its stored value is replaced by DzForm anyway, and on a peaked
+  /// row (target logit far above the rest) a maximum that included it would put the
+  /// lane's other values below fp16's range.
+  int32_t excludeArg = -1;
+  /// One result: the factor. Its Acc argument stands for v; other arguments index the
+  /// GEMM's args (same operands as the epilogue).
+  ScalarFunc factor;
+  bool operator==(const StoredTile &) const = default;
+};
+
 struct GemmReduceKernel {
   FusedGemm gemm;
   std::vector<ReduceKind> reductions; ///< one per epilogue result
   BufferRef partials;                 ///< f32 [N, splits, slotsPerRow()]
+  std::optional<StoredTile> stored;   ///< the materialized schedule's forward store
   int32_t slotsPerRow() const;
   int32_t slotOf(int32_t result) const; ///< first slot of a result's partial
   bool operator==(const GemmReduceKernel &) const = default;
@@ -276,6 +310,24 @@ struct GemmDRhsKernel {
   bool operator==(const GemmDRhsKernel &) const = default;
 };
 
+/// The materialized schedule's dZ pass ([Note: the materialized backward]), per element of
+/// the row block, in place:
+///   dz[r][c] = bf16( c == target[r] ? targetDz[r]
+///                    : values[r][c] * scale[r] *
+///                      exp(tileMax[r][c / tileCols][(c % 8) / 2] - lse[r]) )
+/// values / dz: [rows of the block][cols], fp16 in and bf16 out. lse, scale and targetDz are
+/// f32 per row (global row index); target (i32 or i64) is optional: without it no column is
+/// special.
+struct DzFormKernel {
+  BufferRef dz;       ///< the forward's StoredTile::values
+  BufferRef tileMax;  ///< the forward's StoredTile::tileMax ([rows][tiles][4])
+  int64_t cols = 0;
+  int32_t tileCols = 128;
+  BufferRef lse, scale, targetDz, target;
+  DType targetType = DType::I64;
+  bool operator==(const DzFormKernel &) const = default;
+};
+
 struct CastKernel {
   BufferRef in;  ///< f32 [rows, k]
   BufferRef out;
@@ -286,9 +338,14 @@ struct CastKernel {
 };
 
 using KernelBody = std::variant<RowKernel, GemmReduceKernel, GemmDzKernel,
-                                GemmDLhsKernel, GemmDRhsKernel, CastKernel>;
+                                GemmDLhsKernel, GemmDRhsKernel, CastKernel, DzFormKernel>;
 
-enum class KernelKind : uint8_t { Row, GemmReduce, GemmDz, GemmDLhs, GemmDRhs, Cast };
+enum class KernelKind : uint8_t { Row, GemmReduce, GemmDz, GemmDLhs, GemmDRhs, Cast, DzForm };
+/// The four GEMM kinds (the others are elementwise or per row).
+inline bool isGemmKind(KernelKind k) {
+  return k == KernelKind::GemmReduce || k == KernelKind::GemmDz || k == KernelKind::GemmDLhs ||
+         k == KernelKind::GemmDRhs;
+}
 const char *kernelKindName(KernelKind k);
 
 struct Kernel {
@@ -378,6 +435,9 @@ struct ScheduleSpec {
   int64_t minBlockRows = 1024; ///< never cut blocks smaller than this
   int64_t goodChunkCols = 8192; ///< below this the chunk loop costs more than row blocks
   int64_t fallbackChunkCols = 2048; ///< the chunk width when no schedule fits the budget
+  /// The materialized schedule: one chunk of all columns always; rows are blocked (in
+  /// multiples of rowAlign, at least minBlockRows when N allows) to fit the budget.
+  bool wholeRows = false;
   int32_t firstBlockedStep = -1; ///< -1: rows are never blocked
   int32_t lastBlockedStep = -1;
   bool operator==(const ScheduleSpec &) const = default;

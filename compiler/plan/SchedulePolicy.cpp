@@ -97,6 +97,42 @@ RunSchedule chooseRunSchedule(const Program &p, int64_t n) {
     s.reason = reason;
     return s;
   };
+  if (spec.wholeRows) {
+    // The materialized schedule ([Note: the materialized backward]): one chunk of all
+    // columns; rows blocked as little as the budget allows (each block after the first
+    // re-reads and re-writes the f32 dW).
+    s.chunkCols = p.loopCols;
+    s.chunks = 1;
+    auto fits = [&](int64_t r) {
+      return workspaceBytesFor(p, n, r, p.loopCols) <= spec.budgetBytes;
+    };
+    const char *reason = "materialized: one row block";
+    if (n > 0 && !fits(n)) {
+      const int64_t ra = std::max<int64_t>(spec.rowAlign, 1);
+      if (!blockable || !fits(ra)) {
+        s.rowsPerBlock = blockable ? std::min(n, ra) : n;
+        reason = blockable ? "materialized: the budget is too small for one row tile of "
+                             "stored values"
+                           : "materialized: rows cannot be blocked in this Program";
+      } else {
+        int64_t lo = ra, hi = roundUp(n, ra); // lo fits, hi does not
+        while (hi - lo > ra) {
+          int64_t mid = (lo + hi) / 2 / ra * ra;
+          if (mid <= lo)
+            mid = lo + ra;
+          (fits(mid) ? lo : hi) = mid;
+        }
+        s.rowBlocks = ceilDiv(n, lo);
+        s.rowsPerBlock = std::min({n, lo, roundUp(ceilDiv(n, s.rowBlocks), ra)});
+        reason = "materialized: rows blocked so that a block's stored values fit the budget";
+      }
+      s.rowBlocks = ceilDiv(n, std::max<int64_t>(s.rowsPerBlock, 1));
+    }
+    s.workspaceBytes = workspaceBytesFor(p, n, s.rowsPerBlock, s.chunkCols);
+    s.overBudget = s.workspaceBytes > spec.budgetBytes;
+    s.reason = reason;
+    return s;
+  }
   if (spec.fixedChunkCols > 0) {
     s.chunkCols = spec.fixedChunkCols;
     return finish("fixed chunk width");

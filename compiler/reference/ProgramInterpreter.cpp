@@ -672,6 +672,8 @@ private:
             gemmDRhs(k.name, body, chunkBegin, chunkCols);
           else if constexpr (std::is_same_v<T, CastKernel>)
             castKernel(k.name, body);
+          else if constexpr (std::is_same_v<T, DzFormKernel>)
+            dzForm(k.name, body);
         },
         k.body);
   }
@@ -825,6 +827,90 @@ private:
           }
           }
         }
+      }
+    }
+    if (k.stored)
+      storeTile(name, k);
+  }
+
+  /// [Note: the materialized backward]: values = factor(v) * exp(v - m) per element and
+  /// m per (row, column tile), in fp64 (the device rounds values to fp16). The dZ buffer is
+  /// accessed as bf16 here and by the backward GEMMs (the interpreter does not round).
+  void storeTile(const std::string &name, const GemmReduceKernel &k) {
+    const FusedGemm &g = k.gemm;
+    const StoredTile &st = *k.stored;
+    if (st.tileCols <= 0 || g.cols % st.tileCols != 0)
+      badProgram(name, fmt::format("stored tiles of {} columns over {} columns", st.tileCols,
+                                   g.cols));
+    if (st.lseResult < 0 || st.lseResult >= static_cast<int32_t>(k.reductions.size()) ||
+        k.reductions[static_cast<size_t>(st.lseResult)] != ReduceKind::LogSumExp)
+      badProgram(name, fmt::format("stored result {} is not a logsumexp", st.lseResult));
+    FuncEval f(g.epilogue, "kernel '" + name + "' epilogue");
+    FuncEval fac(st.factor, "kernel '" + name + "' stored factor");
+    checkArgs(fac, g.args, name);
+    if (fac.numResults() != 1)
+      badProgram(name, "the stored factor has more than one result");
+    Site site{name, "the GEMM"}, vsite{name, "the stored values"};
+    const int64_t tiles = g.cols / st.tileCols;
+    std::vector<double> v, fv, vals(static_cast<size_t>(st.tileCols));
+    for (int64_t r = 0; r < rows_; ++r)
+      for (int64_t t = 0; t < tiles; ++t) {
+        // One maximum per quad lane q = (c % 8) / 2 of the tile's columns.
+        double m[4] = {-kInf, -kInf, -kInf, -kInf};
+        for (int64_t j = 0; j < st.tileCols; ++j) {
+          Point pt;
+          pt.row = r;
+          pt.col = t * st.tileCols + j;
+          pt.acc = acc(g, r, pt.col, site);
+          f.run([&](int32_t a, DType ty) {
+            return operand(g.args[static_cast<size_t>(a)], ty, pt, name, true);
+          }, n_, v);
+          vals[static_cast<size_t>(j)] = f.result(v, st.lseResult);
+          const bool excluded =
+              st.excludeArg >= 0 &&
+              static_cast<int64_t>(operand(g.args[static_cast<size_t>(st.excludeArg)],
+                                           DType::I64, pt, name, true)) == pt.col;
+          double &mq = m[(pt.col % 8) / 2];
+          if (!excluded)
+            mq = maxNaN(mq, vals[static_cast<size_t>(j)]);
+        }
+        // The reference of each lane: its maximum without the target column, 0 if none.
+        for (double &mq : m)
+          mq = mq == -kInf ? 0.0 : mq;
+        for (int q = 0; q < 4; ++q)
+          write(st.tileMax, (r * tiles + t) * 4 + q, DType::F32, m[q], vsite);
+        for (int64_t j = 0; j < st.tileCols; ++j) {
+          const double base = m[((t * st.tileCols + j) % 8) / 2];
+          Point pt;
+          pt.row = r;
+          pt.col = t * st.tileCols + j;
+          pt.acc = vals[static_cast<size_t>(j)]; // the factor's Acc is v
+          fac.run([&](int32_t a, DType ty) {
+            return operand(g.args[static_cast<size_t>(a)], ty, pt, name, true);
+          }, n_, fv);
+          write(st.values, r * g.cols + pt.col, DType::BF16,
+                fac.result(fv, 0) * std::exp(pt.acc - base), vsite);
+        }
+      }
+  }
+
+  void dzForm(const std::string &name, const DzFormKernel &k) {
+    if (k.tileCols <= 0 || k.cols % k.tileCols != 0)
+      badProgram(name, fmt::format("tiles of {} columns over {} columns", k.tileCols, k.cols));
+    Site site{name, "the dZ pass"};
+    const int64_t tiles = k.cols / k.tileCols;
+    for (int64_t r = 0; r < rows_; ++r) {
+      const double lse = read(k.lse, r, DType::F32, site);
+      const double scale = read(k.scale, r, DType::F32, site);
+      const int64_t t = k.target.valid()
+                            ? static_cast<int64_t>(read(k.target, r, k.targetType, site))
+                            : -1;
+      for (int64_t c = 0; c < k.cols; ++c) {
+        double &x = element(k.dz, r * k.cols + c, DType::BF16, site);
+        x = c == t ? read(k.targetDz, r, DType::F32, site)
+                   : x * scale * std::exp(read(k.tileMax, (r * tiles + c / k.tileCols) * 4 +
+                                                              (c % 8) / 2,
+                                               DType::F32, site) - lse);
       }
     }
   }

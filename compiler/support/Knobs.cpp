@@ -35,6 +35,7 @@ constexpr std::string_view kCudaInclude = "LCEJIT_CUDA_INCLUDE";
 constexpr std::string_view kWorkspaceMB = "LCEJIT_WORKSPACE_MB";
 constexpr std::string_view kGemmTile = "LCEJIT_GEMM_TILE";
 constexpr std::string_view kMainloop = "LCEJIT_MAINLOOP";
+constexpr std::string_view kBackward = "LCEJIT_BACKWARD";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -55,6 +56,7 @@ struct Values {
   std::optional<int64_t> workspaceMB;
   std::optional<std::array<int32_t, 6>> gemmTile;
   std::string mainloop = "auto";
+  std::string backward = "recompute";
 };
 
 /// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
@@ -216,6 +218,14 @@ std::unique_ptr<Values> readAll() {
                    "environment variable {}='{}' must be auto, mma or wgmma", kMainloop, *m);
     v->mainloop = t;
   }
+  if (std::optional<std::string> m = readEnv(kBackward)) {
+    std::string t(trim(*m));
+    if (t != "recompute" && t != "materialized")
+      LCEJIT_THROW(InvalidArgument,
+                   "environment variable {}='{}' must be recompute or materialized", kBackward,
+                   *m);
+    v->backward = t;
+  }
   return v;
 }
 
@@ -267,6 +277,10 @@ const std::vector<KnobInfo> &allKnobs() {
       {kMainloop, "auto | mma | wgmma", "auto",
        "bf16 GEMM mainloop: auto takes the sm_90a wgmma path where it can run, mma keeps "
        "the portable mma.sync one (comparisons; part of the cache key)."},
+      {kBackward, "recompute | materialized", "recompute",
+       "Backward schedule: recompute (vocab-chunked, the default) or materialized (the "
+       "forward stores fp16 values that the backward forms dZ from; taken where the "
+       "planner can derive it, else the plan says why; part of the cache key)."},
   };
   return knobs;
 }
@@ -306,6 +320,7 @@ const std::vector<std::string> &cudaIncludeDirs() { return current().cudaInclude
 std::optional<int64_t> workspaceMB() { return current().workspaceMB; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
+const std::string &backward() { return current().backward; }
 
 namespace {
 std::atomic<int64_t> gGeneration{0};

@@ -89,6 +89,10 @@ std::optional<std::array<int32_t, 6>> gemmTile();
 /// (plan::Mainloop). Anything else is Error(InvalidArgument) naming the variable.
 const std::string &mainloop();
 
+/// LCEJIT_BACKWARD: "recompute" (default) or "materialized" (plan::PlanOptions::Backward).
+/// Anything else is Error(InvalidArgument) naming the variable.
+const std::string &backward();
+
 /// Makes the next accessor call read the environment again. For tests only.
 void reloadForTesting();
 

@@ -91,6 +91,8 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.mainloop = mainloop == "mma"     ? plan::Mainloop::MmaSync
                : mainloop == "wgmma" ? plan::Mainloop::Wgmma
                                      : plan::Mainloop::Auto;
+  p.backward = knobs::backward() == "materialized" ? plan::PlanOptions::Backward::Materialized
+                                                   : plan::PlanOptions::Backward::Recompute;
   if (forwardOnly_)
     p.outputTypes = {DType::F32};
   else
@@ -111,6 +113,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile = fmt::format("|tile={}", fmt::join(*t, ","));
   if (knobs::mainloop() != "auto")
     tile += "|mainloop=" + knobs::mainloop();
+  if (knobs::backward() != "recompute")
+    tile += "|backward=" + knobs::backward();
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice.
   static_assert(sizeof(plan::Target) == 3 * sizeof(int32_t),

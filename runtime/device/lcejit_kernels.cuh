@@ -374,4 +374,54 @@ __device__ __forceinline__ void cast_kernel(const void *in, void *out,
     store_f32<OutElem>(out, i, src[i]);
 }
 
+//===----------------------------------------------------------------------===//
+// DzFormKernel ([Note: the materialized backward] in plan/Program.h): dZ from the
+// forward's stored fp16 values, in place, 8 columns (16 bytes) per step.
+//===----------------------------------------------------------------------===//
+
+template <class T> struct target_of {
+  static __device__ __forceinline__ i64 at(const void *p, i64 r) {
+    return static_cast<i64>(static_cast<const T *>(p)[r]);
+  }
+};
+template <> struct target_of<void> {
+  static __device__ __forceinline__ i64 at(const void *, i64) { return -1; }
+};
+
+template <class TargetT>
+__device__ __forceinline__ void
+dz_form_kernel(void *dz, const void *tile_max, const void *lse, const void *scale,
+               const void *target_dz, const void *target, i64 n, i64 cols,
+               int tile_cols) {
+  const i64 vecs = cols / 8;
+  const i64 tiles = (cols + tile_cols - 1) / tile_cols;
+  const i64 total = n * vecs;
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  const float *tm = static_cast<const float *>(tile_max);
+  for (i64 v = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; v < total;
+       v += stride) {
+    const i64 r = v / vecs;
+    const i64 c0 = (v - r * vecs) * 8;
+    // One maximum per quad lane of the forward's tile: pair q of the vector is lane q's.
+    const float *m = tm + (r * tiles + c0 / tile_cols) * 4;
+    const float sc = static_cast<const float *>(scale)[r], l = static_cast<const float *>(lse)[r];
+    uint4 *p = reinterpret_cast<uint4 *>(static_cast<u16 *>(dz) + r * cols + c0);
+    uint4 in = *p;
+    u32 w[4] = {in.x, in.y, in.z, in.w};
+    const i64 tc = target_of<TargetT>::at(target, r) - c0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float s = sc * expf(m[q] - l);
+      float a = elem_f16::to_f32(static_cast<u16>(w[q] & 0xffffu)) * s;
+      float b = elem_f16::to_f32(static_cast<u16>(w[q] >> 16)) * s;
+      if (tc == 2 * q)
+        a = static_cast<const float *>(target_dz)[r];
+      if (tc == 2 * q + 1)
+        b = static_cast<const float *>(target_dz)[r];
+      w[q] = (u32)elem_bf16::from_f32(a) | ((u32)elem_bf16::from_f32(b) << 16);
+    }
+    *p = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 } // namespace lcejit

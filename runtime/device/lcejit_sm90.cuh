@@ -652,13 +652,23 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   __device__ __forceinline__ i64 slice_row0(int g, int j) const {
     return row_tile * Cfg::BM + 64 * (SL == 1 ? g : j);
   }
+  /// The row's operands: kept in registers across the tiles, except when the epilogue
+  /// also stores values (materialized), where the registers are short and the row is
+  /// loaded again per tile (an L1 hit).
+  __device__ __forceinline__ typename Epi::Row row_operands(int j, int h, i64 row) const {
+    if constexpr (Epi::STORE)
+      return row < n ? epi.load_row(row) : typename Epi::Row();
+    else
+      return rows[j][h];
+  }
   __device__ __forceinline__ void begin(int g, int t) {
 #pragma unroll
     for (int j = 0; j < SL; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const i64 row = slice_row0(g, j) + acc_row(2 * h, t);
-        rows[j][h] = row < n ? epi.load_row(row) : typename Epi::Row();
+        if constexpr (!Epi::STORE)
+          rows[j][h] = row < n ? epi.load_row(row) : typename Epi::Row();
         Epi::init(part[j][h]);
       }
   }
@@ -677,7 +687,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
         const int h = (i / 2) % 2;
         const typename Epi::Col c = epi.load_col(col);
         epi.accumulate(part[j][h], acc[i], row0 + acc_row(i, t), col,
-                       rows[j][h], c);
+                       row_operands(j, h, row0 + acc_row(i, t)), c);
       }
     }
   }
@@ -700,18 +710,77 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const i64 row = row0 + acc_row(2 * h, t);
+      const typename Epi::Row rv = row_operands(j, h, row);
       // Element k of the fragment: accumulator 4 (k / 2) + 2 h + k % 2.
 #pragma unroll
       for (int k = 0; k < R / 2; ++k) {
         const int i = 4 * (k / 2) + 2 * h + k % 2;
         const i64 col = col0 + acc_col(i, t);
-        acc[i] = epi.fragment_value(part[j][h], acc[i], row, col, rows[j][h],
+        acc[i] = epi.fragment_value(part[j][h], acc[i], row, col, rv,
                                     epi.load_col(col));
       }
       float m, tt;
-      lse_of_values<R / 2>(
-          m, tt, [&](int k) { return acc[4 * (k / 2) + 2 * h + k % 2]; });
+      if constexpr (Epi::STORE)
+        lse_and_store(m, tt, acc, rv, h, row, col0, t);
+      else
+        lse_of_values<R / 2>(
+            m, tt, [&](int k) { return acc[4 * (k / 2) + 2 * h + k % 2]; });
       lse_merge(part[j][h][S], part[j][h][S + 1], m, tt);
+    }
+  }
+  /// [Note: the materialized backward] (plan/Program.h): lse_of_values over the thread's
+  /// R / 2 values of a row, and in the same pass the stored values fp16(factor(v) *
+  /// exp(v - m)) with m this thread's maximum (one exp per element serves both), and m
+  /// at tile_max[row][tile][lane of the quad] (lane q holds columns 8 g + 2 q, + 1).
+  /// Only full tiles: the planner materializes when the columns are a multiple of BN.
+  template <int R>
+  __device__ __forceinline__ void lse_and_store(float &m, float &t_out, float (&acc)[R],
+                                                const typename Epi::Row &rv, int h, i64 row,
+                                                i64 col0, int t) {
+    // Values first (in place of the accumulators), then the stores from one row base at
+    // constant offsets: interleaving them, or 64-bit addresses per element, made ptxas
+    // spill (as in DzEpilogue).
+    // Each pair is packed to two fp16 as soon as it is made (in the slot of its first
+    // accumulator): half the live registers until the stores.
+    lse_of_values<R / 2>(m, t_out,
+                         [&](int k) { return acc[4 * (k / 2) + 2 * h + k % 2]; });
+    // The reference of the stored values: the lane's maximum without the target column
+    // (see StoredTile::excludeArg); the logsumexp keeps the true maximum m.
+    // Element k of this lane's row is column col0 + 8 (k / 2) + 2 (t % 4) + k % 2: the
+    // target's k (or -1) is found once, then compared with constants.
+    const i64 rel = epi.store_target(rv) - col0 - 2 * (t % 4);
+    const int kx = (rel >= 0 && rel < 2 * R && (rel % 8) < 2)
+                       ? static_cast<int>(2 * (rel / 8) + rel % 8)
+                       : -1;
+    float sm = -f32_inf();
+#pragma unroll
+    for (int k = 0; k < R / 2; ++k)
+      sm = k == kx ? sm : fmaxf(sm, acc[4 * (k / 2) + 2 * h + k % 2]);
+    const float base = sm == -f32_inf() ? 0.f : sm, mx = base;
+#pragma unroll
+    for (int g = 0; g < R / 4; ++g) {
+      const int i = 4 * g + 2 * h;
+      float f[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const float v = acc[i + u];
+        const float e = exp2_approx((v - base) * 1.4426950408889634f);
+        const i64 col = col0 + acc_col(i + u, t);
+        f[u] = epi.store_factor(v, row, col, rv, epi.load_col(col)) * e;
+      }
+      // One cvt.rn.f16x2.f32 packs the pair (f[0] in the low half).
+      const __half2 packed = __floats2half2_rn(f[0], f[1]);
+      acc[i] = __uint_as_float(*reinterpret_cast<const u32 *>(&packed));
+    }
+    if (row < n) {
+      u32 *out = static_cast<u32 *>(epi.store_values) + (row * cols + col0) / 2 + t % 4;
+#pragma unroll
+      for (int g = 0; g < R / 4; ++g) {
+        const int i = 4 * g + 2 * h;
+        out[4 * g] = __float_as_uint(acc[i]);
+      }
+      static_cast<float *>(epi.store_tile_max)[(row * (cols / Cfg::BN) + col0 / Cfg::BN) * 4 +
+                                               t % 4] = mx;
     }
   }
   /// Quad shuffles finish each row of a consumer. With ping-pong both consumers hold

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -82,6 +83,35 @@ std::vector<double> hostValues(const DeviceBuffer &b, DType t, int64_t count) {
   return out;
 }
 
+/// LCEJIT_BACKWARD=materialized for one scope (the materialized backward is opt-in), then
+/// the previous value; the knobs are reloaded both times.
+class MaterializedBackward {
+public:
+  explicit MaterializedBackward(bool on = true) : on_(on) {
+    if (!on_)
+      return;
+    if (const char *old = std::getenv("LCEJIT_BACKWARD"))
+      old_ = old;
+    ::setenv("LCEJIT_BACKWARD", "materialized", 1);
+    knobs::reloadForTesting();
+  }
+  ~MaterializedBackward() {
+    if (!on_)
+      return;
+    if (old_)
+      ::setenv("LCEJIT_BACKWARD", old_->c_str(), 1);
+    else
+      ::unsetenv("LCEJIT_BACKWARD");
+    knobs::reloadForTesting();
+  }
+  MaterializedBackward(const MaterializedBackward &) = delete;
+  MaterializedBackward &operator=(const MaterializedBackward &) = delete;
+
+private:
+  bool on_;
+  std::optional<std::string> old_;
+};
+
 class LceGpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LceGpu, MatchesFp64Reference) {
@@ -98,6 +128,8 @@ TEST_P(LceGpu, MatchesFp64Reference) {
     o.ignoreIndex.reset();
   o.precision = c.precision;
   o.workspaceBudgetBytes = c.budgetMb << 20;
+  const bool materialized = std::string(c.name).rfind("bf16_mat_", 0) == 0;
+  MaterializedBackward knob(materialized);
   LinearCrossEntropy op(o);
   const bool exact = c.precision == Precision::Exact || c.dtype != DType::BF16;
   RefKernels &k = RefKernels::get();
@@ -140,13 +172,18 @@ TEST_P(LceGpu, MatchesFp64Reference) {
       op.scheduleSummary(c.n));
   std::cout << report << "\n";
   RecordProperty("errors", report);
+  if (materialized)
+    EXPECT_NE(op.scheduleSummary(c.n).find("materialized"), std::string::npos)
+        << "this case is meant to run the materialized backward: " << op.scheduleSummary(c.n);
   EXPECT_EQ(ch.nonFinite, 0) << "dH has NaN/inf (unwritten poison?)";
   EXPECT_EQ(cw.nonFinite, 0) << "dW has NaN/inf (unwritten poison?)";
   const bool peaked = c.logits == Logits::Peaked;
   EXPECT_LE(lossErr, peaked ? kPeakedLossTolerance : kLossTolerance);
   if (c.n > 0) {
-    EXPECT_LE(ch.relError, gradTolerance(c.dtype, exact, peaked, ch.floor, ch.bf16Floor));
-    EXPECT_LE(cw.relError, gradTolerance(c.gradWeight, exact, peaked, cw.floor, cw.bf16Floor));
+    EXPECT_LE(ch.relError,
+              gradTolerance(c.dtype, exact, peaked, ch.floor, ch.bf16Floor, materialized));
+    EXPECT_LE(cw.relError, gradTolerance(c.gradWeight, exact, peaked, cw.floor, cw.bf16Floor,
+                                         materialized));
     if (c.dtype == DType::BF16) {
       EXPECT_LE(ch.maxAbsError, kMaxBf16UlpsOfLargest * bf16Ulp(ch.maxAbsRef));
       EXPECT_LE(cw.maxAbsError, kMaxBf16UlpsOfLargest * bf16Ulp(cw.maxAbsRef));
@@ -227,6 +264,18 @@ INSTANTIATE_TEST_SUITE_P(
              F32, DType::I64, true, Precision::Fast, Logits::Random, 4},
         Case{"bf16_exact_rowblocks_n3001_d256_v32003_budget4", BF, 3001, 256, 32003, {}, 0,
              R::Sum, F32, DType::I64, true, Precision::Exact, Logits::Random, 4},
+        // The materialized backward ([Note: the materialized backward]): V a multiple of
+        // 128; row blocks (a 100 MiB budget cuts 4097 rows of 32000 columns into three),
+        // tail rows, peaked and saturating-softcap logits, i32 targets.
+        Case{"bf16_mat_rowblocks_n4097_d256_v32000_softcap_ignore_budget100", BF, 4097, 256,
+             32000, 30.0, 7, R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Random,
+             100},
+        Case{"bf16_mat_peaked_n2000_d512_v32000", BF, 2000, 512, 32000, {}, 0, R::Mean, F32,
+             DType::I64, true, Precision::Fast, Logits::Peaked},
+        Case{"bf16_mat_saturating_softcap_n1500_d256_v32000_i32", BF, 1500, 256, 32000, 30.0, 0,
+             R::Sum, F32, I32, true, Precision::Fast, Logits::Saturating},
+        Case{"bf16_mat_n1000_d4096_v128256_softcap_ignore", BF, 1000, 4096, 128256, 30.0, 3,
+             R::Mean, F32},
         // N * V > 2^31 (element indices past int32).
         Case{"bf16_n20000_d64_v128256_nv_over_2e31", BF, 20000, 64, 128256, {}, 0, R::Mean,
              F32}),

@@ -3,6 +3,7 @@
 #include "TestSupport.h"
 
 #include "lcejit/Error.h"
+#include "compiler/reference/ProgramInterpreter.h"
 
 #include <nlohmann/json.hpp>
 
@@ -162,7 +163,7 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
   auto mathOf = [](const plan::Program &p) {
     std::vector<plan::MathMode> m;
     for (const plan::Kernel &k : p.kernels)
-      if (k.kind() != KernelKind::Row && k.kind() != KernelKind::Cast)
+      if (plan::isGemmKind(k.kind()))
         m.push_back(plan::gemmMath(k));
     return m;
   };
@@ -179,7 +180,7 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
   pingpong.pingpong = true;
   for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k) {
     const plan::Kernel &kernel = p.kernels[static_cast<size_t>(k)];
-    if (kernel.kind() == KernelKind::Row || kernel.kind() == KernelKind::Cast)
+    if (!plan::isGemmKind(kernel.kind()))
       continue;
     const plan::TileConfig &t = plan::gemmTile(kernel);
     const bool fused = kernel.kind() == KernelKind::GemmReduce ||
@@ -222,6 +223,97 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
   allMma(llama->plan(options(8192)));
   allMma(lceFused(4096, 128255, DType::BF16, std::nullopt)->plan(wgmmaOptions(8192)));
   allMma(lceFused(64, 1000, DType::F32)->plan(wgmmaOptions(8192)));
+}
+
+/// [Note: the materialized backward]: on the wgmma path, fast precision, whole column
+/// tiles and a budget that holds at least 1024 rows of stored values, the dZ GEMM gives
+/// way to the forward's stores, a row kernel and the DzForm pass; the per-element factor
+/// is 1 without softcap and a function of the capped value with it.
+TEST(Planner, MaterializedBackwardWhereItPays) {
+  auto kinds = [](const plan::Program &p) {
+    std::vector<KernelKind> k;
+    for (const plan::Step &s : p.steps) {
+      if (s.kind == plan::Step::Kind::Launch)
+        k.push_back(p.kernels[static_cast<size_t>(s.kernel)].kind());
+      else
+        for (int32_t i : s.loopKernels)
+          k.push_back(p.kernels[static_cast<size_t>(i)].kind());
+    }
+    return k;
+  };
+  auto decision = [](const plan::Program &p, const std::string &what) {
+    for (const std::string &d : p.decisions)
+      if (d.find(what) != std::string::npos)
+        return d;
+    return std::string();
+  };
+  for (std::optional<double> softcap : {std::optional<double>(), std::optional<double>(30.0)}) {
+    auto g = lceFused(4096, 128256, DType::BF16, softcap);
+    plan::PlanOptions o = wgmmaOptions(8192);
+    o.workspaceBudgetBytes = int64_t(512) << 20;
+    o.backward = plan::PlanOptions::Backward::Materialized;
+    plan::Program p = g->plan(o);
+    EXPECT_NE(decision(p, "backward: materialized:"), "") << p.toJson(2);
+    const std::vector<KernelKind> want = {KernelKind::Row,      KernelKind::GemmReduce,
+                                          KernelKind::Row,      KernelKind::Row,
+                                          KernelKind::DzForm,   KernelKind::GemmDLhs,
+                                          KernelKind::GemmDRhs, KernelKind::Row};
+    EXPECT_EQ(kinds(p), want);
+    const plan::GemmReduceKernel *f = nullptr;
+    const plan::DzFormKernel *z = nullptr;
+    for (const plan::Kernel &k : p.kernels) {
+      if (auto *x = std::get_if<plan::GemmReduceKernel>(&k.body))
+        f = x;
+      if (auto *x = std::get_if<plan::DzFormKernel>(&k.body))
+        z = x;
+    }
+    ASSERT_TRUE(f && f->stored && z);
+    EXPECT_EQ(f->reductions.back(), plan::ReduceKind::Sum) << "the target logit's pick";
+    EXPECT_EQ(f->stored->tileCols, 128);
+    EXPECT_EQ(z->dz, f->stored->values);
+    EXPECT_TRUE(z->target.valid());
+    // The factor, evaluated: 1 without softcap, 1 - (v / 30)^2 with it.
+    for (double v : {-29.0, -3.5, 0.0, 12.25}) {
+      std::vector<double> args(f->gemm.args.size(), 0.0);
+      for (size_t a = 0; a < args.size(); ++a)
+        if (f->gemm.args[a].kind == plan::Operand::Kind::Acc)
+          args[a] = v;
+      const double got = ref::evaluateScalarFunc(f->stored->factor, args, 8192)[0];
+      EXPECT_NEAR(got, softcap ? 1.0 - (v / 30.0) * (v / 30.0) : 1.0, 1e-12) << v;
+    }
+    plan::RunSchedule s = p.runSchedule(8192);
+    EXPECT_EQ(s.chunks, 1);
+    EXPECT_EQ(s.chunkCols, 128256);
+    EXPECT_FALSE(s.overBudget) << s.describe();
+    EXPECT_LE(s.workspaceBytes, int64_t(512) << 20);
+  }
+  // Where it is asked for but not taken, the plan says why; by default it is not asked for.
+  auto llama = lceFused(4096, 128256, DType::BF16, std::nullopt);
+  auto asked = [](plan::PlanOptions o) {
+    o.backward = plan::PlanOptions::Backward::Materialized;
+    return o;
+  };
+  EXPECT_EQ(decision(llama->plan(wgmmaOptions(8192)), "materialized"), "") << "opt-in";
+  plan::PlanOptions small = asked(wgmmaOptions(8192));
+  small.workspaceBudgetBytes = int64_t(64) << 20;
+  EXPECT_NE(decision(llama->plan(small), "fewer than 1024 rows"), "");
+  plan::PlanOptions exact = asked(wgmmaOptions(8192));
+  exact.exactGradients = true;
+  EXPECT_NE(decision(llama->plan(exact), "materialized schedule not taken"), "");
+  auto odd = lceFused(256, 32008, DType::BF16, std::nullopt); // 32008 % 128 != 0
+  EXPECT_NE(decision(odd->plan(asked(wgmmaOptions(4096))),
+                     "not a multiple of the 128-column tile"),
+            "");
+  // i32 targets compare the column cast to i32: still the one-hot of the target.
+  fe::LceSpec spec;
+  spec.hidden = 256;
+  spec.vocab = 32000;
+  spec.dtype = DType::BF16;
+  spec.softcap = 30.0;
+  spec.ignoreIndex = -100;
+  spec.targetType = DType::I32;
+  auto i32 = pipeline::compileGraph(*fe::buildLceGraph(spec));
+  EXPECT_NE(decision(i32->plan(asked(wgmmaOptions(1500))), "backward: materialized:"), "");
 }
 
 TEST(Planner, ChunkSizeFollowsBudget) {

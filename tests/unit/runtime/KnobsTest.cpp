@@ -230,7 +230,7 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_CACHE_DIR",      "LCEJIT_CACHE",        "LCEJIT_CACHE_MAX_MB", "LCEJIT_DUMP",
       "LCEJIT_DUMP_DIR",       "LCEJIT_ALWAYS_COMPILE", "LCEJIT_ASSERT_NO_COMPILE",
       "LCEJIT_LOG",            "LCEJIT_CUDA_INCLUDE", "LCEJIT_WORKSPACE_MB",
-      "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP"};
+      "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP",     "LCEJIT_BACKWARD"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();

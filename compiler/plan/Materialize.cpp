@@ -1,0 +1,835 @@
+//===- Materialize.cpp - The recompute backward -> the materialized one -----===//
+//
+// [Note: the materialized backward] (Program.h) says what the kernels do; this file
+// derives their functions from the planned recompute Program by algebra on the dZ
+// function f(x, col, row operands):
+//
+//   1. f must use exp once on x, as E = exp(G(x) - L) with L a per-row value (the
+//      logsumexp) and G the value the forward GEMM reduces with logsumexp;
+//   2. f must be linear in E: f = a·E + b (a walk over the SSA: +, -, neg, · and / by
+//      E-free values, select on E-free conditions);
+//   3. a must factor into a per-element part (x, col and operands the forward can read)
+//      times a per-row part (the rest), and the per-element part must be a function of
+//      G(x) (it is recovered from G through the affine steps of G's chain: with softcap,
+//      tanh(x / c) = G / c);
+//   4. b must vanish off one target column: b = 0 once col == t is false, for a row
+//      operand t of integer type (the one-hot of the cross entropy).
+//
+// Then dZ = factor(G)·exp(G - m)·[exp(m - L)·a_row] off the target column, and f(x_t, t)
+// on it, with x_t picked by the forward (one more sum partial). The forward stores the
+// first factor (fp16), a row kernel computes L, a_row and f(x_t, t), and the DzForm kernel
+// assembles dZ. Anything else keeps the recompute schedule, and the reason is a decision
+// line of the plan.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/plan/Materialize.h"
+#include "compiler/plan/SchedulePolicy.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <optional>
+#include <tuple>
+
+namespace lcejit::plan {
+namespace {
+
+/// A ScalarFunc under construction: a copy of one function (indices kept) that new,
+/// hash-consed instructions are appended to.
+struct Expr {
+  ScalarFunc f;
+  std::map<std::tuple<int, int, int32_t, int32_t, int32_t, int32_t, double, int64_t>, int32_t>
+      seen;
+
+  explicit Expr(const ScalarFunc &base) : f(base) {
+    for (int32_t i = 0; i < static_cast<int32_t>(f.insts.size()); ++i)
+      seen.emplace(keyOf(f.insts[static_cast<size_t>(i)]), i);
+  }
+  static std::tuple<int, int, int32_t, int32_t, int32_t, int32_t, double, int64_t>
+  keyOf(const ScalarInst &i) {
+    return {static_cast<int>(i.op), static_cast<int>(i.type), i.operands[0], i.operands[1],
+            i.operands[2], i.argIndex, i.fValue, i.iValue};
+  }
+  int32_t add(const ScalarInst &i) {
+    auto [it, inserted] = seen.emplace(keyOf(i), static_cast<int32_t>(f.insts.size()));
+    if (inserted)
+      f.insts.push_back(i);
+    return it->second;
+  }
+  int32_t op(ScalarOp o, DType t, int32_t a, int32_t b = -1, int32_t c = -1) {
+    ScalarInst i;
+    i.op = o;
+    i.type = t;
+    i.operands[0] = a;
+    i.operands[1] = b;
+    i.operands[2] = c;
+    return add(i);
+  }
+  int32_t constF(double v) {
+    ScalarInst i;
+    i.op = ScalarOp::Const;
+    i.type = DType::F32;
+    i.fValue = v;
+    return add(i);
+  }
+  const ScalarInst &at(int32_t i) const { return f.insts[static_cast<size_t>(i)]; }
+  // None (-1) stands for 0 in sums and for 1 in products.
+  int32_t sum(int32_t a, int32_t b) {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    return op(ScalarOp::Add, DType::F32, a, b);
+  }
+  int32_t diff(int32_t a, int32_t b) {
+    if (b < 0) return a;
+    if (a < 0) return op(ScalarOp::Neg, DType::F32, b);
+    return op(ScalarOp::Sub, DType::F32, a, b);
+  }
+  int32_t prod(int32_t a, int32_t b) {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    return op(ScalarOp::Mul, DType::F32, a, b);
+  }
+};
+
+/// Which arguments an instruction depends on (transitively).
+std::vector<bool> dependsOn(const ScalarFunc &f, const std::function<bool(int32_t)> &argPred) {
+  std::vector<bool> d(f.insts.size(), false);
+  for (size_t i = 0; i < f.insts.size(); ++i) {
+    const ScalarInst &in = f.insts[i];
+    if (in.op == ScalarOp::Arg)
+      d[i] = argPred(in.argIndex);
+    for (int32_t o : in.operands)
+      if (o >= 0)
+        d[i] = d[i] || d[static_cast<size_t>(o)];
+  }
+  return d;
+}
+
+/// The function computing `root` alone, its Arg instructions renumbered by `argMap` (the
+/// old argument index -> the new one) and instructions replaced by `subst` (old index ->
+/// an instruction of the result, built by the callback with the given Expr).
+class Extract {
+public:
+  Extract(const ScalarFunc &from) : from_(from), out_(ScalarFunc{}) {}
+
+  std::function<int32_t(int32_t, Expr &)> subst;   ///< -2: no substitution
+  std::function<int32_t(int32_t)> argMap;          ///< new argument index
+
+  int32_t take(int32_t i) {
+    if (auto it = done_.find(i); it != done_.end())
+      return it->second;
+    int32_t r = subst ? subst(i, out_) : -2;
+    if (r == -2) {
+      ScalarInst in = from_.insts[static_cast<size_t>(i)];
+      if (in.op == ScalarOp::Arg)
+        in.argIndex = argMap(in.argIndex);
+      for (int32_t &o : in.operands)
+        if (o >= 0)
+          o = take(o);
+      r = out_.add(in);
+    }
+    done_[i] = r;
+    return r;
+  }
+  Expr &out() { return out_; }
+
+private:
+  const ScalarFunc &from_;
+  Expr out_;
+  std::map<int32_t, int32_t> done_;
+};
+
+bool sameExpr(const ScalarFunc &f1, int32_t i1, const std::vector<Operand> &a1,
+              const ScalarFunc &f2, int32_t i2, const std::vector<Operand> &a2) {
+  const ScalarInst &x = f1.insts[static_cast<size_t>(i1)];
+  const ScalarInst &y = f2.insts[static_cast<size_t>(i2)];
+  if (x.op != y.op || x.type != y.type)
+    return false;
+  if (x.op == ScalarOp::Const)
+    return x.fValue == y.fValue && x.iValue == y.iValue;
+  if (x.op == ScalarOp::Arg)
+    return a1[static_cast<size_t>(x.argIndex)] == a2[static_cast<size_t>(y.argIndex)];
+  for (int k = 0; k < 3; ++k) {
+    if ((x.operands[k] < 0) != (y.operands[k] < 0))
+      return false;
+    if (x.operands[k] >= 0 && !sameExpr(f1, x.operands[k], a1, f2, y.operands[k], a2))
+      return false;
+  }
+  return true;
+}
+
+struct Fail {
+  std::string why;
+};
+
+} // namespace
+
+namespace {
+std::string materialize(Program &p, const std::string &name);
+} // namespace
+
+std::string materializeBackward(Program &program, const std::string &name) {
+  // Work on a copy: a refusal half-way leaves the Program as it was.
+  Program p = program;
+  std::string why = materialize(p, name);
+  if (why.empty())
+    program = std::move(p);
+  return why;
+}
+
+namespace {
+std::string materialize(Program &p, const std::string &name) {
+  // 1. The shape of the Program: one forward reduce, one chunk loop led by a GemmDz.
+  int32_t fi = -1, loopStep = -1, fStep = -1;
+  for (int32_t s = 0; s < static_cast<int32_t>(p.steps.size()); ++s) {
+    const Step &st = p.steps[static_cast<size_t>(s)];
+    if (st.kind == Step::Kind::ChunkLoop) {
+      if (loopStep >= 0)
+        return "more than one gradient loop";
+      loopStep = s;
+    } else if (p.kernels[static_cast<size_t>(st.kernel)].kind() == KernelKind::GemmReduce) {
+      if (fi >= 0)
+        return "more than one forward GEMM";
+      fi = st.kernel;
+      fStep = s;
+    }
+  }
+  if (fi < 0 || loopStep < 0 || loopStep < fStep)
+    return "no forward GEMM followed by a gradient loop";
+  Step &loop = p.steps[static_cast<size_t>(loopStep)];
+  const int32_t zi = loop.loopKernels.front();
+  if (p.kernels[static_cast<size_t>(zi)].kind() != KernelKind::GemmDz)
+    return "the gradient loop does not start with a dZ GEMM";
+  auto &F = std::get<GemmReduceKernel>(p.kernels[static_cast<size_t>(fi)].body);
+  const auto &Z = std::get<GemmDzKernel>(p.kernels[static_cast<size_t>(zi)].body);
+  if (F.gemm.math != MathMode::WgmmaBF16 || Z.gemm.math != MathMode::WgmmaBF16)
+    return "the GEMMs are not on the wgmma mainloop";
+  if (Z.format != DzFormat::BF16)
+    return "dZ is not one bf16 operand (exact precision keeps the recompute)";
+  if (!(F.gemm.a == Z.gemm.a) || !(F.gemm.b == Z.gemm.b) || F.gemm.k != Z.gemm.k ||
+      F.gemm.cols != Z.gemm.cols)
+    return "the forward and dZ GEMMs multiply different operands";
+  if (F.gemm.cols % F.gemm.tile.bn != 0)
+    return fmt::format("the vocabulary ({}) is not a multiple of the {}-column tile",
+                       F.gemm.cols, F.gemm.tile.bn);
+  int32_t lseResult = -1;
+  for (size_t r = 0; r < F.reductions.size(); ++r) {
+    if (F.reductions[r] == ReduceKind::LogSumExp && lseResult < 0)
+      lseResult = static_cast<int32_t>(r);
+    else if (F.reductions[r] != ReduceKind::Sum)
+      return "the forward reduces more than one logsumexp and sums";
+  }
+  if (lseResult < 0)
+    return "the forward reduces no logsumexp";
+  for (size_t k = 1; k < loop.loopKernels.size(); ++k) {
+    const Kernel &kk = p.kernels[static_cast<size_t>(loop.loopKernels[k])];
+    if (auto *d = std::get_if<GemmDRhsKernel>(&kk.body); d && d->outType != DType::F32)
+      return fmt::format("d{} is {} (row blocks accumulate it in f32 only)",
+                         "W", dtypeName(d->outType));
+  }
+
+  // 2. What the forward can read: inputs, and buffers / slots written before it.
+  std::vector<BufferRef> earlyBufs;
+  std::vector<int32_t> earlySlots;
+  for (int32_t s = 0; s < fStep; ++s) {
+    const Step &st = p.steps[static_cast<size_t>(s)];
+    if (st.kind != Step::Kind::Launch)
+      continue;
+    if (auto *r = std::get_if<RowKernel>(&p.kernels[static_cast<size_t>(st.kernel)].body))
+      for (const RowKernel::Sink &sk : r->sinks) {
+        if (sk.buf.valid())
+          earlyBufs.push_back(sk.buf);
+        if (sk.slot >= 0)
+          earlySlots.push_back(sk.slot);
+      }
+  }
+  const ScalarFunc &f = Z.gemm.epilogue;
+  const std::vector<Operand> &args = Z.gemm.args;
+  auto isEarly = [&](const Operand &o) {
+    switch (o.kind) {
+    case Operand::Kind::Acc:
+    case Operand::Kind::ColIndex:
+      return true;
+    case Operand::Kind::Row:
+    case Operand::Kind::Col:
+    case Operand::Kind::Scalar:
+      if (o.buf.valid())
+        return o.buf.space == Space::Input ||
+               std::find(earlyBufs.begin(), earlyBufs.end(), o.buf) != earlyBufs.end();
+      return std::find(earlySlots.begin(), earlySlots.end(), o.slot) != earlySlots.end();
+    default:
+      return false;
+    }
+  };
+  auto argIs = [&](Operand::Kind k) {
+    return [&, k](int32_t a) { return args[static_cast<size_t>(a)].kind == k; };
+  };
+  const std::vector<bool> depX = dependsOn(f, argIs(Operand::Kind::Acc));
+  const std::vector<bool> depC = dependsOn(f, argIs(Operand::Kind::ColIndex));
+  const std::vector<bool> depLate =
+      dependsOn(f, [&](int32_t a) { return !isEarly(args[static_cast<size_t>(a)]); });
+  if (f.results.size() != 1)
+    return "the dZ function has more than one result";
+
+  // 3. E = exp(G - L).
+  int32_t e = -1;
+  for (int32_t i = 0; i < static_cast<int32_t>(f.insts.size()); ++i)
+    if (f.insts[static_cast<size_t>(i)].op == ScalarOp::Exp && depX[static_cast<size_t>(i)]) {
+      if (e >= 0)
+        return "dZ takes exp of the logits more than once";
+      e = i;
+    }
+  if (e < 0)
+    return "dZ has no exp of the logits";
+  const ScalarInst &sub = f.insts[static_cast<size_t>(f.insts[static_cast<size_t>(e)].operands[0])];
+  if (sub.op != ScalarOp::Sub)
+    return "dZ's exp is not of a difference";
+  const int32_t gi = sub.operands[0], li = sub.operands[1];
+  if (depC[static_cast<size_t>(gi)] || depLate[static_cast<size_t>(gi)] ||
+      depX[static_cast<size_t>(li)] || depC[static_cast<size_t>(li)])
+    return "dZ's exp is not of (logit value) - (row value)";
+  const ScalarFunc &ff = F.gemm.epilogue;
+  if (!sameExpr(f, gi, args, ff, ff.results[static_cast<size_t>(lseResult)], F.gemm.args))
+    return "dZ exponentiates another value than the forward's logsumexp";
+
+  // 4. f = a·E + b.
+  Expr x(f);
+  const std::vector<bool> depE = dependsOn(f, [](int32_t) { return false; });
+  std::vector<bool> onE(f.insts.size(), false);
+  for (size_t i = 0; i < f.insts.size(); ++i) {
+    onE[i] = static_cast<int32_t>(i) == e;
+    for (int32_t o : f.insts[i].operands)
+      if (o >= 0)
+        onE[i] = onE[i] || onE[static_cast<size_t>(o)];
+  }
+  (void)depE;
+  std::map<int32_t, std::pair<int32_t, int32_t>> linMemo;
+  std::function<std::pair<int32_t, int32_t>(int32_t)> lin =
+      [&](int32_t i) -> std::pair<int32_t, int32_t> {
+    if (!onE[static_cast<size_t>(i)])
+      return {-1, i};
+    if (i == e)
+      return {x.constF(1.0), -1};
+    if (auto it = linMemo.find(i); it != linMemo.end())
+      return it->second;
+    const ScalarInst in = f.insts[static_cast<size_t>(i)];
+    const int32_t o0 = in.operands[0], o1 = in.operands[1], o2 = in.operands[2];
+    auto on = [&](int32_t o) { return o >= 0 && onE[static_cast<size_t>(o)]; };
+    std::pair<int32_t, int32_t> r;
+    if (in.type != DType::F32)
+      throw Fail{"dZ uses exp(...) in a non-f32 value"};
+    switch (in.op) {
+    case ScalarOp::Add: {
+      auto [a0, b0] = lin(o0);
+      auto [a1, b1] = lin(o1);
+      r = {x.sum(a0, a1), x.sum(b0, b1)};
+      break;
+    }
+    case ScalarOp::Sub: {
+      auto [a0, b0] = lin(o0);
+      auto [a1, b1] = lin(o1);
+      r = {x.diff(a0, a1), x.diff(b0, b1)};
+      break;
+    }
+    case ScalarOp::Neg: {
+      auto [a0, b0] = lin(o0);
+      r = {a0 < 0 ? -1 : x.op(ScalarOp::Neg, DType::F32, a0),
+           b0 < 0 ? -1 : x.op(ScalarOp::Neg, DType::F32, b0)};
+      break;
+    }
+    case ScalarOp::Mul: {
+      if (on(o0) && on(o1))
+        throw Fail{"dZ is not linear in exp(...)"};
+      const int32_t k = on(o0) ? o1 : o0;
+      auto [a0, b0] = lin(on(o0) ? o0 : o1);
+      r = {x.prod(a0, k), b0 < 0 ? -1 : x.prod(b0, k)};
+      break;
+    }
+    case ScalarOp::Div: {
+      if (on(o1))
+        throw Fail{"dZ divides by exp(...)"};
+      auto [a0, b0] = lin(o0);
+      r = {a0 < 0 ? -1 : x.op(ScalarOp::Div, DType::F32, a0, o1),
+           b0 < 0 ? -1 : x.op(ScalarOp::Div, DType::F32, b0, o1)};
+      break;
+    }
+    case ScalarOp::Select: {
+      if (on(o0))
+        throw Fail{"dZ selects on exp(...)"};
+      auto [a1, b1] = lin(o1);
+      auto [a2, b2] = lin(o2);
+      const int32_t zero = x.constF(0.0);
+      r = {(a1 < 0 && a2 < 0) ? -1
+                              : x.op(ScalarOp::Select, DType::F32, o0, a1 < 0 ? zero : a1,
+                                     a2 < 0 ? zero : a2),
+           (b1 < 0 && b2 < 0) ? -1
+                              : x.op(ScalarOp::Select, DType::F32, o0, b1 < 0 ? zero : b1,
+                                     b2 < 0 ? zero : b2)};
+      break;
+    }
+    default:
+      throw Fail{fmt::format("dZ applies {} to exp(...)", scalarOpName(in.op))};
+    }
+    linMemo[i] = r;
+    return r;
+  };
+
+  try {
+    auto [aIdx, bIdx] = lin(f.results[0]);
+    if (aIdx < 0)
+      return "dZ does not depend on exp(...)";
+    // Dependencies of the grown function.
+    auto grow = [&](std::function<bool(int32_t)> pred) { return dependsOn(x.f, pred); };
+    const std::vector<bool> gX = grow(argIs(Operand::Kind::Acc));
+    const std::vector<bool> gC = grow(argIs(Operand::Kind::ColIndex));
+    const std::vector<bool> gLate =
+        grow([&](int32_t a) { return !isEarly(args[static_cast<size_t>(a)]); });
+
+    // 5. a = a_elem · a_row.
+    std::function<std::pair<int32_t, int32_t>(int32_t)> factor =
+        [&](int32_t i) -> std::pair<int32_t, int32_t> {
+      const size_t u = static_cast<size_t>(i);
+      if (!gX[u] && !gC[u])
+        return {-1, i};
+      if (!gLate[u])
+        return {i, -1};
+      const ScalarInst in = x.at(i);
+      switch (in.op) {
+      case ScalarOp::Mul: {
+        auto [e0, r0] = factor(in.operands[0]);
+        auto [e1, r1] = factor(in.operands[1]);
+        return {x.prod(e0, e1), x.prod(r0, r1)};
+      }
+      case ScalarOp::Div: {
+        const size_t d = static_cast<size_t>(in.operands[1]);
+        if (gX[d] || gC[d])
+          throw Fail{"dZ's factor divides by a per-element value"};
+        auto [e0, r0] = factor(in.operands[0]);
+        return {e0, x.op(ScalarOp::Div, DType::F32, r0 < 0 ? x.constF(1.0) : r0,
+                         in.operands[1])};
+      }
+      case ScalarOp::Neg: {
+        auto [e0, r0] = factor(in.operands[0]);
+        return {e0, x.op(ScalarOp::Neg, DType::F32, r0 < 0 ? x.constF(1.0) : r0)};
+      }
+      default:
+        throw Fail{"dZ's factor mixes per-element and per-row values other than by a product"};
+      }
+    };
+    auto [aElem, aRow] = factor(aIdx);
+
+    // 6. b vanishes off the target column.
+    int32_t targetArg = -1; // the target's Arg instruction in f
+    int32_t targetVal = -1; // the i64 value compared with col (the Arg or its cast)
+    for (int32_t i = 0; i < static_cast<int32_t>(f.insts.size()); ++i) {
+      const ScalarInst &in = f.insts[static_cast<size_t>(i)];
+      if (in.op != ScalarOp::CmpEq && in.op != ScalarOp::CmpNe)
+        continue;
+      for (int k = 0; k < 2; ++k) {
+        int32_t ci = in.operands[k];
+        if (f.insts[static_cast<size_t>(ci)].op == ScalarOp::Cast) // col as i32
+          ci = f.insts[static_cast<size_t>(ci)].operands[0];
+        const ScalarInst &c = f.insts[static_cast<size_t>(ci)];
+        int32_t t = in.operands[1 - k];
+        if (!(c.op == ScalarOp::Arg && args[static_cast<size_t>(c.argIndex)].kind ==
+                                           Operand::Kind::ColIndex))
+          continue;
+        int32_t ta = t;
+        if (f.insts[static_cast<size_t>(ta)].op == ScalarOp::Cast)
+          ta = f.insts[static_cast<size_t>(ta)].operands[0];
+        const ScalarInst &ti = f.insts[static_cast<size_t>(ta)];
+        if (ti.op != ScalarOp::Arg)
+          continue;
+        const Operand &o = args[static_cast<size_t>(ti.argIndex)];
+        if (o.kind != Operand::Kind::Row || !isEarly(o) ||
+            !(o.dtype == DType::I32 || o.dtype == DType::I64))
+          continue;
+        if (targetArg >= 0 && !(args[static_cast<size_t>(x.at(targetArg).argIndex)] == o))
+          throw Fail{"dZ compares the column with two different row values"};
+        targetArg = ta;
+        targetVal = t;
+      }
+    }
+    // Under col != target: is instruction i zero?
+    std::function<std::optional<bool>(int32_t)> truth = [&](int32_t i) -> std::optional<bool> {
+      const ScalarInst &in = x.at(i);
+      auto isCol = [&](int32_t o) {
+        if (x.at(o).op == ScalarOp::Cast) // col as i32 (exact: V < 2^31)
+          o = x.at(o).operands[0];
+        const ScalarInst &c = x.at(o);
+        return c.op == ScalarOp::Arg &&
+               args[static_cast<size_t>(c.argIndex)].kind == Operand::Kind::ColIndex;
+      };
+      if ((in.op == ScalarOp::CmpEq || in.op == ScalarOp::CmpNe) && targetVal >= 0 &&
+          ((isCol(in.operands[0]) && in.operands[1] == targetVal) ||
+           (isCol(in.operands[1]) && in.operands[0] == targetVal)))
+        return in.op == ScalarOp::CmpNe;
+      if (in.op == ScalarOp::Not)
+        if (auto v = truth(in.operands[0]))
+          return !*v;
+      if (in.op == ScalarOp::And) {
+        auto a = truth(in.operands[0]), b = truth(in.operands[1]);
+        if ((a && !*a) || (b && !*b))
+          return false;
+        if (a && b)
+          return true;
+      }
+      if (in.op == ScalarOp::Or) {
+        auto a = truth(in.operands[0]), b = truth(in.operands[1]);
+        if ((a && *a) || (b && *b))
+          return true;
+        if (a && b)
+          return false;
+      }
+      return std::nullopt;
+    };
+    std::function<bool(int32_t)> zeroOff = [&](int32_t i) -> bool {
+      const ScalarInst &in = x.at(i);
+      switch (in.op) {
+      case ScalarOp::Const: return in.fValue == 0.0 && in.iValue == 0;
+      case ScalarOp::Select:
+        if (auto c = truth(in.operands[0]))
+          return zeroOff(*c ? in.operands[1] : in.operands[2]);
+        return zeroOff(in.operands[1]) && zeroOff(in.operands[2]);
+      case ScalarOp::Mul: return zeroOff(in.operands[0]) || zeroOff(in.operands[1]);
+      case ScalarOp::Div:
+      case ScalarOp::Neg:
+      case ScalarOp::Cast: return zeroOff(in.operands[0]);
+      case ScalarOp::Add:
+      case ScalarOp::Sub: return zeroOff(in.operands[0]) && zeroOff(in.operands[1]);
+      default: return false;
+      }
+    };
+    if (bIdx >= 0 && !zeroOff(bIdx))
+      return "the rest of dZ (besides the exp term) is not zero off a target column";
+    const bool hasTarget = bIdx >= 0;
+
+    // 7. The per-element factor as a function of G: recover G's chain.
+    std::map<int32_t, std::function<int32_t(Expr &, int32_t)>> spine; // f inst -> from v
+    {
+      int32_t s = gi;
+      std::function<int32_t(Expr &, int32_t)> from = [](Expr &, int32_t v) { return v; };
+      for (;;) {
+        spine[s] = from;
+        const ScalarInst &in = f.insts[static_cast<size_t>(s)];
+        auto isConst = [&](int32_t o) { return f.insts[static_cast<size_t>(o)].op == ScalarOp::Const; };
+        if (in.op == ScalarOp::Mul && (isConst(in.operands[0]) || isConst(in.operands[1]))) {
+          const int32_t c = isConst(in.operands[0]) ? in.operands[0] : in.operands[1];
+          const int32_t u = c == in.operands[0] ? in.operands[1] : in.operands[0];
+          const double cv = f.insts[static_cast<size_t>(c)].fValue;
+          if (cv == 0.0)
+            break;
+          from = [from, cv](Expr &o, int32_t v) {
+            return o.op(ScalarOp::Div, DType::F32, from(o, v), o.constF(cv));
+          };
+          s = u;
+        } else if ((in.op == ScalarOp::Add || in.op == ScalarOp::Sub) &&
+                   isConst(in.operands[1])) {
+          const double cv = f.insts[static_cast<size_t>(in.operands[1])].fValue;
+          const ScalarOp inv = in.op == ScalarOp::Add ? ScalarOp::Sub : ScalarOp::Add;
+          from = [from, cv, inv](Expr &o, int32_t v) {
+            return o.op(inv, DType::F32, from(o, v), o.constF(cv));
+          };
+          s = in.operands[0];
+        } else if (in.op == ScalarOp::Neg) {
+          from = [from](Expr &o, int32_t v) {
+            return o.op(ScalarOp::Neg, DType::F32, from(o, v));
+          };
+          s = in.operands[0];
+        } else {
+          break;
+        }
+      }
+    }
+    // The factor over the forward's operands (Acc = v).
+    auto fwdArg = [&](const Operand &o) {
+      for (size_t i = 0; i < F.gemm.args.size(); ++i)
+        if (F.gemm.args[i] == o)
+          return static_cast<int32_t>(i);
+      F.gemm.args.push_back(o);
+      return static_cast<int32_t>(F.gemm.args.size()) - 1;
+    };
+    Operand accOp;
+    accOp.kind = Operand::Kind::Acc;
+    const int32_t vArg = fwdArg(accOp);
+    ScalarFunc factorFn;
+    {
+      Extract ex(x.f);
+      ex.argMap = [&](int32_t a) { return fwdArg(args[static_cast<size_t>(a)]); };
+      int32_t vInst = -1;
+      ex.subst = [&](int32_t i, Expr &o) -> int32_t {
+        auto it = spine.find(i);
+        if (it == spine.end() || i >= static_cast<int32_t>(f.insts.size())) {
+          const ScalarInst &in = x.at(i);
+          if (in.op == ScalarOp::Arg &&
+              args[static_cast<size_t>(in.argIndex)].kind == Operand::Kind::Acc)
+            throw Fail{"the per-element factor of dZ needs the logit itself, not only the "
+                       "value the forward reduces"};
+          return -2;
+        }
+        if (vInst < 0) {
+          ScalarInst a;
+          a.op = ScalarOp::Arg;
+          a.type = DType::F32;
+          a.argIndex = vArg;
+          vInst = o.add(a);
+        }
+        return it->second(o, vInst);
+      };
+      int32_t r = aElem < 0 ? ex.out().constF(1.0) : ex.take(aElem);
+      factorFn = ex.out().f;
+      factorFn.results = {r};
+    }
+
+    // 8. The forward: the target column's value v = G(x) as a sum partial (the loss
+    //    already picks it; otherwise one more sum), from which the row function recovers
+    //    what it needs of x, like the factor does.
+    int32_t pickResult = -1;
+    if (hasTarget) {
+      const Operand &to = args[static_cast<size_t>(x.at(targetArg).argIndex)];
+      ScalarFunc &fe = F.gemm.epilogue;
+      const int32_t gF = fe.results[static_cast<size_t>(lseResult)];
+      auto isTargetCmp = [&](int32_t c) {
+        const ScalarInst &in = fe.insts[static_cast<size_t>(c)];
+        if (in.op != ScalarOp::CmpEq)
+          return false;
+        for (int k = 0; k < 2; ++k) {
+          int32_t ai = in.operands[k];
+          if (fe.insts[static_cast<size_t>(ai)].op == ScalarOp::Cast)
+            ai = fe.insts[static_cast<size_t>(ai)].operands[0];
+          const ScalarInst &a = fe.insts[static_cast<size_t>(ai)];
+          int32_t tt = in.operands[1 - k];
+          if (fe.insts[static_cast<size_t>(tt)].op == ScalarOp::Cast)
+            tt = fe.insts[static_cast<size_t>(tt)].operands[0];
+          const ScalarInst &b = fe.insts[static_cast<size_t>(tt)];
+          if (a.op == ScalarOp::Arg &&
+              F.gemm.args[static_cast<size_t>(a.argIndex)].kind == Operand::Kind::ColIndex &&
+              b.op == ScalarOp::Arg && F.gemm.args[static_cast<size_t>(b.argIndex)] == to)
+            return true;
+        }
+        return false;
+      };
+      for (size_t r = 0; r < fe.results.size() && pickResult < 0; ++r) {
+        const ScalarInst &in = fe.insts[static_cast<size_t>(fe.results[r])];
+        if (F.reductions[r] != ReduceKind::Sum || in.op != ScalarOp::Select)
+          continue;
+        const ScalarInst &zero = fe.insts[static_cast<size_t>(in.operands[2])];
+        if (isTargetCmp(in.operands[0]) && zero.op == ScalarOp::Const && zero.fValue == 0.0 &&
+            sameExpr(fe, in.operands[1], F.gemm.args, fe, gF, F.gemm.args))
+          pickResult = static_cast<int32_t>(r);
+      }
+      if (pickResult < 0) {
+        Operand colOp;
+        colOp.kind = Operand::Kind::ColIndex;
+        colOp.dtype = DType::I64;
+        auto push = [&](ScalarInst in) {
+          fe.insts.push_back(in);
+          return static_cast<int32_t>(fe.insts.size()) - 1;
+        };
+        ScalarInst a;
+        a.op = ScalarOp::Arg;
+        a.type = DType::I64;
+        a.argIndex = fwdArg(colOp);
+        const int32_t colI = push(a);
+        a.type = to.dtype == DType::I64 ? DType::I64 : DType::I32;
+        a.argIndex = fwdArg(to);
+        int32_t tI = push(a);
+        if (a.type != DType::I64) {
+          ScalarInst c;
+          c.op = ScalarOp::Cast;
+          c.type = DType::I64;
+          c.operands[0] = tI;
+          tI = push(c);
+        }
+        ScalarInst cmp;
+        cmp.op = ScalarOp::CmpEq;
+        cmp.type = DType::I1;
+        cmp.operands[0] = colI;
+        cmp.operands[1] = tI;
+        const int32_t cmpI = push(cmp);
+        ScalarInst z;
+        z.op = ScalarOp::Const;
+        z.type = DType::F32;
+        const int32_t zI = push(z);
+        ScalarInst sel;
+        sel.op = ScalarOp::Select;
+        sel.type = DType::F32;
+        sel.operands[0] = cmpI;
+        sel.operands[1] = gF;
+        sel.operands[2] = zI;
+        fe.results.push_back(push(sel));
+        F.reductions.push_back(ReduceKind::Sum);
+        pickResult = static_cast<int32_t>(fe.results.size()) - 1;
+        p.workspace[static_cast<size_t>(F.partials.index)].bytesPerRow =
+            int64_t(4) * p.splits * F.slotsPerRow();
+      }
+    }
+    auto addBuf = [&](std::string bname, int64_t perRow, bool blockLocal) {
+      BufferSpec b;
+      b.name = std::move(bname);
+      b.bytesPerRow = perRow;
+      b.blockLocal = blockLocal;
+      p.workspace.push_back(b);
+      return BufferRef{Space::Workspace, static_cast<int32_t>(p.workspace.size()) - 1};
+    };
+    StoredTile st;
+    st.values = Z.dz;
+    st.tileCols = F.gemm.tile.bn;
+    st.tileMax = addBuf("tile_max0", int64_t(16) * (F.gemm.cols / F.gemm.tile.bn), true);
+    st.lseResult = lseResult;
+    st.factor = std::move(factorFn);
+    if (hasTarget)
+      st.excludeArg = fwdArg(args[static_cast<size_t>(x.at(targetArg).argIndex)]);
+
+    // 9. The row kernel: L, a_row and dZ on the target column.
+    RowKernel rk;
+    {
+      Extract ex(x.f);
+      std::map<int32_t, int32_t> argOf; // dz arg -> row kernel arg
+      auto rowArg = [&](const Operand &o) {
+        for (size_t i = 0; i < rk.args.size(); ++i)
+          if (rk.args[i] == o)
+            return static_cast<int32_t>(i);
+        rk.args.push_back(o);
+        return static_cast<int32_t>(rk.args.size()) - 1;
+      };
+      ex.argMap = [&](int32_t a) {
+        const Operand &o = args[static_cast<size_t>(a)];
+        if (o.kind == Operand::Kind::Acc || o.kind == Operand::Kind::ColIndex)
+          throw Fail{"internal: a per-element operand in a row function"};
+        if (o.kind == Operand::Kind::Col)
+          throw Fail{"dZ's row part reads a per-column operand"};
+        return rowArg(o);
+      };
+      Operand pick;
+      if (hasTarget) {
+        pick.kind = Operand::Kind::Partials;
+        pick.buf = F.partials;
+        pick.slot = F.slotOf(pickResult);
+        pick.reduce = static_cast<int32_t>(ReduceKind::Sum);
+        pick.partialsOf = fi;
+        pick.dtype = DType::F32;
+      }
+      int32_t vPick = -1;
+      ex.subst = [&](int32_t i, Expr &o) -> int32_t {
+        if (auto it = spine.find(i); it != spine.end() && i < static_cast<int32_t>(f.insts.size())) {
+          if (!hasTarget)
+            throw Fail{"internal: the logit in a row function without a target"};
+          if (vPick < 0) {
+            ScalarInst a;
+            a.op = ScalarOp::Arg;
+            a.type = DType::F32;
+            a.argIndex = rowArg(pick);
+            vPick = o.add(a);
+          }
+          return it->second(o, vPick);
+        }
+        const ScalarInst &in = x.at(i);
+        if (in.op != ScalarOp::Arg)
+          return -2;
+        const Operand &op = args[static_cast<size_t>(in.argIndex)];
+        if (op.kind == Operand::Kind::Acc)
+          throw Fail{"dZ on the target column needs the logit itself, not only the value the "
+                     "forward reduces"};
+        if (op.kind == Operand::Kind::ColIndex) {
+          if (!hasTarget)
+            throw Fail{"internal: the column in a row function without a target"};
+          const Operand &to = args[static_cast<size_t>(x.at(targetArg).argIndex)];
+          ScalarInst a;
+          a.op = ScalarOp::Arg;
+          a.type = to.dtype == DType::I64 ? DType::I64 : DType::I32;
+          a.argIndex = rowArg(to);
+          int32_t t = o.add(a);
+          if (a.type != DType::I64)
+            t = o.op(ScalarOp::Cast, DType::I64, t);
+          return t;
+        }
+        return -2;
+      };
+      const int32_t lI = ex.take(li);
+      const int32_t sI = aRow < 0 ? ex.out().constF(1.0) : ex.take(aRow);
+      const int32_t tI = hasTarget ? ex.take(f.results[0]) : ex.out().constF(0.0);
+      rk.func = ex.out().f;
+      rk.func.results = {lI, sI, tI};
+    }
+    DzFormKernel dzf;
+    dzf.dz = Z.dz;
+    dzf.tileMax = st.tileMax;
+    dzf.cols = F.gemm.cols;
+    dzf.tileCols = st.tileCols;
+    dzf.lse = addBuf("dzrow_lse0", 4, false);
+    dzf.scale = addBuf("dzrow_scale0", 4, false);
+    dzf.targetDz = addBuf("dzrow_target0", 4, false);
+    if (hasTarget) {
+      const Operand &to = args[static_cast<size_t>(x.at(targetArg).argIndex)];
+      dzf.target = to.buf;
+      dzf.targetType = to.dtype;
+    }
+    for (int k = 0; k < 3; ++k) {
+      RowKernel::Sink s;
+      s.kind = RowKernel::Sink::Kind::StoreRow;
+      s.result = k;
+      s.buf = k == 0 ? dzf.lse : k == 1 ? dzf.scale : dzf.targetDz;
+      s.dtype = DType::F32;
+      rk.sinks.push_back(s);
+    }
+    F.stored = std::move(st);
+
+    // 10. Kernels and steps: the dZ GEMM goes, the row kernel and DzForm come before the
+    //     loop, whose one chunk is all columns.
+    p.kernels.push_back(Kernel{name + "_dzrow0", std::move(rk)});
+    const int32_t rowK = static_cast<int32_t>(p.kernels.size()) - 1;
+    p.kernels.push_back(Kernel{name + "_dzform0", std::move(dzf)});
+    const int32_t formK = static_cast<int32_t>(p.kernels.size()) - 1;
+    loop.loopKernels.erase(loop.loopKernels.begin());
+    p.steps.insert(p.steps.begin() + loopStep, {Step{Step::Kind::Launch, rowK, {}},
+                                                Step{Step::Kind::Launch, formK, {}}});
+    // Remove the dZ GEMM and renumber.
+    p.kernels.erase(p.kernels.begin() + zi);
+    auto remap = [&](int32_t &k) {
+      if (k > zi)
+        --k;
+    };
+    for (Step &s : p.steps) {
+      if (s.kind == Step::Kind::Launch)
+        remap(s.kernel);
+      for (int32_t &k : s.loopKernels)
+        remap(k);
+    }
+    for (Kernel &k : p.kernels) {
+      auto fix = [&](std::vector<Operand> &ops) {
+        for (Operand &o : ops)
+          if (o.partialsOf >= 0)
+            remap(o.partialsOf);
+      };
+      if (auto *r = std::get_if<RowKernel>(&k.body))
+        fix(r->args);
+      else if (auto *g = std::get_if<GemmReduceKernel>(&k.body))
+        fix(g->gemm.args);
+      else if (auto *d = std::get_if<GemmDzKernel>(&k.body))
+        fix(d->gemm.args);
+    }
+    p.schedule.wholeRows = true;
+    // [Note: materialize or recompute] A row block of R rows stores R·V values; every
+    // block after the first re-reads and re-writes the f32 dW (8·V·D bytes), where the
+    // recompute spends 2·R·D·V flops on those rows instead. At ~3 TB/s against ~650
+    // TFLOP/s (H200) the two are even near R = 870: below minBlockRows (1024) rows per
+    // block the recompute is kept.
+    const int64_t ra = std::max<int64_t>(p.schedule.rowAlign, 1);
+    const int64_t want = std::max<int64_t>(p.schedule.minBlockRows, ra);
+    if (workspaceBytesFor(p, want, want, p.loopCols) > p.schedule.budgetBytes)
+      return fmt::format("the {} MiB budget holds the stored values of fewer than {} rows "
+                         "(each row block re-reads and re-writes dW: below that the "
+                         "recompute costs less)",
+                         p.schedule.budgetBytes >> 20, want);
+  } catch (const Fail &fail) {
+    return fail.why;
+  }
+  return "";
+}
+} // namespace
+
+} // namespace lcejit::plan
