@@ -2,7 +2,7 @@
 
 #include "runtime/DiskCache.h"
 #include "compiler/support/Check.h"
-#include "compiler/support/Sha256.h"
+#include "compiler/support/ContentHash.h"
 
 #include <fmt/format.h>
 
@@ -139,7 +139,7 @@ std::string nowIso8601() {
 //===----------------------------------------------------------------------===//
 
 std::string cacheKey(const CacheKeyInputs &in) {
-  Sha256 h;
+  ContentHash h;
   auto field = [&](std::string_view name, std::string_view value) {
     h.update(fmt::format("{}:{}:", name, value.size()));
     h.update(value);
@@ -158,10 +158,15 @@ std::string cacheKey(const CacheKeyInputs &in) {
   return h.finishHex();
 }
 
+namespace {
+bool isLowerHex(std::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+} // namespace
+
 bool isValidCacheKey(std::string_view key) {
-  return key.size() == 64 && std::all_of(key.begin(), key.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return key.size() == ContentHash::kHexDigits && isLowerHex(key);
 }
 
 std::vector<uint8_t> encodeCubinFile(std::span<const uint8_t> payload) {
@@ -171,10 +176,10 @@ std::vector<uint8_t> encodeCubinFile(std::span<const uint8_t> payload) {
   putLE(h + 8, kDiskCacheFormatVersion, 4);
   putLE(h + 12, kCubinHeaderBytes, 4);
   putLE(h + 16, payload.size(), 8);
-  Sha256::Digest payloadSha = sha256(payload);
-  std::memcpy(h + 24, payloadSha.data(), 32);
-  Sha256::Digest headerSha = sha256(std::span<const uint8_t>(h, 56));
-  std::memcpy(h + 56, headerSha.data(), 8);
+  ContentHash::Digest payloadHash = contentHash(payload);
+  std::memcpy(h + 24, payloadHash.data(), 16);
+  ContentHash::Digest headerHash = contentHash(std::span<const uint8_t>(h, 40));
+  std::memcpy(h + 40, headerHash.data(), 8);
   if (!payload.empty())
     std::memcpy(h + kCubinHeaderBytes, payload.data(), payload.size());
   return file;
@@ -192,8 +197,8 @@ std::optional<std::vector<uint8_t>> decodeCubinFile(std::span<const uint8_t> fil
   const uint8_t *h = file.data();
   if (std::memcmp(h, kMagic, 8) != 0)
     return reject("bad magic");
-  Sha256::Digest headerSha = sha256(std::span<const uint8_t>(h, 56));
-  if (std::memcmp(h + 56, headerSha.data(), 8) != 0)
+  ContentHash::Digest headerHash = contentHash(std::span<const uint8_t>(h, 40));
+  if (std::memcmp(h + 40, headerHash.data(), 8) != 0)
     return reject("header checksum mismatch");
   if (uint64_t v = getLE(h + 8, 4); v != kDiskCacheFormatVersion)
     return reject(fmt::format("format version {} (expected {})", v, kDiskCacheFormatVersion));
@@ -204,9 +209,9 @@ std::optional<std::vector<uint8_t>> decodeCubinFile(std::span<const uint8_t> fil
     return reject(fmt::format("payload size {} but {} bytes follow the header (truncated?)",
                               size, file.size() - kCubinHeaderBytes));
   std::span<const uint8_t> payload = file.subspan(kCubinHeaderBytes);
-  Sha256::Digest sha = sha256(payload);
-  if (std::memcmp(h + 24, sha.data(), 32) != 0)
-    return reject("payload SHA-256 mismatch");
+  ContentHash::Digest payloadHash = contentHash(payload);
+  if (std::memcmp(h + 24, payloadHash.data(), 16) != 0)
+    return reject("payload hash (XXH3-128) mismatch");
   return std::vector<uint8_t>(payload.begin(), payload.end());
 }
 
@@ -219,7 +224,8 @@ DiskCache::DiskCache(fs::path root) : DiskCache(std::move(root), Limits{}) {}
 DiskCache::DiskCache(fs::path root, Limits limits) : root_(std::move(root)), limits_(limits) {}
 
 fs::path DiskCache::cubinPath(std::string_view key) const {
-  LCEJIT_CHECK_ARG(isValidCacheKey(key), "cache key '{}' is not 64 lowercase hex digits", key);
+  LCEJIT_CHECK_ARG(isValidCacheKey(key), "cache key '{}' is not {} lowercase hex digits", key,
+                   ContentHash::kHexDigits);
   return root_ / fmt::format("v{}", kDiskCacheFormatVersion) / std::string(key.substr(0, 2)) /
          (std::string(key) + ".cubin");
 }
@@ -275,7 +281,7 @@ std::optional<DiskEntry> DiskCache::load(std::string_view key) {
   };
   if (field("key") != key)
     return corrupt("manifest names another key");
-  if (field("cubin_sha256") != sha256Hex(*payload))
+  if (field("cubin_xxh128") != contentHashHex(*payload))
     return corrupt("manifest describes another cubin");
   ++hits_;
   // Recency for eviction ([Note: eviction]). Best effort: a read-only cache keeps the
@@ -306,7 +312,7 @@ bool DiskCache::store(std::string_view key, std::span<const uint8_t> cubin,
   manifest["key"] = std::string(key);
   manifest["format_version"] = kDiskCacheFormatVersion;
   manifest["cubin_bytes"] = cubin.size();
-  manifest["cubin_sha256"] = sha256Hex(cubin);
+  manifest["cubin_xxh128"] = contentHashHex(cubin);
   manifest["created"] = nowIso8601();
   std::string text = manifest.dump(2) + "\n";
   std::string k(key);
@@ -332,6 +338,12 @@ bool isTemporaryName(const std::string &name) {
 bool isVersionDirName(const std::string &name) {
   return name.size() >= 2 && name[0] == 'v' &&
          std::all_of(name.begin() + 1, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+/// A key of any format version: 32 hex digits (XXH3-128, format 3 on), or 64 (SHA-256,
+/// formats 1 and 2), so old entries are swept too.
+bool isEntryName(std::string_view key) {
+  return (key.size() == ContentHash::kHexDigits || key.size() == 64) && isLowerHex(key);
 }
 
 int64_t mtimeNs(const struct stat &st) {
@@ -383,7 +395,7 @@ DiskCache::SweepResult DiskCache::sweep(std::string_view keep) {
         }
         std::string ext = path.extension().string();
         std::string key = path.stem().string();
-        if ((ext != ".cubin" && ext != ".json") || !isValidCacheKey(key))
+        if ((ext != ".cubin" && ext != ".json") || !isEntryName(key))
           continue; // not ours: left alone
         SweptEntry &e = entries[{sub->path().string(), key}];
         e.dir = sub->path();

@@ -4,10 +4,11 @@
 //
 //   <root>/v<v>/<key[0:2]>/<key>.cubin   header + cubin payload
 //   <root>/v<v>/<key[0:2]>/<key>.json    manifest: key, arch, options, NVRTC version,
-//                                        source sha, sizes, creation time, ptxas info, log
+//                                        source hash, sizes, creation time, ptxas info, log
 //
-// [Note: cache keys] The key is the SHA-256 of everything that changes the binary
-// (CacheKeyInputs, one field each):
+// [Note: cache keys] The key is the XXH3-128 content hash (compiler/support/ContentHash.h,
+// 32 hex digits; [Note: content hash] there says why not SHA-256) of everything that
+// changes the binary (CacheKeyInputs, one field each):
 //   format   the cache format version (kDiskCacheFormatVersion);
 //   build    lcejit's build id: a content hash of the compiler's sources, not a time
 //            stamp ([Note: build id] in compiler/support/BuildId.h);
@@ -39,7 +40,7 @@
 //
 // [Note: failure policy] A load never throws and never crashes on bad data. An entry
 // whose cubin header is wrong (magic, version, sizes, header checksum), whose payload
-// does not match the SHA-256 in the header, whose manifest is missing or unparsable or
+// does not match the XXH3-128 in the header, whose manifest is missing or unparsable or
 // names another key or payload, is a miss; the caller recompiles and stores over it.
 // Bad entries are not deleted (a concurrent writer may be replacing them this instant).
 // A store that cannot write (unwritable or missing-and-uncreatable directory, full disk)
@@ -85,7 +86,9 @@ namespace lcejit::runtime {
 /// another directory (v1, v2, ...), are never read, and age out under the size cap.
 /// 2: the key gained the full NVRTC identity, the device-header and include-content hashes
 /// and a content-hash build id.
-inline constexpr uint32_t kDiskCacheFormatVersion = 2;
+/// 3: XXH3-128 instead of SHA-256 for the key (32 hex digits), the payload and header
+/// checks (a 48-byte header) and the manifest's hashes.
+inline constexpr uint32_t kDiskCacheFormatVersion = 3;
 
 /// Everything the disk key covers. See [Note: cache keys].
 struct CacheKeyInputs {
@@ -99,18 +102,18 @@ struct CacheKeyInputs {
   std::string includeHash;      ///< includedHeadersHash(source, -I dirs)
 };
 
-/// The disk key: 64 lowercase hex digits. See [Note: cache keys].
+/// The disk key: 32 lowercase hex digits. See [Note: cache keys].
 std::string cacheKey(const CacheKeyInputs &inputs);
 
-/// True for 64 lowercase hex digits.
+/// True for 32 lowercase hex digits.
 bool isValidCacheKey(std::string_view key);
 
-/// The cubin file: a 64-byte header, then the payload.
-///   0  magic "LCEJITCB"    8  u32 format version   12 u32 header size (64)
-///   16 u64 payload size   24  SHA-256 of payload (32 bytes)
-///   56 first 8 bytes of SHA-256 of header bytes [0, 56)
+/// The cubin file: a 48-byte header, then the payload.
+///   0  magic "LCEJITCB"    8  u32 format version   12 u32 header size (48)
+///   16 u64 payload size   24  XXH3-128 of payload (16 bytes, canonical)
+///   40 first 8 bytes of XXH3-128 of header bytes [0, 40)
 /// All integers little-endian.
-inline constexpr size_t kCubinHeaderBytes = 64;
+inline constexpr size_t kCubinHeaderBytes = 48;
 std::vector<uint8_t> encodeCubinFile(std::span<const uint8_t> payload);
 /// The payload, or std::nullopt with the reason in *why.
 std::optional<std::vector<uint8_t>> decodeCubinFile(std::span<const uint8_t> file,
@@ -146,7 +149,7 @@ public:
 
   /// Writes the entry atomically, then sweeps (see sweep()) keeping this entry.
   /// `manifest` (an object) gets the fields key, format_version, cubin_bytes,
-  /// cubin_sha256 and created added. Returns false when the entry could not be written
+  /// cubin_xxh128 and created added. Returns false when the entry could not be written
   /// (warned once per DiskCache). Thread- and process-safe.
   bool store(std::string_view key, std::span<const uint8_t> cubin, nlohmann::json manifest);
 

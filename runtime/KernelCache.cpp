@@ -4,7 +4,7 @@
 #include "compiler/support/BuildId.h"
 #include "compiler/support/Check.h"
 #include "compiler/support/Knobs.h"
-#include "compiler/support/Sha256.h"
+#include "compiler/support/ContentHash.h"
 
 #include <fmt/format.h>
 
@@ -79,10 +79,10 @@ json manifestFor(const KernelRequest &req, const CompiledBinary &bin) {
               {"nvrtc_version", bin.nvrtcVersion},
               {"nvrtc_full_version", nvrtcFullVersion()},
               {"build_id", std::string(buildId())},
-              {"device_header_sha256", req.deviceHeaderHash},
+              {"device_header_xxh128", req.deviceHeaderHash},
               {"included_headers", included.files},
-              {"included_headers_sha256", included.hash},
-              {"source_sha256", sha256Hex(req.source)},
+              {"included_headers_xxh128", included.hash},
+              {"source_xxh128", contentHashHex(req.source)},
               {"source_bytes", req.source.size()},
               {"ptx_bytes", bin.ptx.size()},
               {"compile_ms", bin.compileMs},

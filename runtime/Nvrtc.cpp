@@ -3,7 +3,7 @@
 #include "runtime/Nvrtc.h"
 #include "compiler/support/Check.h"
 #include "compiler/support/Knobs.h"
-#include "compiler/support/Sha256.h"
+#include "compiler/support/ContentHash.h"
 
 #include <fmt/format.h>
 #include <nvrtc.h>
@@ -97,7 +97,7 @@ std::string writeReproducer(const NvrtcRequest &req, const std::vector<std::stri
     return "";
   }
   std::string stem = fmt::format("{}-{}-{}", sanitizeForFileName(req.label), req.arch,
-                                 sha256Hex(req.source).substr(0, 12));
+                                 contentHashHex(req.source).substr(0, 12));
   fs::path src = dir / (stem + ".cu");
   auto write = [&](const fs::path &p, const std::string &text) {
     std::ofstream out(p, std::ios::binary | std::ios::trunc);
@@ -346,7 +346,7 @@ struct HeaderFile {
   ino_t ino = 0;
   off_t size = -1;
   int64_t mtimeNs = -1, ctimeNs = -1;
-  std::string sha; ///< "unreadable" when it could not be read
+  std::string hash; ///< "unreadable" when it could not be read
   std::vector<IncludeLine> includes;
 };
 
@@ -377,9 +377,9 @@ bool headerFile(const std::string &path, HeaderFile *out) {
   std::ifstream in(path, std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!in.good() && !in.eof()) {
-    f.sha = "unreadable";
+    f.hash = "unreadable";
   } else {
-    f.sha = sha256Hex(text);
+    f.hash = contentHashHex(text);
     f.includes = includeLines(text);
   }
   std::lock_guard<std::mutex> lock(mu);
@@ -393,7 +393,7 @@ bool headerFile(const std::string &path, HeaderFile *out) {
 IncludedHeaders includedHeaders(std::string_view source,
                                 const std::vector<std::string> &includeDirs) {
   IncludedHeaders result;
-  Sha256 h;
+  ContentHash h;
   std::set<std::string> visited;
   auto visit = [&](auto &&self, const std::vector<IncludeLine> &lines,
                    const std::string &fromDir) -> void {
@@ -419,7 +419,7 @@ IncludedHeaders includedHeaders(std::string_view source,
         continue;
       }
       std::string canonical = fs::path(found).lexically_normal().string();
-      h.update(fmt::format("{} {}\n", mark, file.sha));
+      h.update(fmt::format("{} {}\n", mark, file.hash));
       if (!visited.insert(canonical).second)
         continue;
       result.files.push_back(canonical);

@@ -98,7 +98,7 @@ const std::string &nvrtcFullVersion();
 /// be larger than what the preprocessor reads, never smaller. Names found in no dir are
 /// NVRTC's built-in headers (<utility>, <cstring>, ...), covered by nvrtcFullVersion().
 struct IncludedHeaders {
-  std::string hash;                ///< SHA-256 hex over every (name, content hash) reached
+  std::string hash;                ///< XXH3-128 hex over every (name, content hash) reached
   std::vector<std::string> files;  ///< resolved paths, in first-reached order
   std::vector<std::string> builtin; ///< names found in no include dir
 };

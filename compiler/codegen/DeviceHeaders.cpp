@@ -5,7 +5,7 @@
 #include "compiler/codegen/CodeWriter.h"
 #include "compiler/codegen/Embedded.h"
 #include "compiler/support/Check.h"
-#include "compiler/support/Sha256.h"
+#include "compiler/support/ContentHash.h"
 
 #include <algorithm>
 #include <map>
@@ -123,7 +123,7 @@ std::vector<std::string> deviceHeaderOrder() { return headers().order(); }
 
 const std::string &deviceHeaderHash() {
   static const std::string hash = [] {
-    Sha256 h;
+    ContentHash h;
     for (const auto &[name, body] : headers().text) // sorted by name
       h.update(fmt::format("{}:{}:", name, body.size())).update(body).update("\n");
     return h.finishHex();

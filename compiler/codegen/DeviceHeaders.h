@@ -24,7 +24,7 @@ std::vector<std::string> deviceHeaderOrder();
 /// The prelude text (deterministic: a function of the embedded files only).
 const std::string &deviceHeaderPrelude();
 
-/// SHA-256 (hex) of the embedded device headers' names and bytes, in name order: the
+/// XXH3-128 (hex) of the embedded device headers' names and bytes, in name order: the
 /// identity of the helpers every emitted module was built with. Part of the disk cache
 /// key (runtime/DiskCache.h, [Note: cache keys]).
 const std::string &deviceHeaderHash();

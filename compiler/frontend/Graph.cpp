@@ -2,7 +2,7 @@
 
 #include "compiler/frontend/Graph.h"
 #include "compiler/support/Check.h"
-#include "compiler/support/Sha256.h"
+#include "compiler/support/ContentHash.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -403,7 +403,7 @@ std::string Graph::str() const {
   return out;
 }
 
-std::string Graph::fingerprint() const { return sha256Hex(str()).substr(0, 32); }
+std::string Graph::fingerprint() const { return contentHashHex(str()); }
 
 // Operators.
 static Graph *graphOf(Tensor a) {

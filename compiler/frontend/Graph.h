@@ -125,7 +125,7 @@ public:
 
   /// Human-readable listing (the "graph" stage of the dump).
   std::string str() const;
-  /// Stable hex digest of everything that defines the graph.
+  /// Stable hex digest (XXH3-128, 32 digits) of everything that defines the graph.
   std::string fingerprint() const;
 
 private:

@@ -12,7 +12,7 @@
 // every field of plan::Target: the arch (SM version), the SM count (it sets the column
 // splits) and the opt-in shared memory per block (it bounds tiles and stages), so two
 // GPUs of one arch but different sizes never share a plan. Binaries are cached by
-// KernelCache under a SHA-256 of the CUDA source, NVRTC's full identity and options, the
+// KernelCache under an XXH3-128 of the CUDA source, NVRTC's full identity and options, the
 // arch, the device-header and included-header content hashes, the cache format version
 // and lcejit's build id ([Note: cache keys] in runtime/DiskCache.h), so two buckets whose
 // Programs emit the same source share one cubin and one compile.

@@ -14,7 +14,8 @@ config.excludes = ["lit.cfg.py", "lit.site.cfg.py.in", "Inputs"]
 llvm_config.use_default_substitutions()
 # `not`, `count`, FileCheck on PATH for RUN lines that start with them.
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
-llvm_config.add_tool_substitutions(["lcejit-opt", "lcejit-dump"], [config.lcejit_bin_dir])
+llvm_config.add_tool_substitutions(["lcejit-opt", "lcejit-dump", "lcejit-bench", "lcejit-demo"],
+                                   [config.lcejit_bin_dir])
 # Never let a developer's cache or knobs leak into lit runs.
 config.environment["LCEJIT_CACHE_DIR"] = os.path.join(config.test_exec_root, "cache")
 for knob in ["LCEJIT_CACHE", "LCEJIT_DUMP", "LCEJIT_DUMP_DIR", "LCEJIT_ALWAYS_COMPILE",

@@ -2,7 +2,10 @@
 //
 //   lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]
 //                [--case A,B,C,Q,S,L,W | all] [--precision fast|exact] [--budget-mb M]
-//                [--json FILE] [--series]
+//                [--json FILE] [--series] [--forward]
+//                [--gemm-only [--gemm-config BN,STAGES,GROUP[,pp]/...]]
+//
+// (llvm::cl: `--help` lists every option with its default; tools/ToolOptions.h.)
 //
 // --forward: forward() (the loss only, 2·N·D·V) against the one cuBLAS GEMM Z = H·Wᵀ.
 //
@@ -29,6 +32,7 @@
 #include "runtime/CudaDriver.h"
 #include "runtime/Module.h"
 #include "runtime/Nvrtc.h"
+#include "tools/ToolOptions.h"
 
 #include <cublas_api.h>
 #include <dlfcn.h>
@@ -144,88 +148,128 @@ struct Result {
   std::string schedule;
 };
 
-[[noreturn]] void usage(const std::string &msg) {
-  std::cerr << "lcejit-bench: " << msg
-            << "\nusage: lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]\n"
-               "                    [--case A,B,C,Q,S,L,W|all] [--precision fast|exact] [--budget-mb M]\n"
-               "                    [--json FILE] [--series] [--forward] [--gemm-only [--gemm-config BN,STAGES,GROUP[,pp]/...]]\n";
-  std::exit(2);
+namespace cl = llvm::cl;
+
+cl::OptionCategory kCategory("lcejit-bench options");
+
+cl::opt<int64_t> tokensOpt("tokens", cl::value_desc("N"), cl::desc("token count (default: 8192)"),
+                           cl::init(8192), cl::cat(kCategory));
+cl::opt<int64_t> hiddenOpt("hidden", cl::value_desc("D"), cl::desc("hidden size (default: 4096)"),
+                           cl::init(4096), cl::cat(kCategory));
+cl::opt<int64_t> vocabOpt("vocab", cl::value_desc("V"),
+                          cl::desc("vocabulary size (default: 128256)"), cl::init(128256),
+                          cl::cat(kCategory));
+cl::opt<double> softcapOpt("softcap", cl::value_desc("C"),
+                           cl::desc("logits become C*tanh(z/C) (default: none)"),
+                           cl::cat(kCategory));
+cl::opt<int> itersOpt("iters", cl::value_desc("K"),
+                      cl::desc("timed runs per measurement, the median is reported (default: 10)"),
+                      cl::init(10), cl::cat(kCategory));
+/// --case values: kCases in order, and "all".
+enum class CaseArg { A, B, C, Q, S, L, W, All };
+static_assert(std::size(kCases) == size_t(CaseArg::All));
+cl::list<CaseArg> caseOpt(
+    "case", cl::CommaSeparated,
+    cl::desc("named shapes (issue 5); without --case, the one shape of --tokens/--hidden/--vocab"),
+    cl::values(clEnumValN(CaseArg::A, "A", "N=8192 D=4096 V=128256"),
+               clEnumValN(CaseArg::B, "B", "N=8192 D=2304 V=256000 softcap 30"),
+               clEnumValN(CaseArg::C, "C", "N=32768 D=4096 V=128256"),
+               clEnumValN(CaseArg::Q, "Q", "N=4096 D=4096 V=128256"),
+               clEnumValN(CaseArg::S, "S", "N=2048 D=4096 V=128256"),
+               clEnumValN(CaseArg::L, "L", "N=65536 D=4096 V=128256"),
+               clEnumValN(CaseArg::W, "W", "N=2048 D=8192 V=152064 (issue 6's Q)"),
+               clEnumValN(CaseArg::All, "all", "A,B,C,Q,S,L,W")),
+    cl::cat(kCategory));
+cl::opt<Precision> precisionOpt(
+    "precision", cl::desc("gradient precision of bf16 inputs (default: fast)"),
+    cl::init(Precision::Fast),
+    cl::values(clEnumValN(Precision::Fast, "fast", "dZ rounded once to bf16"),
+               clEnumValN(Precision::Exact, "exact", "dZ as a hi+lo bf16 pair")),
+    cl::cat(kCategory));
+cl::opt<int64_t> budgetMbOpt("budget-mb", cl::value_desc("M"),
+                             cl::desc("workspace budget in MiB (default: 0, the op's default)"),
+                             cl::init(0), cl::cat(kCategory));
+cl::opt<std::string> jsonOpt("json", cl::value_desc("FILE"),
+                             cl::desc("write the results as JSON here"), cl::cat(kCategory));
+cl::opt<bool> seriesOpt("series",
+                        cl::desc("the 20-N series of issue 5 (compiles included): cold, then "
+                                 "warm disk cache"),
+                        cl::cat(kCategory));
+cl::opt<bool> forwardOpt("forward",
+                         cl::desc("forward() (the loss only) against the one cuBLAS GEMM Z = H*W^T"),
+                         cl::cat(kCategory));
+cl::opt<bool> gemmOnlyOpt("gemm-only",
+                          cl::desc("the three GEMMs on the generated sm_90a mainloop next to "
+                                   "cuBLAS"),
+                          cl::cat(kCategory));
+cl::opt<std::string> gemmConfigOpt(
+    "gemm-config", cl::value_desc("BN,STAGES,GROUP[,pp]/..."),
+    cl::desc("--gemm-only configs, '/'-separated; pp: ping-pong consumers (default: 256,4,8)"),
+    cl::cat(kCategory));
+
+/// One --gemm-config entry: "BN,STAGES,GROUP" or "BN,STAGES,GROUP,pp".
+std::optional<std::array<int, 4>> parseGemmConfig(llvm::StringRef one) {
+  llvm::SmallVector<llvm::StringRef, 4> parts;
+  one.split(parts, ',');
+  if (parts.size() != 3 && parts.size() != 4)
+    return std::nullopt;
+  std::array<int, 4> c{};
+  for (int i = 0; i < 3; ++i)
+    if (parts[i].getAsInteger(10, c[i]) || c[i] <= 0)
+      return std::nullopt;
+  if (parts.size() == 4 && parts[3] != "pp")
+    return std::nullopt;
+  c[3] = parts.size() == 4 ? 1 : 0;
+  return c;
 }
 
 Args parse(int argc, char **argv) {
+  tools::parseToolOptions(
+      argc, argv, kCategory,
+      "times lcejit::LinearCrossEntropy against the three cuBLAS GEMMs of the same shapes, "
+      "in one process (needs a GPU)\n");
+  auto positive = [](const auto &opt) {
+    if (opt <= 0)
+      tools::failOption(opt, fmt::format("must be > 0, got {}", opt.getValue()));
+  };
+  positive(tokensOpt);
+  positive(hiddenOpt);
+  positive(vocabOpt);
+  positive(itersOpt);
+  if (budgetMbOpt < 0)
+    tools::failOption(budgetMbOpt, fmt::format("must be >= 0, got {}", budgetMbOpt.getValue()));
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string f = argv[i];
-    if (f == "--series") {
-      a.series = true;
-      continue;
-    }
-    if (f == "--gemm-only") {
-      a.gemmOnly = true;
-      continue;
-    }
-    if (f == "--forward") {
-      a.forward = true;
-      continue;
-    }
-    if (i + 1 >= argc)
-      usage(f + " needs a value");
-    std::string v = argv[++i];
-    try {
-      if (f == "--tokens") a.n = std::stoll(v);
-      else if (f == "--hidden") a.d = std::stoll(v);
-      else if (f == "--vocab") a.v = std::stoll(v);
-      else if (f == "--softcap") a.softcap = std::stod(v);
-      else if (f == "--iters") a.iters = std::stoi(v);
-      else if (f == "--budget-mb") a.budgetMb = std::stoll(v);
-      else if (f == "--json") a.json = v;
-      else if (f == "--gemm-config") {
-        a.gemmConfigs.clear();
-        size_t pos = 0;
-        while (pos < v.size()) {
-          size_t slash = v.find('/', pos);
-          std::string one = v.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
-          std::array<int, 4> c{};
-          char pp[8] = {};
-          const int got = std::sscanf(one.c_str(), "%d,%d,%d,%7s", &c[0], &c[1], &c[2], pp);
-          if (got < 3 || (got == 4 && std::string(pp) != "pp"))
-            usage("--gemm-config: '" + one + "' is not BN,STAGES,GROUP or BN,STAGES,GROUP,pp");
-          c[3] = got == 4 ? 1 : 0;
-          a.gemmConfigs.push_back(c);
-          if (slash == std::string::npos)
-            break;
-          pos = slash + 1;
-        }
-      }
-      else if (f == "--precision") {
-        if (v == "fast") a.precision = Precision::Fast;
-        else if (v == "exact") a.precision = Precision::Exact;
-        else usage("--precision must be fast or exact, got '" + v + "'");
-      } else if (f == "--case") {
-        std::string rest = v;
-        if (rest == "all")
-          rest = "A,B,C,Q,S,L,W";
-        size_t pos = 0;
-        while (pos <= rest.size()) {
-          size_t comma = rest.find(',', pos);
-          std::string c = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-          bool known = false;
-          for (const CaseShape &k : kCases)
-            known |= k.name == c;
-          if (!known)
-            usage("--case: unknown case '" + c + "' (A, B, C, Q, S, L, W or all)");
-          a.cases.push_back(c);
-          if (comma == std::string::npos)
-            break;
-          pos = comma + 1;
-        }
-      } else usage("unknown option " + f);
-    } catch (const std::logic_error &) {
-      usage(f + ": bad value '" + v + "'");
+  a.n = tokensOpt;
+  a.d = hiddenOpt;
+  a.v = vocabOpt;
+  if (softcapOpt.getNumOccurrences())
+    a.softcap = softcapOpt;
+  a.iters = itersOpt;
+  for (CaseArg c : caseOpt) {
+    if (c == CaseArg::All)
+      for (const CaseShape &k : kCases)
+        a.cases.push_back(k.name);
+    else
+      a.cases.push_back(kCases[static_cast<size_t>(c)].name);
+  }
+  a.precision = precisionOpt;
+  a.budgetMb = budgetMbOpt;
+  a.json = jsonOpt;
+  a.series = seriesOpt;
+  a.gemmOnly = gemmOnlyOpt;
+  a.forward = forwardOpt;
+  if (gemmConfigOpt.getNumOccurrences()) {
+    a.gemmConfigs.clear();
+    llvm::SmallVector<llvm::StringRef, 8> configs;
+    llvm::StringRef(gemmConfigOpt.getValue()).split(configs, '/');
+    for (llvm::StringRef one : configs) {
+      std::optional<std::array<int, 4>> c = parseGemmConfig(one);
+      if (!c)
+        tools::failOption(gemmConfigOpt, "'" + one + "' is not BN,STAGES,GROUP or "
+                                                     "BN,STAGES,GROUP,pp (positive integers)");
+      a.gemmConfigs.push_back(*c);
     }
   }
-  if (a.n <= 0 || a.d <= 0 || a.v <= 0 || a.iters <= 0 || a.budgetMb < 0)
-    usage("sizes and --iters must be positive, --budget-mb >= 0");
   return a;
 }
 

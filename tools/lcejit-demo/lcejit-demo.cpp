@@ -13,6 +13,7 @@
 #include "lcejit/LinearCrossEntropy.h"
 #include "ops/lib/Reference.h"
 #include "runtime/CudaDriver.h"
+#include "tools/ToolOptions.h"
 
 #include <fmt/format.h>
 
@@ -234,9 +235,17 @@ void timeGpu(const char *name, LinearCrossEntropyOptions o, int64_t n) {
              name, n, o.hidden, o.vocab, ms[ms.size() / 2], loss, flops3 / (ms[ms.size() / 2] * 1e-3) / 1e12);
 }
 
+llvm::cl::OptionCategory kCategory("lcejit-demo options");
+
 } // namespace
 
-int main() {
+int main(int argc, char **argv) {
+  // No options of its own: --help, --version, and a clear error for anything else.
+  tools::parseToolOptions(
+      argc, argv, kCategory,
+      "the main job: the planned Program on the fp64 CPU interpreter against the unfused "
+      "graph for a Llama-3-like and a Gemma-2-like loss, then, where a GPU is present, the "
+      "op on the device against the same reference and its time at the Llama-3 head shape\n");
   try {
     LinearCrossEntropyOptions llama;
     llama.hidden = 64;

@@ -4,6 +4,8 @@
 //       [--softcap C] [--ignore-index I] [--emit=graph|mlir|passes|plan|cuda|ptx|sass|all]
 //       [--out-dir DIR] [--n-series N1,N2,...]
 //
+// (llvm::cl: `--help` lists every option with its default; tools/ToolOptions.h.)
+//
 // Prints (or writes under --out-dir) the stages in pipeline order: the frontend graph,
 // the tx MLIR, the MLIR after each pass, the Program as JSON with the planner's
 // decisions, the cache key and bucket, the CUDA source, the PTX, NVRTC's ptxas resource
@@ -19,6 +21,7 @@
 #include "ops/lib/LceJit.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/Nvrtc.h"
+#include "tools/ToolOptions.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -30,7 +33,6 @@
 #include <fstream>
 #include <iostream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -39,161 +41,159 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char *kUsage = R"(usage: lcejit-dump lce --tokens N --hidden D --vocab V [options]
+namespace cl = llvm::cl;
 
-Shows every stage of the compilation of the fused linear cross entropy for one shape.
+cl::OptionCategory kCategory("lcejit-dump options");
 
-options:
-  --tokens N            token count (picks the shape bucket)            (required)
-  --hidden D            hidden size                                     (required)
-  --vocab V             vocabulary size                                 (required)
-  --dtype T             bf16 | fp16 | fp32 (H, W, dH)                   [bf16]
-  --target-dtype T      i32 | i64                                       [i64]
-  --grad-weight-dtype T fp32 | same as --dtype                          [fp32]
-  --softcap C           logits become C*tanh(z/C)
-  --ignore-index I      targets equal to I are left out                 [-100]
-  --no-ignore-index     every target counts
-  --reduction R         mean | sum                                      [mean]
-  --budget-mb M         workspace budget in MiB                         [512]
-  --precision P         fast | exact (bf16 gradients)                   [fast]
-  --arch A              sm_90a | sm_80 | ... (default: the GPU, else sm_90a)
-  --emit=S[,S...]       graph,mlir,passes,plan,cuda,ptx,sass or all     [all]
-  --out-dir DIR         write one file per stage instead of printing
-  --n-series N1,N2,...  plan+compile (no run) what each N needs through the
-                        cache; ends with "compiles: K buckets: B"
-  -h, --help            this text
-)";
+cl::opt<std::string> problemArg(cl::Positional, cl::desc("lce"), cl::cat(kCategory));
+cl::opt<int64_t> tokensOpt("tokens", cl::value_desc("N"),
+                           cl::desc("token count (picks the shape bucket); required unless "
+                                    "--n-series"),
+                           cl::cat(kCategory));
+cl::opt<int64_t> hiddenOpt("hidden", cl::value_desc("D"), cl::desc("hidden size (required)"),
+                           cl::cat(kCategory));
+cl::opt<int64_t> vocabOpt("vocab", cl::value_desc("V"), cl::desc("vocabulary size (required)"),
+                          cl::cat(kCategory));
+cl::opt<DType, false, tools::DTypeParser>
+    dtypeOpt("dtype", cl::desc("of H, W and dH (default: bf16)"), cl::init(DType::BF16),
+             cl::values(clEnumValN(DType::BF16, "bf16", "bfloat16"),
+                        clEnumValN(DType::F16, "fp16", "float16"),
+                        clEnumValN(DType::F32, "fp32", "float32")),
+             cl::cat(kCategory));
+cl::opt<DType, false, tools::DTypeParser>
+    targetDTypeOpt("target-dtype", cl::desc("of the targets y (default: i64)"),
+                   cl::init(DType::I64),
+                   cl::values(clEnumValN(DType::I32, "i32", "int32"),
+                              clEnumValN(DType::I64, "i64", "int64")),
+                   cl::cat(kCategory));
+cl::opt<DType, false, tools::DTypeParser> gradWeightDTypeOpt(
+    "grad-weight-dtype", cl::desc("dW: fp32 or the same as --dtype (default: fp32)"),
+    cl::init(DType::F32), cl::cat(kCategory));
+cl::opt<double> softcapOpt("softcap", cl::value_desc("C"), cl::desc("logits become C*tanh(z/C)"),
+                           cl::cat(kCategory));
+cl::opt<int64_t> ignoreIndexOpt("ignore-index", cl::value_desc("I"),
+                                cl::desc("targets equal to I are left out (default: -100)"),
+                                cl::init(-100), cl::cat(kCategory));
+cl::opt<bool> noIgnoreIndexOpt("no-ignore-index", cl::desc("every target counts"),
+                               cl::cat(kCategory));
+cl::opt<Reduction> reductionOpt("reduction", cl::desc("loss reduction (default: mean)"),
+                                cl::init(Reduction::Mean),
+                                cl::values(clEnumValN(Reduction::Mean, "mean", "mean over counted rows"),
+                                           clEnumValN(Reduction::Sum, "sum", "sum over counted rows")),
+                                cl::cat(kCategory));
+cl::opt<int64_t> budgetMbOpt("budget-mb", cl::value_desc("M"),
+                             cl::desc("workspace budget in MiB (default: 512)"), cl::init(512),
+                             cl::cat(kCategory));
+cl::opt<Precision> precisionOpt(
+    "precision", cl::desc("gradient precision of bf16 inputs (default: fast)"), cl::init(Precision::Fast),
+    cl::values(clEnumValN(Precision::Fast, "fast", "bf16 inputs: dZ rounded once to bf16"),
+               clEnumValN(Precision::Exact, "exact",
+                          "bf16 inputs: dZ as a hi+lo bf16 pair (backward GEMMs twice)")),
+    cl::cat(kCategory));
+cl::opt<std::string> archOpt("arch", cl::value_desc("sm_XY[a]"),
+                             cl::desc("sm_90a | sm_80 | ... (default: the GPU, else sm_90a)"),
+                             cl::cat(kCategory));
 
-[[noreturn]] void usageError(const std::string &msg) {
-  std::cerr << "lcejit-dump: " << msg << "\n\n" << kUsage;
-  std::exit(2);
-}
+/// --emit values: the pipeline stages in pipeline::kAllStages order, and "all".
+enum class EmitArg { Graph, Mlir, Passes, Plan, Cuda, Ptx, Sass, All };
+static_assert(std::size(pipeline::kAllStages) == size_t(EmitArg::All));
+cl::list<EmitArg> emitOpt(
+    "emit", cl::CommaSeparated, cl::desc("stages to show, in pipeline order (default: all)"),
+    cl::values(clEnumValN(EmitArg::Graph, "graph", "the frontend graph"),
+               clEnumValN(EmitArg::Mlir, "mlir", "tx MLIR as lowered"),
+               clEnumValN(EmitArg::Passes, "passes", "the MLIR after each pass"),
+               clEnumValN(EmitArg::Plan, "plan",
+                          "cache key, bucket, workspace, decisions, the Program as JSON"),
+               clEnumValN(EmitArg::Cuda, "cuda", "the generated CUDA module"),
+               clEnumValN(EmitArg::Ptx, "ptx", "PTX and NVRTC's ptxas -v lines"),
+               clEnumValN(EmitArg::Sass, "sass", "cuobjdump -sass, where it exists"),
+               clEnumValN(EmitArg::All, "all", "every stage")),
+    cl::cat(kCategory));
+cl::opt<std::string> outDirOpt("out-dir", cl::value_desc("DIR"),
+                               cl::desc("write one file per stage instead of printing"),
+                               cl::cat(kCategory));
+cl::list<int64_t> nSeriesOpt("n-series", cl::CommaSeparated, cl::value_desc("N1,N2,..."),
+                             cl::desc("plan+compile (no run) what each N needs through the "
+                                      "cache; ends with \"compiles: K buckets: B\""),
+                             cl::cat(kCategory));
 
-int64_t parseInt(const std::string &flag, const std::string &v) {
-  try {
-    size_t pos = 0;
-    long long x = std::stoll(v, &pos);
-    if (pos != v.size())
-      throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception &) {
-    usageError(fmt::format("{} expects an integer, got '{}'", flag, v));
-  }
-}
-
-double parseDouble(const std::string &flag, const std::string &v) {
-  try {
-    size_t pos = 0;
-    double x = std::stod(v, &pos);
-    if (pos != v.size())
-      throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception &) {
-    usageError(fmt::format("{} expects a number, got '{}'", flag, v));
-  }
-}
-
-DType parseType(const std::string &flag, const std::string &v) {
-  auto t = parseDType(v);
-  if (!t)
-    usageError(fmt::format("{}: unknown dtype '{}'", flag, v));
-  return *t;
-}
-
-std::vector<std::string> split(const std::string &s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep))
-    if (!item.empty())
-      out.push_back(item);
-  return out;
+[[noreturn]] void fail(const std::string &msg) {
+  llvm::errs() << "lcejit-dump: " << msg << "\n";
+  std::exit(1);
 }
 
 struct Args {
   int64_t tokens = -1;
   LinearCrossEntropyOptions options;
-  std::optional<std::string> arch;
+  std::optional<int32_t> archSm; ///< --arch: the SM version (two digits after "sm_")
   std::set<pipeline::Stage> emit;
   std::optional<fs::path> outDir;
   std::vector<int64_t> nSeries;
 };
 
 Args parseArgs(int argc, char **argv) {
+  tools::parseToolOptions(
+      argc, argv, kCategory,
+      "shows every stage of the compilation of the fused linear cross entropy for one "
+      "shape\n\n  lcejit-dump lce --tokens N --hidden D --vocab V [options]\n");
+  if (problemArg.getNumOccurrences() == 0)
+    fail("no problem given: lcejit-dump lce --tokens N --hidden D --vocab V (see --help)");
+  if (problemArg != "lce")
+    fail(fmt::format("unknown problem '{}' (only 'lce' exists)", problemArg.getValue()));
   Args a;
-  a.options.workspaceBudgetBytes = int64_t(512) << 20;
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::cout << kUsage;
-    std::exit(args.empty() ? 2 : 0);
+  a.nSeries.assign(nSeriesOpt.begin(), nSeriesOpt.end());
+  if (tokensOpt.getNumOccurrences()) {
+    if (tokensOpt < 0)
+      tools::failOption(tokensOpt, fmt::format("must be >= 0, got {}", tokensOpt.getValue()));
+    a.tokens = tokensOpt;
+  } else if (a.nSeries.empty()) {
+    tools::failOption(tokensOpt, "must be given (or --n-series)");
   }
-  if (args[0] != "lce")
-    usageError(fmt::format("unknown problem '{}' (only 'lce' exists)", args[0]));
-  for (size_t i = 1; i < args.size(); ++i) {
-    std::string flag = args[i], value;
-    if (auto eq = flag.find('='); eq != std::string::npos && flag.rfind("--", 0) == 0) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (flag != "--no-ignore-index" && flag != "-h" && flag != "--help") {
-      if (i + 1 >= args.size())
-        usageError(fmt::format("{} needs a value", flag));
-      value = args[++i];
-    }
-    if (flag == "--tokens") a.tokens = parseInt(flag, value);
-    else if (flag == "--hidden") a.options.hidden = parseInt(flag, value);
-    else if (flag == "--vocab") a.options.vocab = parseInt(flag, value);
-    else if (flag == "--dtype") a.options.dtype = parseType(flag, value);
-    else if (flag == "--target-dtype") a.options.targetDType = parseType(flag, value);
-    else if (flag == "--grad-weight-dtype") a.options.gradWeightDType = parseType(flag, value);
-    else if (flag == "--softcap") a.options.softcap = parseDouble(flag, value);
-    else if (flag == "--ignore-index") a.options.ignoreIndex = parseInt(flag, value);
-    else if (flag == "--no-ignore-index") a.options.ignoreIndex.reset();
-    else if (flag == "--reduction") {
-      if (value == "mean") a.options.reduction = Reduction::Mean;
-      else if (value == "sum") a.options.reduction = Reduction::Sum;
-      else usageError(fmt::format("--reduction must be mean or sum, got '{}'", value));
-    } else if (flag == "--budget-mb") a.options.workspaceBudgetBytes = parseInt(flag, value) << 20;
-    else if (flag == "--precision") {
-      if (value == "fast") a.options.precision = Precision::Fast;
-      else if (value == "exact") a.options.precision = Precision::Exact;
-      else usageError(fmt::format("--precision must be fast or exact, got '{}'", value));
-    }
-    else if (flag == "--arch") a.arch = value;
-    else if (flag == "--emit") {
-      for (const std::string &s : split(value, ',')) {
-        if (s == "all") {
-          for (pipeline::Stage st : pipeline::kAllStages)
-            a.emit.insert(st);
-        } else if (auto st = pipeline::parseStage(s)) {
-          a.emit.insert(*st);
-        } else {
-          usageError(fmt::format("--emit: unknown stage '{}'", s));
-        }
-      }
-    } else if (flag == "--out-dir") a.outDir = value;
-    else if (flag == "--n-series") {
-      for (const std::string &s : split(value, ','))
-        a.nSeries.push_back(parseInt(flag, s));
-      if (a.nSeries.empty())
-        usageError("--n-series needs at least one N");
-    } else if (flag == "-h" || flag == "--help") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else {
-      usageError(fmt::format("unknown option '{}'", flag));
-    }
-  }
-  if (a.nSeries.empty() && a.tokens == -1)
-    usageError("--tokens is required");
-  if (a.tokens < -1 || (a.tokens == -1 && std::find(args.begin(), args.end(), "--tokens") != args.end()))
-    usageError(fmt::format("--tokens must be >= 0, got {}", a.tokens));
   for (int64_t n : a.nSeries)
     if (n < 0)
-      usageError(fmt::format("--n-series: N must be >= 0, got {}", n));
-  if (a.options.hidden <= 0)
-    usageError("--hidden is required (and must be > 0)");
-  if (a.options.vocab <= 0)
-    usageError("--vocab is required (and must be > 0)");
+      tools::failOption(nSeriesOpt, fmt::format("N must be >= 0, got {}", n));
+  if (hiddenOpt <= 0)
+    tools::failOption(hiddenOpt, hiddenOpt.getNumOccurrences()
+                                     ? fmt::format("must be > 0, got {}", hiddenOpt.getValue())
+                                     : std::string("must be given"));
+  if (vocabOpt <= 0)
+    tools::failOption(vocabOpt, vocabOpt.getNumOccurrences()
+                                    ? fmt::format("must be > 0, got {}", vocabOpt.getValue())
+                                    : std::string("must be given"));
+  if (budgetMbOpt < 0)
+    tools::failOption(budgetMbOpt, fmt::format("must be >= 0, got {}", budgetMbOpt.getValue()));
+  LinearCrossEntropyOptions &o = a.options;
+  o.hidden = hiddenOpt;
+  o.vocab = vocabOpt;
+  o.dtype = dtypeOpt;
+  o.targetDType = targetDTypeOpt;
+  o.gradWeightDType = gradWeightDTypeOpt;
+  if (softcapOpt.getNumOccurrences())
+    o.softcap = softcapOpt;
+  o.ignoreIndex = ignoreIndexOpt.getValue();
+  if (noIgnoreIndexOpt)
+    o.ignoreIndex.reset();
+  o.reduction = reductionOpt;
+  o.workspaceBudgetBytes = budgetMbOpt << 20;
+  o.precision = precisionOpt;
+  if (archOpt.getNumOccurrences()) {
+    const std::string &arch = archOpt;
+    int sm = 0;
+    if (arch.rfind("sm_", 0) != 0 || arch.size() < 5 ||
+        llvm::StringRef(arch).substr(3, 2).getAsInteger(10, sm))
+      tools::failOption(archOpt, fmt::format("must look like sm_90a or sm_80, got '{}'", arch));
+    if (sm < 80)
+      tools::failOption(archOpt, fmt::format("'{}': lcejit needs sm_80 or newer", arch));
+    a.archSm = sm;
+  }
+  for (EmitArg e : emitOpt) {
+    if (e == EmitArg::All)
+      a.emit.insert(std::begin(pipeline::kAllStages), std::end(pipeline::kAllStages));
+    else
+      a.emit.insert(pipeline::kAllStages[static_cast<size_t>(e)]);
+  }
+  if (outDirOpt.getNumOccurrences())
+    a.outDir = fs::path(outDirOpt.getValue());
   if (a.emit.empty())
     for (pipeline::Stage st : pipeline::kAllStages)
       a.emit.insert(st);
@@ -201,14 +201,9 @@ Args parseArgs(int argc, char **argv) {
 }
 
 plan::Target targetFor(const Args &a) {
-  if (a.arch) {
+  if (a.archSm) {
     plan::Target t;
-    const std::string &s = *a.arch;
-    if (s.rfind("sm_", 0) != 0 || s.size() < 5)
-      usageError(fmt::format("--arch must look like sm_90a or sm_80, got '{}'", s));
-    t.smVersion = static_cast<int32_t>(parseInt("--arch", s.substr(3, 2)));
-    if (t.smVersion < 80)
-      usageError(fmt::format("--arch {}: lcejit needs sm_80 or newer", s));
+    t.smVersion = *a.archSm;
     if (t.smVersion != 90)
       t.numSMs = 108; // an A100-class part; only changes the split heuristic
     return t;

@@ -2,7 +2,7 @@
 
 #include "TestSupport.h"
 
-#include "compiler/support/Sha256.h"
+#include "compiler/support/ContentHash.h"
 #include "runtime/DiskCache.h"
 
 #include <atomic>
@@ -39,8 +39,8 @@ CacheKeyInputs keyInputs() {
   in.nvrtcVersion = "13.0 (V13.0.88, CL-36424714, NVVM 7.0.1; libnvrtc.so.13 109338064 bytes)";
   in.options = {"--gpu-architecture=sm_90a", "-std=c++17", "-I/usr/local/cuda/include"};
   in.arch = "sm_90a";
-  in.deviceHeaderHash = std::string(64, 'd');
-  in.includeHash = std::string(64, 'e');
+  in.deviceHeaderHash = std::string(32, 'd');
+  in.includeHash = std::string(32, 'e');
   return in;
 }
 
@@ -124,7 +124,7 @@ std::vector<std::pair<std::string, CacheKeyInputs>> flippedKeyInputs() {
   flip("option added", [](CacheKeyInputs &in) { in.options.push_back("-lineinfo"); });
   flip("option order", [](CacheKeyInputs &in) { std::swap(in.options[1], in.options[2]); });
   flip("arch", [](CacheKeyInputs &in) { in.arch = "sm_80"; });
-  flip("device header hash", [](CacheKeyInputs &in) { in.deviceHeaderHash[63] = 'c'; });
+  flip("device header hash", [](CacheKeyInputs &in) { in.deviceHeaderHash.back() = 'c'; });
   flip("no device header hash", [](CacheKeyInputs &in) { in.deviceHeaderHash.clear(); });
   flip("included header hash", [](CacheKeyInputs &in) { in.includeHash[0] = 'f'; });
   return out;
@@ -175,10 +175,14 @@ TEST(CacheKeyTest, FieldsAreFramed) {
 }
 
 TEST(CacheKeyTest, Validation) {
-  EXPECT_TRUE(isValidCacheKey(std::string(64, 'a')));
-  EXPECT_FALSE(isValidCacheKey(std::string(63, 'a')));
-  EXPECT_FALSE(isValidCacheKey(std::string(64, 'A')));
-  EXPECT_FALSE(isValidCacheKey("../../etc/passwd" + std::string(48, '0')));
+  EXPECT_TRUE(isValidCacheKey(std::string(32, 'a')));
+  EXPECT_EQ(someKey().size(), 32u);
+  EXPECT_TRUE(isValidCacheKey(someKey()));
+  EXPECT_FALSE(isValidCacheKey(std::string(31, 'a')));
+  EXPECT_FALSE(isValidCacheKey(std::string(33, 'a')));
+  EXPECT_FALSE(isValidCacheKey(std::string(64, 'a'))); // a SHA-256 key of formats 1 and 2
+  EXPECT_FALSE(isValidCacheKey(std::string(32, 'A')));
+  EXPECT_FALSE(isValidCacheKey("../../etc/passwd" + std::string(16, '0')));
   TempDir tmp;
   DiskCache cache(tmp.path());
   std::string msg = expectError(ErrorKind::InvalidArgument, [&] { cache.load("../x"); });
@@ -227,7 +231,7 @@ TEST(CubinFileTest, TruncationAndPayloadCorruption) {
   std::vector<uint8_t> flipped = file;
   flipped[kCubinHeaderBytes + 500] ^= 1;
   EXPECT_FALSE(decodeCubinFile(flipped, &why).has_value());
-  EXPECT_NE(why.find("SHA-256"), std::string::npos) << why;
+  EXPECT_NE(why.find("payload hash"), std::string::npos) << why;
 }
 
 TEST(CubinFileTest, OtherFormatVersionIsRejectedEvenWithAValidHeaderChecksum) {
@@ -236,8 +240,9 @@ TEST(CubinFileTest, OtherFormatVersionIsRejectedEvenWithAValidHeaderChecksum) {
   const uint32_t other = kDiskCacheFormatVersion + 1;
   ASSERT_LT(other, 256u);
   file[8] = static_cast<uint8_t>(other);
-  Sha256::Digest h = sha256(std::span<const uint8_t>(file.data(), 56));
-  std::copy(h.begin(), h.begin() + 8, file.begin() + 56);
+  // The header checksum: the first 8 bytes of XXH3-128 of header bytes [0, 40), at 40.
+  ContentHash::Digest h = contentHash(std::span<const uint8_t>(file.data(), 40));
+  std::copy(h.begin(), h.begin() + 8, file.begin() + 40);
   std::string why;
   EXPECT_FALSE(decodeCubinFile(file, &why).has_value());
   EXPECT_NE(why.find("format version " + std::to_string(other)), std::string::npos) << why;
@@ -273,7 +278,7 @@ TEST_F(DiskCacheTest, MissThenStoreThenHit) {
   EXPECT_EQ(e->manifest.at("label"), "test");
   EXPECT_EQ(e->manifest.at("key"), key);
   EXPECT_EQ(e->manifest.at("cubin_bytes"), cubin.size());
-  EXPECT_EQ(e->manifest.at("cubin_sha256"), sha256Hex(std::span<const uint8_t>(cubin)));
+  EXPECT_EQ(e->manifest.at("cubin_xxh128"), contentHashHex(std::span<const uint8_t>(cubin)));
   EXPECT_TRUE(e->manifest.contains("created"));
   DiskCache::Stats s = c.stats();
   EXPECT_EQ(s.hits, 1);
@@ -615,7 +620,8 @@ TEST_F(DiskCacheEvictionTest, ZeroMeansNoCap) {
 }
 
 TEST_F(DiskCacheEvictionTest, OtherFormatVersionsCountAndAgeOut) {
-  // An entry of an older format version (never read by this build) and a foreign file.
+  // An entry of an older format version (never read by this build; its name is a 64-digit
+  // SHA-256 key, as formats 1 and 2 had) and a foreign file.
   fs::path old = tmp.path() / "v1" / "ab";
   fs::create_directories(old);
   fs::path oldCubin = old / (std::string(64, 'a') + ".cubin");

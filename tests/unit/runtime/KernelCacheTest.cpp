@@ -275,7 +275,7 @@ TEST_F(KernelCacheTest, UnwritableDiskStillServesFromMemory) {
 
 TEST_F(KernelCacheTest, KeyInputsAreTheRealComponents) {
   KernelRequest r = request();
-  r.deviceHeaderHash = std::string(64, '7');
+  r.deviceHeaderHash = std::string(32, '7');
   CacheKeyInputs in = KernelCache::keyInputsFor(r);
   EXPECT_EQ(in.formatVersion, kDiskCacheFormatVersion);
   EXPECT_EQ(in.buildId, buildId());
@@ -290,10 +290,10 @@ TEST_F(KernelCacheTest, KeyInputsAreTheRealComponents) {
 
 TEST_F(KernelCacheTest, OtherDeviceHeadersAreAMiss) {
   KernelRequest r = request();
-  r.deviceHeaderHash = std::string(64, '1');
+  r.deviceHeaderHash = std::string(32, '1');
   { KernelCache(options()).get(r); }
   EXPECT_EQ(KernelCache(options()).get(r).origin, CacheOrigin::Disk);
-  r.deviceHeaderHash = std::string(64, '2');
+  r.deviceHeaderHash = std::string(32, '2');
   KernelCache fresh(options());
   EXPECT_EQ(fresh.get(r).origin, CacheOrigin::Compiled);
   EXPECT_EQ(fresh.compileCount(), 1);
