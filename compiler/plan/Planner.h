@@ -55,7 +55,7 @@ struct PlanOptions {
   /// Materialized takes the materialized one where the planner can derive it ([Note: the
   /// materialized backward] in Program.h; LCEJIT_BACKWARD=materialized). It is opt-in
   /// until its dB accumulation across row blocks is overlapped: measured on the H200 it
-  /// is even with the recompute (docs/hopper.md).
+  /// is even with the recompute (docs/hopper.md), with the same errors.
   enum class Backward : uint8_t { Recompute, Materialized };
   Backward backward = Backward::Recompute;
   /// Element type each function result is written as; empty = the result's own type
