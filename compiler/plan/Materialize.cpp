@@ -297,7 +297,6 @@ std::string materialize(Program &p, const std::string &name) {
 
   // 4. f = a·E + b.
   Expr x(f);
-  const std::vector<bool> depE = dependsOn(f, [](int32_t) { return false; });
   std::vector<bool> onE(f.insts.size(), false);
   for (size_t i = 0; i < f.insts.size(); ++i) {
     onE[i] = static_cast<int32_t>(i) == e;
@@ -305,7 +304,6 @@ std::string materialize(Program &p, const std::string &name) {
       if (o >= 0)
         onE[i] = onE[i] || onE[static_cast<size_t>(o)];
   }
-  (void)depE;
   std::map<int32_t, std::pair<int32_t, int32_t>> linMemo;
   std::function<std::pair<int32_t, int32_t>(int32_t)> lin =
       [&](int32_t i) -> std::pair<int32_t, int32_t> {

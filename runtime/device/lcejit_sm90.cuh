@@ -737,17 +737,12 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   __device__ __forceinline__ void lse_and_store(float &m, float &t_out, float (&acc)[R],
                                                 const typename Epi::Row &rv, int h, i64 row,
                                                 i64 col0, int t) {
-    // Values first (in place of the accumulators), then the stores from one row base at
-    // constant offsets: interleaving them, or 64-bit addresses per element, made ptxas
-    // spill (as in DzEpilogue).
-    // Each pair is packed to two fp16 as soon as it is made (in the slot of its first
-    // accumulator): half the live registers until the stores.
     lse_of_values<R / 2>(m, t_out,
                          [&](int k) { return acc[4 * (k / 2) + 2 * h + k % 2]; });
     // The reference of the stored values: the lane's maximum without the target column
-    // (see StoredTile::excludeArg); the logsumexp keeps the true maximum m.
-    // Element k of this lane's row is column col0 + 8 (k / 2) + 2 (t % 4) + k % 2: the
-    // target's k (or -1) is found once, then compared with constants.
+    // (see StoredTile::excludeArg); the logsumexp keeps the true maximum m. Element k of
+    // this lane's row is column col0 + 8 (k / 2) + 2 (t % 4) + k % 2: the target's k (or
+    // -1) is found once, then compared with constants.
     const i64 rel = epi.store_target(rv) - col0 - 2 * (t % 4);
     const int kx = (rel >= 0 && rel < 2 * R && (rel % 8) < 2)
                        ? static_cast<int>(2 * (rel / 8) + rel % 8)
@@ -756,7 +751,11 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
 #pragma unroll
     for (int k = 0; k < R / 2; ++k)
       sm = k == kx ? sm : fmaxf(sm, acc[4 * (k / 2) + 2 * h + k % 2]);
-    const float base = sm == -f32_inf() ? 0.f : sm, mx = base;
+    const float base = sm == -f32_inf() ? 0.f : sm;
+    // Values first, each pair packed to two fp16 as soon as it is made (in the slot of
+    // its first accumulator: half the live registers), then the stores from one row base
+    // at constant offsets. Interleaving them, or 64-bit addresses per element, made ptxas
+    // spill (as in DzEpilogue).
 #pragma unroll
     for (int g = 0; g < R / 4; ++g) {
       const int i = 4 * g + 2 * h;
@@ -780,7 +779,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
         out[4 * g] = __float_as_uint(acc[i]);
       }
       static_cast<float *>(epi.store_tile_max)[(row * (cols / Cfg::BN) + col0 / Cfg::BN) * 4 +
-                                               t % 4] = mx;
+                                               t % 4] = base;
     }
   }
   /// Quad shuffles finish each row of a consumer. With ping-pong both consumers hold

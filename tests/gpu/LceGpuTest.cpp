@@ -11,6 +11,7 @@
 #include "ops/lib/Reference.h"
 #include "tests/gpu/GpuSupport.h"
 #include "tests/gpu/Tolerances.h"
+#include "tests/support/ScopedEnv.h"
 
 #include <gtest/gtest.h>
 
@@ -83,35 +84,6 @@ std::vector<double> hostValues(const DeviceBuffer &b, DType t, int64_t count) {
   return out;
 }
 
-/// LCEJIT_BACKWARD=materialized for one scope (the materialized backward is opt-in), then
-/// the previous value; the knobs are reloaded both times.
-class MaterializedBackward {
-public:
-  explicit MaterializedBackward(bool on = true) : on_(on) {
-    if (!on_)
-      return;
-    if (const char *old = std::getenv("LCEJIT_BACKWARD"))
-      old_ = old;
-    ::setenv("LCEJIT_BACKWARD", "materialized", 1);
-    knobs::reloadForTesting();
-  }
-  ~MaterializedBackward() {
-    if (!on_)
-      return;
-    if (old_)
-      ::setenv("LCEJIT_BACKWARD", old_->c_str(), 1);
-    else
-      ::unsetenv("LCEJIT_BACKWARD");
-    knobs::reloadForTesting();
-  }
-  MaterializedBackward(const MaterializedBackward &) = delete;
-  MaterializedBackward &operator=(const MaterializedBackward &) = delete;
-
-private:
-  bool on_;
-  std::optional<std::string> old_;
-};
-
 class LceGpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LceGpu, MatchesFp64Reference) {
@@ -129,7 +101,9 @@ TEST_P(LceGpu, MatchesFp64Reference) {
   o.precision = c.precision;
   o.workspaceBudgetBytes = c.budgetMb << 20;
   const bool materialized = std::string(c.name).rfind("bf16_mat_", 0) == 0;
-  MaterializedBackward knob(materialized);
+  lcejit::testing::ScopedEnv knob; // the materialized backward is opt-in
+  if (materialized)
+    knob.set("LCEJIT_BACKWARD", "materialized");
   LinearCrossEntropy op(o);
   const bool exact = c.precision == Precision::Exact || c.dtype != DType::BF16;
   RefKernels &k = RefKernels::get();

@@ -17,6 +17,7 @@
 #include "runtime/CudaDriver.h"
 #include "runtime/Executor.h"
 #include "runtime/Nvrtc.h"
+#include "tests/support/ScopedEnv.h"
 
 #include <gtest/gtest.h>
 
@@ -583,35 +584,6 @@ TEST(OpsCacheKey, SMCountChangesThePlanItKeys) {
 // Dynamic N: compile counts through the real cache
 //===----------------------------------------------------------------------===//
 
-/// LCEJIT_BACKWARD=materialized for one scope (the materialized backward is opt-in), then
-/// the previous value; the knobs are reloaded both times.
-class MaterializedBackward {
-public:
-  explicit MaterializedBackward(bool on = true) : on_(on) {
-    if (!on_)
-      return;
-    if (const char *old = std::getenv("LCEJIT_BACKWARD"))
-      old_ = old;
-    ::setenv("LCEJIT_BACKWARD", "materialized", 1);
-    knobs::reloadForTesting();
-  }
-  ~MaterializedBackward() {
-    if (!on_)
-      return;
-    if (old_)
-      ::setenv("LCEJIT_BACKWARD", old_->c_str(), 1);
-    else
-      ::unsetenv("LCEJIT_BACKWARD");
-    knobs::reloadForTesting();
-  }
-  MaterializedBackward(const MaterializedBackward &) = delete;
-  MaterializedBackward &operator=(const MaterializedBackward &) = delete;
-
-private:
-  bool on_;
-  std::optional<std::string> old_;
-};
-
 fs::path freshCacheDir(const char *tag) {
   fs::path p = fs::temp_directory_path() / fmt::format("lcejit-ops-test-{}-{}", tag, ::getpid());
   fs::remove_all(p);
@@ -714,7 +686,10 @@ class OpsNvrtc : public ::testing::TestWithParam<CompileCase> {};
 
 TEST_P(OpsNvrtc, EveryGeneratedKernelCompilesForSm90aAndSm80) {
   const CompileCase &c = GetParam();
-  MaterializedBackward knob(std::string(c.name).find("materialized") != std::string::npos);
+  // The materialized backward is opt-in (LCEJIT_BACKWARD).
+  lcejit::testing::ScopedEnv knob;
+  if (std::string(c.name).find("materialized") != std::string::npos)
+    knob.set("LCEJIT_BACKWARD", "materialized");
   ops::LceJit jit(c.options);
   for (int sm : {90, 80}) {
     plan::Target t;
@@ -797,6 +772,28 @@ double relNorm(const std::vector<double> &x, const std::vector<double> &r) {
   return r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2);
 }
 
+/// Random bf16-representable H and W (uniform in [-amp, amp]) and targets, drawn in that
+/// order from one seeded generator; every `period`-th row from `phase` is ignored (-100).
+struct RandomProblem {
+  std::vector<double> h, w;
+  std::vector<int64_t> y;
+};
+RandomProblem randomProblem(const LinearCrossEntropyOptions &o, int64_t n, uint64_t seed,
+                            double amp, int64_t period, int64_t phase) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-amp, amp);
+  RandomProblem p;
+  p.h.resize(size_t(n * o.hidden));
+  p.w.resize(size_t(o.vocab * o.hidden));
+  for (double &x : p.h)
+    x = ref::roundToDType(u(rng), o.dtype);
+  for (double &x : p.w)
+    x = ref::roundToDType(u(rng), o.dtype);
+  for (int64_t i = 0; i < n; ++i)
+    p.y.push_back(i % period == phase ? -100 : int64_t(rng() % uint64_t(o.vocab)));
+  return p;
+}
+
 /// The materialized backward's Program ([Note: the materialized backward]) in fp64: the
 /// planner's algebra (stored factor, row functions, target column) gives the unfused
 /// graph's gradients, with and without softcap, with ignored rows.
@@ -808,19 +805,10 @@ TEST(OpsReference, MaterializedProgramMatchesTheUnfusedGraph) {
     if (softcap)
       o.softcap = 7.5;
     const int64_t n = 45;
-    std::mt19937_64 rng(11);
-    std::uniform_real_distribution<double> u(-1.5, 1.5);
-    std::vector<double> h(size_t(n * o.hidden)), w(size_t(o.vocab * o.hidden));
-    for (double &x : h)
-      x = ref::roundToDType(u(rng), o.dtype);
-    for (double &x : w)
-      x = ref::roundToDType(u(rng), o.dtype);
-    std::vector<int64_t> y;
-    for (int64_t i = 0; i < n; ++i)
-      y.push_back(i % 5 == 2 ? -100 : int64_t(rng() % uint64_t(o.vocab)));
+    auto [h, w, y] = randomProblem(o, n, 11, 1.5, 5, 2);
     y[0] = 0;
     y[1] = o.vocab - 1;
-    MaterializedBackward knob;
+    lcejit::testing::ScopedEnv knob{{"LCEJIT_BACKWARD", "materialized"}};
     LinearCrossEntropy op(o);
     ASSERT_NE(op.scheduleSummary(n).find("materialized"), std::string::npos)
         << op.scheduleSummary(n);
@@ -841,16 +829,7 @@ TEST(OpsReference, PlannedProgramMatchesTheUnfusedGraph) {
       o.softcap = 7.5;
     o.workspaceBudgetBytes = 40000; // forces several vocab chunks
     const int64_t n = 33;
-    std::mt19937_64 rng(5);
-    std::uniform_real_distribution<double> u(-1, 1);
-    std::vector<double> h(size_t(n * o.hidden)), w(size_t(o.vocab * o.hidden));
-    for (double &x : h)
-      x = ref::roundToDType(u(rng), o.dtype);
-    for (double &x : w)
-      x = ref::roundToDType(u(rng), o.dtype);
-    std::vector<int64_t> y;
-    for (int64_t i = 0; i < n; ++i)
-      y.push_back(i % 4 == 3 ? -100 : int64_t(rng() % uint64_t(o.vocab)));
+    auto [h, w, y] = randomProblem(o, n, 5, 1.0, 4, 3);
     LinearCrossEntropy op(o);
     ReferenceResult prog = op.runReference(h, w, y);
     ReferenceResult graph = ops::runGraphReference(o, h, w, y);
