@@ -165,6 +165,18 @@ __device__ __forceinline__ void named_bar_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+/// [Note: f32 accumulate by reduction] *p += (x, y) as one relaxed vector reduction
+/// (sm_90, 8-byte aligned p): fire-and-forget, so an accumulating epilogue issues its
+/// reductions and goes on to the next tile, and the L2 does the read-modify-write (a
+/// load, add and store from the thread would wait out the old value's round trip, per
+/// tile, with the tensor cores idle). Each element has one writer per launch, so the
+/// result is old + acc rounded once, as the load-add-store gave; like every f32 atomic
+/// add, a subnormal sum or addend is flushed to zero.
+__device__ __forceinline__ void red_add_f32x2(float *p, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(x), "f"(y)
+               : "memory");
+}
+
 template <int REGS> __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
 }
@@ -974,13 +986,10 @@ struct F32OutEpilogue {
         continue;
       float *p = out + (row_offset + row) * ld + col;
       if (pairs && col + 1 < cols) {
-        float2 v = make_float2(acc[i], acc[i + 1]);
-        if (accumulate) {
-          const float2 o = *reinterpret_cast<const float2 *>(p);
-          v.x += o.x;
-          v.y += o.y;
-        }
-        *reinterpret_cast<float2 *>(p) = v;
+        if (accumulate)
+          red_add_f32x2(p, acc[i], acc[i + 1]); // [Note: f32 accumulate by reduction]
+        else
+          *reinterpret_cast<float2 *>(p) = make_float2(acc[i], acc[i + 1]);
       } else {
         p[0] = accumulate ? p[0] + acc[i] : acc[i];
         if (col + 1 < cols)
