@@ -175,7 +175,7 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
                   ? item.chunkIndex
                   : -1;
   rec.rowBlock = item.rowBlock;
-  rec.dims = program.launchDims(k, item.rows, item.chunkCols);
+  rec.dims = program.launchDims(k, item.rows, item.chunkCols, item.splits);
   const int64_t *g = rec.dims.grid;
   if (g[0] == 0 || g[1] == 0 || g[2] == 0) {
     ++plan.skippedLaunches;
@@ -206,7 +206,7 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
     case Param::Kind::ChunkCols: rec.args.push_back(KernelArg::makeI64(item.chunkCols)); break;
     case Param::Kind::ChunkIndex: rec.args.push_back(KernelArg::makeI64(item.chunkIndex)); break;
     case Param::Kind::RowBlock: rec.args.push_back(KernelArg::makeI64(item.rowBlock)); break;
-    case Param::Kind::Splits: rec.args.push_back(KernelArg::makeI32(program.splits)); break;
+    case Param::Kind::Splits: rec.args.push_back(KernelArg::makeI32(item.splits)); break;
     case Param::Kind::AccumulateOutputs:
       rec.args.push_back(KernelArg::makeI64(static_cast<int64_t>(accumulateOutputs)));
       break;

@@ -26,6 +26,12 @@ namespace tx = lcejit::tx;
 namespace lcejit::plan {
 namespace {
 
+/// The recompute's backward decision line starts with kRecomputeDecision; what follows
+/// kRecomputeDecisionTail in it (an f32 accumulator, if any) holds for the materialized
+/// schedule too, whose line replaces it.
+constexpr std::string_view kRecomputeDecision = "backward: vocab-chunked recompute";
+constexpr std::string_view kRecomputeDecisionTail = " (see 'run schedule')";
+
 constexpr int64_t kInvalid = -1;
 
 DType dtypeOf(Type t) {
@@ -889,13 +895,14 @@ private:
         std::max<int64_t>({prog_.schedule.chunkAlign, dz.gemm.tile.bn, bwdTile.bn});
     bool lhsAcc = lhsOut >= 0 && lhsType != DType::F32;
     prog_.decisions.push_back(fmt::format(
-        "backward: vocab-chunked recompute; dZ as {} ({}); chunk width and row blocks chosen "
-        "per call from N and the {} MiB budget (see 'run schedule'){}",
+        "{}; dZ as {} ({}); chunk width and row blocks chosen per call from N and the {} MiB "
+        "budget{}{}",
+        kRecomputeDecision,
         dzFormatName(dz.format),
         dz.format == DzFormat::BF16        ? "fast: one bf16 operand, rounded once from f32"
         : dz.format == DzFormat::SplitBF16 ? "exact: bf16 hi + lo, each backward GEMM twice"
                                            : "f32 operands, SIMT backward",
-        opt_.workspaceBudgetBytes >> 20,
+        opt_.workspaceBudgetBytes >> 20, kRecomputeDecisionTail,
         lhsAcc ? fmt::format("; an f32 accumulator for d{} ({} B per row of a block)",
                              prog_.inputs[static_cast<size_t>(dz.gemm.a.index)].name, k * 4)
                : std::string()));
@@ -1029,11 +1036,24 @@ private:
       } else if (std::string why = materializeBackward(prog_, opt_.name); !why.empty()) {
         prog_.decisions.push_back("backward: materialized schedule not taken: " + why);
       } else {
+        // One backward line: the materialized one replaces the recompute's, keeping what
+        // that said about an f32 accumulator (its clause after the budget's).
+        std::string accumulator;
+        for (auto it = prog_.decisions.begin(); it != prog_.decisions.end(); ++it) {
+          if (it->rfind(kRecomputeDecision, 0) != 0)
+            continue;
+          if (size_t at = it->find(kRecomputeDecisionTail); at != std::string::npos)
+            accumulator = it->substr(at + kRecomputeDecisionTail.size());
+          prog_.decisions.erase(it);
+          break;
+        }
         prog_.decisions.push_back(
             "backward: materialized: the forward GEMM stores fp16 factor(v)*exp(v - tile max) "
             "per element (the dZ buffer) and the tile maxima; a row kernel and an elementwise "
-            "pass form dZ (the target column from the f32 target logit); dA and dB run over "
-            "one chunk of all columns per row block: 6*N*D*V of GEMM work");
+            "pass form dZ as one bf16 operand (the target column from the f32 target logit); "
+            "dA and dB run over one chunk of all columns per row block: 6*N*D*V of GEMM "
+            "work" +
+            accumulator);
       }
     }
     decideRowBlocks();

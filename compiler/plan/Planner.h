@@ -51,13 +51,15 @@ struct PlanOptions {
   /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).
   std::optional<TileConfig> tensorCoreTile;
   Mainloop mainloop = Mainloop::Auto;
-  /// The backward schedule: Recompute (the default) is the vocab-chunked recompute;
-  /// Materialized takes the materialized one where the planner can derive it ([Note: the
-  /// materialized backward] in Program.h; LCEJIT_BACKWARD=materialized). It is opt-in
-  /// until its dB accumulation across row blocks is overlapped: measured on the H200 it
-  /// is even with the recompute (docs/hopper.md), with the same errors.
+  /// The backward schedule: Materialized (the default) takes the materialized one where
+  /// the planner can derive it and the budget holds enough rows ([Note: the materialized
+  /// backward] in Program.h), else the plan says why and keeps the vocab-chunked
+  /// recompute; Recompute asks for the recompute (LCEJIT_BACKWARD=recompute: the lean
+  /// schedule, and comparisons). Measured on the H200 the materialized one is 1.27-1.35x
+  /// the cuBLAS floor where the recompute is 1.46-1.60x, with the same errors
+  /// (docs/performance.md).
   enum class Backward : uint8_t { Recompute, Materialized };
-  Backward backward = Backward::Recompute;
+  Backward backward = Backward::Materialized;
   /// Element type each function result is written as; empty = the result's own type
   /// (a float result that is a tx.cast of a gradient keeps the cast's type).
   std::vector<std::optional<DType>> outputTypes;

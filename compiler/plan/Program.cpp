@@ -564,6 +564,7 @@ std::vector<LaunchItem> Program::expand(const RunSchedule &s) const {
     const Step &step = steps[static_cast<size_t>(si)];
     LaunchItem it;
     it.step = si;
+    it.splits = s.splits;
     it.rowBegin = rowBegin;
     it.rows = rows;
     it.rowBlock = block;
@@ -624,8 +625,11 @@ int64_t Program::rowStrideBytes(const BufferRef &b) const {
 
 static int64_t dzBytes(DzFormat f) { return f == DzFormat::F32 ? 4 : 2; }
 
-LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc) const {
+LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSplits) const {
   LCEJIT_CHECK(idx >= 0 && idx < static_cast<int32_t>(kernels.size()), "kernel index {}", idx);
+  LCEJIT_CHECK(runSplits >= 0 && runSplits <= splits, "kernel index {}: {} splits of at most {}",
+               idx, runSplits, splits);
+  const int32_t splits = runSplits > 0 ? runSplits : this->splits;
   LaunchDims d;
   const Kernel &kernel = kernels[static_cast<size_t>(idx)];
   if (isGemmKind(kernel.kind()) && gemmMath(kernel) == MathMode::WgmmaBF16) {

@@ -454,6 +454,9 @@ struct RunSchedule {
   bool overBudget = false;   ///< even the smallest schedule needs more than the budget
   int64_t budgetBytes = 0;   ///< the budget it was chosen for
   const char *reason = "";   ///< why (a static string: choosing builds no text)
+  /// Partial entries per row of the GemmReduce kernels for this call (<= Program::splits,
+  /// which sizes the partials buffer; [Note: column splits per call] in SchedulePolicy.h).
+  int32_t splits = 1;
   /// One line for people: the choice, the workspace against the budget, and the reason.
   std::string describe() const;
 };
@@ -465,6 +468,7 @@ struct LaunchItem {
   int64_t rowBegin = 0, rows = 0; ///< the row block
   int64_t rowBlock = 0;
   int64_t chunkIndex = 0, chunkBegin = 0, chunkCols = 0;
+  int32_t splits = 1; ///< RunSchedule::splits: the Splits parameter and the reduce's grid
 };
 
 struct Target {
@@ -487,7 +491,7 @@ struct Program {
   std::vector<Kernel> kernels;
   std::vector<Step> steps;
   int64_t loopCols = 0;    ///< total columns the chunk loop covers (V)
-  int32_t splits = 1;      ///< column splits of GemmReduce kernels
+  int32_t splits = 1;      ///< column splits of GemmReduce kernels (the most a call uses)
   ScheduleSpec schedule;   ///< see [Note: the run schedule]
   /// Human-readable notes on the planner's decisions (shown in the dump).
   std::vector<std::string> decisions;
@@ -503,8 +507,10 @@ struct Program {
   RunSchedule runSchedule(int64_t n) const;
   /// Every launch of a run with this schedule, in order.
   std::vector<LaunchItem> expand(const RunSchedule &s) const;
-  /// Launch geometry of kernel `k` for `rows` rows and a chunk of `chunkCols` columns.
-  LaunchDims launchDims(int32_t k, int64_t rows, int64_t chunkCols) const;
+  /// Launch geometry of kernel `k` for `rows` rows and a chunk of `chunkCols` columns, with
+  /// `runSplits` partial entries per row (RunSchedule::splits; 0: Program::splits).
+  LaunchDims launchDims(int32_t k, int64_t rows, int64_t chunkCols,
+                        int32_t runSplits = 0) const;
   /// Byte offsets of workspace buffers for a schedule, and the total, 256-byte aligned.
   std::vector<int64_t> workspaceOffsets(const RunSchedule &s, int64_t *totalBytes) const;
   /// The same for the schedule runSchedule(n) chooses.

@@ -46,6 +46,8 @@ int64_t widestChunk(const Program &p, int64_t n, int64_t r, int64_t align, int64
   return std::max<int64_t>(c, 0);
 }
 
+RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n);
+
 } // namespace
 
 std::string RunSchedule::describe() const {
@@ -69,7 +71,43 @@ int64_t workspaceBytesFor(const Program &p, int64_t n, int64_t r, int64_t c) {
   return total;
 }
 
+int32_t chooseColumnSplits(const Program &p, int64_t rows) {
+  const GemmReduceKernel *reduce = nullptr;
+  for (const Kernel &k : p.kernels)
+    if (const auto *g = std::get_if<GemmReduceKernel>(&k.body);
+        g && g->gemm.math == MathMode::WgmmaBF16) {
+      reduce = g;
+      break;
+    }
+  if (!reduce || rows <= 0 || p.splits < 1)
+    return std::max(p.splits, 1);
+  const TileConfig &t = reduce->gemm.tile;
+  const int64_t perCta = t.pingpong ? 2 : 1; // partial entries per CTA split
+  const int64_t most = std::max<int64_t>(p.splits / perCta, 1);
+  const int64_t tiles = ceilDiv(reduce->gemm.cols, t.bn);
+  const int64_t rowTiles = ceilDiv(rows, t.bm);
+  const int64_t sms = std::max<int32_t>(p.target.numSMs, 1);
+  // Time ~ waves x column tiles per CTA; the fewest splits considered keep a CTA's run
+  // within 4x of the plan's (L2: the CTAs resident together share fewer B tiles).
+  int64_t best = most, bestCost = -1;
+  for (int64_t s = most; s >= std::max<int64_t>(1, ceilDiv(most, 4)); --s) {
+    const int64_t cost = ceilDiv(rowTiles * s, sms) * ceilDiv(tiles, s);
+    if (bestCost < 0 || cost < bestCost) {
+      best = s;
+      bestCost = cost;
+    }
+  }
+  return static_cast<int32_t>(best * perCta);
+}
+
 RunSchedule chooseRunSchedule(const Program &p, int64_t n) {
+  RunSchedule s = chooseBlocksAndChunks(p, n);
+  s.splits = chooseColumnSplits(p, s.rowsPerBlock);
+  return s;
+}
+
+namespace {
+RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
   LCEJIT_CHECK(n >= 0, "chooseRunSchedule: N = {}", n);
   const ScheduleSpec &spec = p.schedule;
   RunSchedule s;
@@ -181,5 +219,7 @@ RunSchedule chooseRunSchedule(const Program &p, int64_t n) {
   return finish(c >= align ? "rows blocked to leave room for wide chunks"
                            : "the budget is too small for any schedule");
 }
+
+} // namespace
 
 } // namespace lcejit::plan

@@ -33,6 +33,18 @@ namespace lcejit::plan {
 /// The schedule for a call with `n` rows (n >= 0). Pure and deterministic.
 RunSchedule chooseRunSchedule(const Program &program, int64_t n);
 
+/// [Note: column splits per call] A wgmma GemmReduce runs one CTA per (row tile, column
+/// split), so a launch of R rows is ceil(R / 128) x splits CTAs, in waves of one CTA per
+/// SM. The plan's split count (Program::splits, which sizes the partials buffer) suits
+/// many row tiles; a row block of the materialized schedule has few (1664 rows: 13 x 32 =
+/// 416 CTAs, 3.15 waves of 132, so the fourth wave runs 15 % full and the forward took 27 %
+/// longer than its work). Per call the split count s <= the plan's is the one with the
+/// least waves x column tiles per CTA (13 row tiles: s = 10, 130 CTAs in one wave), among
+/// s >= a quarter of the plan's. Every kernel of the call reads the same count (the Splits
+/// parameter), so the partials' row stride follows it. Returns partial entries per row
+/// (2 per CTA split with ping-pong consumers); Program::splits where no wgmma reduce runs.
+int32_t chooseColumnSplits(const Program &program, int64_t rowsPerBlock);
+
 /// Bytes of one workspace buffer for `n` rows, blocks of `rowsPerBlock` rows and chunks of
 /// `chunkCols` columns, before alignment.
 int64_t bufferBytes(const BufferSpec &b, int64_t n, int64_t rowsPerBlock, int64_t chunkCols);

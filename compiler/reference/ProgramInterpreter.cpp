@@ -344,6 +344,7 @@ public:
       rows_ = it.rows;
       rowBegin_ = it.rowBegin;
       rowBlock_ = it.rowBlock;
+      splits_ = it.splits;
       launch(checkKernel(it.kernel, static_cast<size_t>(it.step)), it.chunkBegin, it.chunkCols,
              it.chunkIndex);
     }
@@ -611,24 +612,24 @@ private:
     Site site{kernel, "a partials operand"};
     int64_t spr = g.slotsPerRow();
     auto at = [&](int64_t s, int32_t k) {
-      return read(o.buf, (row * p_.splits + s) * spr + o.slot + k, DType::F32, site);
+      return read(o.buf, (row * splits_ + s) * spr + o.slot + k, DType::F32, site);
     };
     switch (kind) {
     case ReduceKind::Sum: {
       Sum sum;
-      for (int64_t s = 0; s < p_.splits; ++s)
+      for (int64_t s = 0; s < splits_; ++s)
         sum.add(at(s, 0));
       return sum.value();
     }
     case ReduceKind::Max: {
       double m = -kInf;
-      for (int64_t s = 0; s < p_.splits; ++s)
+      for (int64_t s = 0; s < splits_; ++s)
         m = maxNaN(m, at(s, 0));
       return m;
     }
     case ReduceKind::LogSumExp: {
       LsePartial p;
-      for (int64_t s = 0; s < p_.splits; ++s)
+      for (int64_t s = 0; s < splits_; ++s)
         p = LsePartial::combine(p, LsePartial{at(s, 0), at(s, 1)});
       switch (o.component) {
       case Operand::Component::Value: return p.value();
@@ -654,7 +655,7 @@ private:
 
   void launch(const Kernel &k, int64_t chunkBegin, int64_t chunkCols, int64_t chunkIndex) {
     int32_t idx = static_cast<int32_t>(&k - p_.kernels.data());
-    LaunchDims d = p_.launchDims(idx, rows_, chunkCols);
+    LaunchDims d = p_.launchDims(idx, rows_, chunkCols, splits_);
     if (d.grid[0] == 0 || d.grid[1] == 0 || d.grid[2] == 0)
       return; // a launch with a zero grid dimension is skipped
     std::visit(
@@ -775,7 +776,7 @@ private:
     if (k.reductions.size() != g.epilogue.results.size())
       badProgram(name, fmt::format("{} reductions for {} epilogue results", k.reductions.size(),
                                    g.epilogue.results.size()));
-    int64_t splits = p_.splits;
+    int64_t splits = splits_; // the call's (RunSchedule::splits)
     if (splits < 1)
       badProgram(name, fmt::format("splits = {}", splits));
     int64_t tiles = (g.cols + g.tile.bn - 1) / g.tile.bn;
@@ -1028,6 +1029,7 @@ private:
   int64_t n_;
   InterpretOptions opt_;
   RunSchedule sched_;
+  int32_t splits_ = 1; ///< the current launch's partial entries per row
   int64_t rows_ = 0, rowBegin_ = 0, rowBlock_ = 0; ///< the current launch's row block
   std::vector<Buffer> in_, out_, ws_;
 };

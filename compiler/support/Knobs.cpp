@@ -56,7 +56,7 @@ struct Values {
   std::optional<int64_t> workspaceMB;
   std::optional<std::array<int32_t, 6>> gemmTile;
   std::string mainloop = "auto";
-  std::string backward = "recompute";
+  std::string backward = "materialized";
 };
 
 /// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
@@ -277,10 +277,11 @@ const std::vector<KnobInfo> &allKnobs() {
       {kMainloop, "auto | mma | wgmma", "auto",
        "bf16 GEMM mainloop: auto takes the sm_90a wgmma path where it can run, mma keeps "
        "the portable mma.sync one (comparisons; part of the cache key)."},
-      {kBackward, "recompute | materialized", "recompute",
-       "Backward schedule: recompute (vocab-chunked, the default) or materialized (the "
-       "forward stores fp16 values that the backward forms dZ from; taken where the "
-       "planner can derive it, else the plan says why; part of the cache key)."},
+      {kBackward, "materialized | recompute", "materialized",
+       "Backward schedule: materialized (the default: the forward stores fp16 values that "
+       "the backward forms dZ from, 6*N*D*V of GEMM work; taken where the planner can "
+       "derive it and the budget holds enough rows, else the plan says why and keeps the "
+       "recompute) or recompute (vocab-chunked, the lean schedule; part of the cache key)."},
   };
   return knobs;
 }

@@ -89,7 +89,7 @@ std::optional<std::array<int32_t, 6>> gemmTile();
 /// (plan::Mainloop). Anything else is Error(InvalidArgument) naming the variable.
 const std::string &mainloop();
 
-/// LCEJIT_BACKWARD: "recompute" (default) or "materialized" (plan::PlanOptions::Backward).
+/// LCEJIT_BACKWARD: "materialized" (default) or "recompute" (plan::PlanOptions::Backward).
 /// Anything else is Error(InvalidArgument) naming the variable.
 const std::string &backward();
 

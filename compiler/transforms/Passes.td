@@ -90,6 +90,8 @@ def TxPrintPlan : Pass<"tx-print-plan", "::mlir::ModuleOp"> {
            "bf16 gradients: split dZ into hi + lo (exact) instead of one bf16 operand">,
     Option<"mainloop", "mainloop", "std::string", "\"auto\"",
            "bf16 GEMM mainloop: auto (wgmma on sm_90 where it can run), mma or wgmma">,
+    Option<"backward", "backward", "std::string", "\"materialized\"",
+           "backward schedule: materialized (where it can be derived) or recompute">,
     ListOption<"outputTypes", "output-types", "std::string",
                "dtype each function result is written as (f32, bf16, f16, ...; '-' keeps it)">,
   ];

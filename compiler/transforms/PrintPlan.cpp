@@ -41,6 +41,15 @@ struct PrintPlanPass : lcejit::tx::impl::TxPrintPlanBase<PrintPlanPass> {
         func.emitError() << "mainloop must be auto, mma or wgmma, got '" << mainloop << "'";
         return signalPassFailure();
       }
+      if (backward == "recompute")
+        o.backward = lcejit::plan::PlanOptions::Backward::Recompute;
+      else if (backward == "materialized")
+        o.backward = lcejit::plan::PlanOptions::Backward::Materialized;
+      else {
+        func.emitError() << "backward must be materialized or recompute, got '" << backward
+                         << "'";
+        return signalPassFailure();
+      }
       o.outputTypes.resize(func.getNumResults());
       for (size_t i = 0; i < outputTypes.size() && i < o.outputTypes.size(); ++i) {
         if (outputTypes[i] == "-")

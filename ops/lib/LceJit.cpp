@@ -113,7 +113,7 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile = fmt::format("|tile={}", fmt::join(*t, ","));
   if (knobs::mainloop() != "auto")
     tile += "|mainloop=" + knobs::mainloop();
-  if (knobs::backward() != "recompute")
+  if (knobs::backward() != "materialized") // the default
     tile += "|backward=" + knobs::backward();
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice.

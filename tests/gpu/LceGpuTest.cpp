@@ -100,20 +100,23 @@ TEST_P(LceGpu, MatchesFp64Reference) {
     o.ignoreIndex.reset();
   o.precision = c.precision;
   o.workspaceBudgetBytes = c.budgetMb << 20;
+  // The backward schedule: the default (materialized where the planner can derive it)
+  // unless the name asks: "bf16_mat_" must run the materialized backward, "bf16_rec_" runs
+  // the vocab-chunked recompute (LCEJIT_BACKWARD=recompute).
   const bool materialized = std::string(c.name).rfind("bf16_mat_", 0) == 0;
-  lcejit::testing::ScopedEnv knob; // the materialized backward is opt-in
-  if (materialized)
-    knob.set("LCEJIT_BACKWARD", "materialized");
+  const bool recompute = std::string(c.name).rfind("bf16_rec_", 0) == 0;
+  lcejit::testing::ScopedEnv knob;
+  knob.set("LCEJIT_BACKWARD", recompute ? "recompute" : "materialized");
   LinearCrossEntropy op(o);
   const bool exact = c.precision == Precision::Exact || c.dtype != DType::BF16;
   RefKernels &k = RefKernels::get();
 
   const int64_t es = dtypeSize(c.dtype);
   DeviceBuffer h(c.n * c.d * es), w(c.v * c.d * es), y(c.n * dtypeSize(c.target));
-  // A materialized case shares its data with the recompute case of the same name without
-  // "mat_", so the two schedules compare on the same inputs.
+  // A "bf16_mat_" or "bf16_rec_" case shares its data with the case of the same name
+  // without "mat_" or "rec_", so the two schedules compare on the same inputs.
   std::string seedName = c.name;
-  if (materialized)
+  if (materialized || recompute)
     seedName.replace(0, std::string("bf16_mat_").size(), "bf16_");
   uint64_t seed = std::hash<std::string>{}(seedName);
   // Logits of order a few units: |z| ~ sqrt(D) * sh * sw (uniform in [-scale, scale]:
@@ -154,6 +157,9 @@ TEST_P(LceGpu, MatchesFp64Reference) {
   if (materialized)
     EXPECT_NE(op.scheduleSummary(c.n).find("materialized"), std::string::npos)
         << "this case is meant to run the materialized backward: " << op.scheduleSummary(c.n);
+  if (recompute)
+    EXPECT_EQ(op.scheduleSummary(c.n).find("materialized"), std::string::npos)
+        << "this case is meant to run the recompute: " << op.scheduleSummary(c.n);
   EXPECT_EQ(ch.nonFinite, 0) << "dH has NaN/inf (unwritten poison?)";
   EXPECT_EQ(cw.nonFinite, 0) << "dW has NaN/inf (unwritten poison?)";
   const bool peaked = c.logits == Logits::Peaked;
@@ -210,6 +216,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"bf16_n127_d64_v32003_softcap_ignore_sum", BF, 127, 64, 32003, 30.0, 5, R::Sum, F32},
         Case{"bf16_n1000_d200_v32003_ignore_i32", BF, 1000, 200, 32003, {}, 7, R::Mean, F32, I32},
         Case{"bf16_n4097_d4096_v128256_softcap_ignore", BF, 4097, 4096, 128256, 30.0, 9, R::Mean, F32},
+        Case{"bf16_rec_n4097_d4096_v128256_softcap_ignore", BF, 4097, 4096, 128256, 30.0, 9,
+             R::Mean, F32},
         Case{"bf16_n1000_d4096_v128256_sum_dWbf16", BF, 1000, 4096, 128256, {}, 0, R::Sum, BF},
         Case{"bf16_n4097_d200_v1000_noignore", BF, 4097, 200, 1000, {}, 0, R::Mean, F32, DType::I64, false},
         Case{"f32_n7_d64_v1000", F32, 7, 64, 1000, {}, 0, R::Mean, F32},
@@ -241,15 +249,17 @@ INSTANTIATE_TEST_SUITE_P(
              F32, DType::I64, true, Precision::Fast, Logits::Random, 4},
         Case{"bf16_exact_rowblocks_n3001_d256_v32003_budget4", BF, 3001, 256, 32003, {}, 0,
              R::Sum, F32, DType::I64, true, Precision::Exact, Logits::Random, 4},
-        // The materialized backward ([Note: the materialized backward]): V a multiple of
-        // 128; row blocks (a 100 MiB budget cuts 4097 rows of 32000 columns into three),
-        // tail rows, peaked and saturating-softcap logits, i32 targets.
+        // The materialized backward ([Note: the materialized backward]; the default where
+        // V is a multiple of 128 and dW is f32, so the bf16 cases above with V = 128256
+        // run it too): row blocks (a 100 MiB budget cuts 4097 rows of 32000 columns into
+        // three), tail rows, peaked and saturating-softcap logits, i32 targets; "rec_"
+        // twins run the recompute on the same inputs.
         Case{"bf16_mat_rowblocks_n4097_d256_v32000_softcap_ignore_budget100", BF, 4097, 256,
              32000, 30.0, 7, R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Random,
              100},
         Case{"bf16_mat_peaked_n2000_d512_v32000", BF, 2000, 512, 32000, {}, 0, R::Mean, F32,
              DType::I64, true, Precision::Fast, Logits::Peaked},
-        Case{"bf16_peaked_n2000_d512_v32000", BF, 2000, 512, 32000, {}, 0, R::Mean, F32,
+        Case{"bf16_rec_peaked_n2000_d512_v32000", BF, 2000, 512, 32000, {}, 0, R::Mean, F32,
              DType::I64, true, Precision::Fast, Logits::Peaked},
         Case{"bf16_mat_saturating_softcap_n1500_d256_v32000_i32", BF, 1500, 256, 32000, 30.0, 0,
              R::Sum, F32, I32, true, Precision::Fast, Logits::Saturating},

@@ -76,6 +76,7 @@
 // CHECK-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // CHECK-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
 // CHECK-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'){{$}}
+// CHECK-NEXT: // decision: backward: materialized schedule not taken: the GEMMs are not on the wgmma mainloop
 // CHECK-NEXT: // decision: rows: steps 1..3 may run per block of rows (at least 1024 rows) when the budget needs it
 // CHECK-NEXT: // decision: run schedule (example): N = 4097: 1 row block of 4097 rows, 1 chunk of 1024 columns; workspace 8.5 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // CHECK-NEXT: // decision: run schedule (example): N = 16384: 1 row block of 16384 rows, 1 chunk of 1024 columns; workspace 33.8 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
@@ -227,6 +228,7 @@
 // cast once at the end (lce_cast); dW is written as bf16 by the dW kernel directly, so
 // rows are never blocked (a bf16 dW cannot accumulate over row blocks).
 // BF16OUT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'); an f32 accumulator for d{{H|arg0}} (256 B per row of a block)
+// BF16OUT-NEXT: // decision: backward: materialized schedule not taken: the GEMMs are not on the wgmma mainloop
 // BF16OUT-NEXT: // decision: rows: never blocked: kernel 'lce_drhs{{[0-9]+}}' writes a bf16 gradient
 // BF16OUT: "out": {
 // BF16OUT-NEXT: "index": [[ACC:[0-9]+]],

@@ -3,6 +3,7 @@
 #include "TestSupport.h"
 
 #include "lcejit/Error.h"
+#include "compiler/plan/SchedulePolicy.h"
 #include "compiler/reference/ProgramInterpreter.h"
 
 #include <nlohmann/json.hpp>
@@ -168,7 +169,9 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
     return m;
   };
   auto llama = lceFused(4096, 128256, DType::BF16, std::nullopt);
-  plan::Program p = llama->plan(wgmmaOptions(8192));
+  plan::PlanOptions recompute = wgmmaOptions(8192);
+  recompute.backward = plan::PlanOptions::Backward::Recompute;
+  plan::Program p = llama->plan(recompute);
   std::vector<plan::MathMode> m = mathOf(p);
   ASSERT_EQ(m.size(), 4u) << "fwd, dz, dlhs, drhs";
   for (plan::MathMode mm : m)
@@ -287,13 +290,32 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
     EXPECT_FALSE(s.overBudget) << s.describe();
     EXPECT_LE(s.workspaceBytes, int64_t(512) << 20);
   }
-  // Where it is asked for but not taken, the plan says why; by default it is not asked for.
+  // The default; one backward line, which keeps the recompute's f32 accumulator clause
+  // (bf16 dH); where it is not taken, the plan says why; asked for the recompute, the
+  // plan has no materialized line.
   auto llama = lceFused(4096, 128256, DType::BF16, std::nullopt);
   auto asked = [](plan::PlanOptions o) {
     o.backward = plan::PlanOptions::Backward::Materialized;
     return o;
   };
-  EXPECT_EQ(decision(llama->plan(wgmmaOptions(8192)), "materialized"), "") << "opt-in";
+  {
+    plan::Program p = llama->plan(wgmmaOptions(8192));
+    int lines = 0;
+    for (const std::string &d : p.decisions)
+      lines += d.rfind("backward:", 0) == 0;
+    EXPECT_EQ(lines, 1) << "one backward decision";
+    EXPECT_NE(decision(p, "backward: materialized:"), "") << "the default";
+    EXPECT_EQ(decision(p, "vocab-chunked recompute"), "");
+    plan::PlanOptions recompute = wgmmaOptions(8192);
+    recompute.backward = plan::PlanOptions::Backward::Recompute;
+    plan::Program r = llama->plan(recompute);
+    EXPECT_EQ(decision(r, "materialized"), "");
+    EXPECT_NE(decision(r, "backward: vocab-chunked recompute"), "");
+    plan::PlanOptions bf16dH = wgmmaOptions(8192);
+    bf16dH.outputTypes = {DType::F32, DType::BF16, DType::F32};
+    plan::Program b = llama->plan(bf16dH);
+    EXPECT_NE(decision(b, "6*N*D*V of GEMM work; an f32 accumulator for dH"), "");
+  }
   plan::PlanOptions small = asked(wgmmaOptions(8192));
   small.workspaceBudgetBytes = int64_t(64) << 20;
   EXPECT_NE(decision(llama->plan(small), "fewer than 1024 rows"), "");
@@ -366,6 +388,51 @@ TEST(Planner, WorkspaceFitsBudgetForEveryN) {
       EXPECT_LT(s.rowsPerBlock * (s.rowBlocks - 1), std::max<int64_t>(n, 1)) << s.describe();
     }
   EXPECT_GE(checked, 30);
+}
+
+/// [Note: column splits per call] as a table: the Llama-3 head on the wgmma path (ping-
+/// pong forward reduce: two partial entries per CTA split; the plan sizes the partials for
+/// 64 entries), rows of a block -> partial entries. The rows pin the cost model (waves of
+/// 132 CTAs x column tiles per CTA, at least a quarter of the plan's splits); the
+/// properties below say why they are right.
+TEST(Planner, ColumnSplitsPerCallTable) {
+  auto llama = lceFused(4096, 128256, DType::BF16, std::nullopt);
+  plan::PlanOptions o = wgmmaOptions(8192);
+  o.workspaceBudgetBytes = int64_t(512) << 20; // the default budget
+  plan::Program p = llama->plan(o);
+  ASSERT_EQ(p.splits, 64);
+  const std::vector<std::pair<int64_t, int32_t>> table = {
+      {1, 64},     // one row tile: all 32 CTA splits fit one wave
+      {128, 64},   //
+      {1024, 32},  // 8 row tiles x 16 = 128 CTAs: one wave of 63 column tiles
+      {1408, 48},  // 11 x 24 = 264 CTAs, two full waves (ties with 11 x 12 keep more splits)
+      {1664, 20},  // 13 x 10 = 130 CTAs: one wave (32 CTA splits were 3.15 waves)
+      {8192, 56},  // 64 x 28 = 1792 CTAs, 13.6 waves of 36 tiles (32: 15.5 waves of 32)
+  };
+  const int64_t tiles = (128256 + 127) / 128;
+  for (const auto &[rows, want] : table) {
+    const int32_t got = plan::chooseColumnSplits(p, rows);
+    EXPECT_EQ(got, want) << rows << " rows";
+    EXPECT_EQ(got % 2, 0) << "ping-pong: two entries per CTA split";
+    EXPECT_LE(got, p.splits) << "the partials buffer holds p.splits entries";
+    EXPECT_GE(got, p.splits / 4);
+    // Never worse than the plan's count under the model: waves x column tiles per CTA.
+    auto cost = [&](int64_t entries) {
+      const int64_t s = entries / 2, rowTiles = (rows + 127) / 128;
+      return ((rowTiles * s + 131) / 132) * ((tiles + s - 1) / s);
+    };
+    EXPECT_LE(cost(got), cost(p.splits)) << rows << " rows";
+  }
+  // The materialized schedule's row block of N = 8192 (5 x 1664) launches with the count.
+  plan::RunSchedule s = p.runSchedule(8192);
+  EXPECT_EQ(s.rowsPerBlock, 1664) << s.describe();
+  EXPECT_EQ(s.splits, 20);
+  for (const plan::LaunchItem &it : p.expand(s))
+    EXPECT_EQ(it.splits, 20);
+  // mma.sync has no wgmma reduce: the plan's count, whatever the rows.
+  plan::Program m = llama->plan(options(8192));
+  for (int64_t rows : {1, 1664, 8192})
+    EXPECT_EQ(plan::chooseColumnSplits(m, rows), m.splits);
 }
 
 /// [Note: choosing blocks and chunks] as a table: (N, D, V, budget, dtype, dW) ->
