@@ -60,7 +60,7 @@ void emitDzFormKernel(CodeWriter &w, const KernelContext &ctx) {
   ParamRoles roles;
   roles.add(ctx.bufferName(k.dz),
             fmt::format("in fp16 stored values, out bf16 dZ [N, {}] (in place)", k.cols));
-  roles.add(ctx.bufferName(k.tileMax), fmt::format("f32 tile maxima [N, {}][4]", tiles));
+  roles.add(ctx.bufferName(k.tileMax), fmt::format("f32 tile maxima [N, {}]", tiles));
   roles.add(ctx.bufferName(k.lse), "f32 [N] row logsumexp");
   roles.add(ctx.bufferName(k.scale), "f32 [N] per-row factor of dZ");
   roles.add(ctx.bufferName(k.targetDz), "f32 [N] dZ at the target column");
@@ -69,7 +69,7 @@ void emitDzFormKernel(CodeWriter &w, const KernelContext &ctx) {
   std::vector<std::string> about = {
       "the materialized schedule's dZ ([Note: the materialized backward] in Program.h):",
       fmt::format("dz[r][c] = bf16(c == target[r] ? target_dz[r] : values[r][c] * scale[r] * "
-                  "exp(tile_max[r][c / {}][(c % 8) / 2] - lse[r]))",
+                  "exp(tile_max[r][c / {}] - lse[r]))",
                   k.tileCols),
       "block 256, grid-stride over 8-column vectors (16-byte loads and stores)"};
   emitKernelHeader(w, ctx, about, roles);

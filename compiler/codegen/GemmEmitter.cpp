@@ -634,7 +634,7 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
     roles.add(ctx.bufferName(k.stored->values),
               fmt::format("stored fp16 factor(v) * exp(v - tile max) [N][{}]", g.cols));
     roles.add(ctx.bufferName(k.stored->tileMax),
-              fmt::format("f32 tile maxima [N][{}][4] (per quad lane)", g.cols / g.tile.bn));
+              fmt::format("f32 tile maxima [N][{}]", g.cols / g.tile.bn));
   }
   std::vector<std::string> about = {
       fmt::format(
@@ -654,7 +654,7 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
   if (k.stored)
     about.push_back(fmt::format(
         "materialized: stores fp16 factor(v) * exp(v - m) of result {} per element and m "
-        "per (row, {}-column tile, quad lane)",
+        "per (row, {}-column tile)",
         k.stored->lseResult, k.stored->tileCols));
   epi.describe(roles, about);
   emitKernelHeader(w, ctx, about, roles);
@@ -841,6 +841,10 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
   LCEJIT_CHECK(!split || k.dzLo.valid(),
                "{}: split bf16 dZ without a lo buffer", what);
   LCEJIT_CHECK(k.k > 0, "{}: k = {}", what, k.k);
+  LCEJIT_CHECK(k.outType == DType::F32 || k.outType == DType::BF16 ||
+                   k.outType == DType::F16,
+               "{}: output type {}", what, dtypeName(k.outType));
+  const bool rounded = k.outType != DType::F32;
 
   ParamRoles roles;
   roles.add(ctx.bufferName(k.dz),
@@ -853,13 +857,20 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
             fmt::format("B = rows [chunk_begin, +chunk_cols) of [cols, {}] "
                         "(N-major)",
                         k.k));
-  roles.add(ctx.bufferName(k.out), fmt::format("out f32 [N, {}]", k.k));
+  roles.add(ctx.bufferName(k.out), fmt::format("out {} [N, {}]", dtypeName(k.outType), k.k));
   std::vector<std::string> about = {
       fmt::format(
           "out[r][j] (+)= sum_c dz[r][c] * B[chunk_begin + c][j], k = {}{}",
           k.k, split ? "; dz = hi + lo, each multiplied" : ""),
       tileText(s), smemText(ctx), gridText(ctx, "grid (ceil(N / bm), ceil(k / bn))"),
-      k.out.space == plan::Space::Output
+      rounded ? fmt::format("written once as {} (round to nearest even): the one chunk "
+                            "is all columns{}",
+                            dtypeName(k.outType),
+                            k.out.space == plan::Space::Output
+                                ? "; a run that accumulates into this output adds to it "
+                                  "(old + sum, rounded once)"
+                                : "")
+      : k.out.space == plan::Space::Output
           ? "out is overwritten for chunk_index == 0 and accumulated for later "
             "chunks; all chunks add to it when the run accumulates into this output"
           : "out is overwritten for chunk_index == 0 and accumulated for later "
@@ -874,14 +885,16 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
   if (k.out.space == plan::Space::Output)
     accumulate = fmt::format("{} || {}", accumulate, ctx.accumulatesInto(k.out));
   if (isWgmma(ctx)) {
-    w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config>(map_a, map_b, {}, {}, {}LL, {}, {});",
-           ctx.name(), ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
+    w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}>(map_a, map_b, {}, {}, {}LL, {}, "
+           "{});",
+           ctx.name(), elemTag(k.outType), ctx.bufferName(k.out),
+           ctx.scalarParamName(Param::Kind::N), k.k,
            ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
     return;
   }
-  w.line("lcejit::gemm_dlhs_kernel<{}_config>({}, {}, {}, {}, {}, {}LL, {}, "
+  w.line("lcejit::gemm_dlhs_kernel<{}_config, {}>({}, {}, {}, {}, {}, {}LL, {}, "
          "{}, {});",
-         ctx.name(), ctx.bufferName(k.dz),
+         ctx.name(), elemTag(k.outType), ctx.bufferName(k.dz),
          split ? ctx.bufferName(k.dzLo) : "nullptr", ctx.bufferName(k.b),
          ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
          ctx.scalarParamName(Param::Kind::ChunkBegin),

@@ -39,6 +39,32 @@ namespace {
 
 /// A ScalarFunc under construction: a copy of one function (indices kept) that new,
 /// hash-consed instructions are appended to.
+/// Materialize step 11: a GemmDLhs of the (one-chunk) loop that writes an f32 workspace
+/// accumulator read only by a CastKernel into an output writes that output directly; the
+/// cast kernel (and its step) and the accumulator buffer are removed.
+void directLhs(Program &p) {
+  for (size_t ci = 0; ci < p.kernels.size(); ++ci) {
+    const auto *cast = std::get_if<CastKernel>(&p.kernels[ci].body);
+    if (!cast || cast->in.space != Space::Workspace || cast->out.space != Space::Output)
+      continue;
+    const BufferRef acc = cast->in, out = cast->out;
+    const DType outType = cast->outType;
+    GemmDLhsKernel *lhs = nullptr;
+    for (Kernel &k : p.kernels)
+      if (auto *d = std::get_if<GemmDLhsKernel>(&k.body); d && d->out == acc)
+        lhs = d;
+    int users = 0;
+    forEachBufferRef(p, [&](BufferRef &b) { users += b == acc; });
+    if (!lhs || users != 2 || lhs->outType != DType::F32)
+      continue;
+    lhs->out = out;
+    lhs->outType = outType;
+    removeKernel(p, static_cast<int32_t>(ci));
+    removeWorkspaceBuffer(p, acc.index);
+    return;
+  }
+}
+
 struct Expr {
   ScalarFunc f;
   std::map<std::tuple<int, int, int32_t, int32_t, int32_t, int32_t, double, int64_t>, int32_t>
@@ -676,7 +702,7 @@ std::string materialize(Program &p, const std::string &name) {
     StoredTile st;
     st.values = Z.dz;
     st.tileCols = F.gemm.tile.bn;
-    st.tileMax = addBuf("tile_max0", int64_t(16) * (F.gemm.cols / F.gemm.tile.bn), true);
+    st.tileMax = addBuf("tile_max0", int64_t(4) * (F.gemm.cols / F.gemm.tile.bn), true);
     st.lseResult = lseResult;
     st.factor = std::move(factorFn);
     if (hasTarget)
@@ -785,32 +811,13 @@ std::string materialize(Program &p, const std::string &name) {
     loop.loopKernels.erase(loop.loopKernels.begin());
     p.steps.insert(p.steps.begin() + loopStep, {Step{Step::Kind::Launch, rowK, {}},
                                                 Step{Step::Kind::Launch, formK, {}}});
-    // Remove the dZ GEMM and renumber.
-    p.kernels.erase(p.kernels.begin() + zi);
-    auto remap = [&](int32_t &k) {
-      if (k > zi)
-        --k;
-    };
-    for (Step &s : p.steps) {
-      if (s.kind == Step::Kind::Launch)
-        remap(s.kernel);
-      for (int32_t &k : s.loopKernels)
-        remap(k);
-    }
-    for (Kernel &k : p.kernels) {
-      auto fix = [&](std::vector<Operand> &ops) {
-        for (Operand &o : ops)
-          if (o.partialsOf >= 0)
-            remap(o.partialsOf);
-      };
-      if (auto *r = std::get_if<RowKernel>(&k.body))
-        fix(r->args);
-      else if (auto *g = std::get_if<GemmReduceKernel>(&k.body))
-        fix(g->gemm.args);
-      else if (auto *d = std::get_if<GemmDzKernel>(&k.body))
-        fix(d->gemm.args);
-    }
+    // Remove the dZ GEMM (already out of the loop's kernels) and renumber.
+    removeKernel(p, zi);
     p.schedule.wholeRows = true;
+    // 11. One chunk of all columns: dA sums over all of V in one launch, so a bf16/f16 dA
+    //     is written by it directly, rounded once; the recompute's f32 accumulator across
+    //     chunks (4·D bytes per row of a block) and its cast kernel go.
+    directLhs(p);
     // [Note: materialize or recompute] A row block of R rows stores R·V values; every
     // block after the first re-reads and re-writes the f32 dW (8·V·D bytes), where the
     // recompute spends 2·R·D·V flops on those rows instead. At ~3 TB/s against ~650

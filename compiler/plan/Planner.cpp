@@ -26,11 +26,9 @@ namespace tx = lcejit::tx;
 namespace lcejit::plan {
 namespace {
 
-/// The recompute's backward decision line starts with kRecomputeDecision; what follows
-/// kRecomputeDecisionTail in it (an f32 accumulator, if any) holds for the materialized
-/// schedule too, whose line replaces it.
+/// The recompute's backward decision line starts with kRecomputeDecision; the
+/// materialized schedule's line replaces it.
 constexpr std::string_view kRecomputeDecision = "backward: vocab-chunked recompute";
-constexpr std::string_view kRecomputeDecisionTail = " (see 'run schedule')";
 
 constexpr int64_t kInvalid = -1;
 
@@ -896,13 +894,13 @@ private:
     bool lhsAcc = lhsOut >= 0 && lhsType != DType::F32;
     prog_.decisions.push_back(fmt::format(
         "{}; dZ as {} ({}); chunk width and row blocks chosen per call from N and the {} MiB "
-        "budget{}{}",
+        "budget (see 'run schedule'){}",
         kRecomputeDecision,
         dzFormatName(dz.format),
         dz.format == DzFormat::BF16        ? "fast: one bf16 operand, rounded once from f32"
         : dz.format == DzFormat::SplitBF16 ? "exact: bf16 hi + lo, each backward GEMM twice"
                                            : "f32 operands, SIMT backward",
-        opt_.workspaceBudgetBytes >> 20, kRecomputeDecisionTail,
+        opt_.workspaceBudgetBytes >> 20,
         lhsAcc ? fmt::format("; an f32 accumulator for d{} ({} B per row of a block)",
                              prog_.inputs[static_cast<size_t>(dz.gemm.a.index)].name, k * 4)
                : std::string()));
@@ -1036,24 +1034,24 @@ private:
       } else if (std::string why = materializeBackward(prog_, opt_.name); !why.empty()) {
         prog_.decisions.push_back("backward: materialized schedule not taken: " + why);
       } else {
-        // One backward line: the materialized one replaces the recompute's, keeping what
-        // that said about an f32 accumulator (its clause after the budget's).
-        std::string accumulator;
-        for (auto it = prog_.decisions.begin(); it != prog_.decisions.end(); ++it) {
-          if (it->rfind(kRecomputeDecision, 0) != 0)
-            continue;
-          if (size_t at = it->find(kRecomputeDecisionTail); at != std::string::npos)
-            accumulator = it->substr(at + kRecomputeDecisionTail.size());
-          prog_.decisions.erase(it);
-          break;
-        }
+        // One backward line: the materialized one replaces the recompute's.
+        std::erase_if(prog_.decisions, [](const std::string &d) {
+          return d.rfind(kRecomputeDecision, 0) == 0;
+        });
+        std::string lhs;
+        for (const Kernel &k : prog_.kernels)
+          if (const auto *d = std::get_if<GemmDLhsKernel>(&k.body);
+              d && d->outType != DType::F32 && d->out.space == Space::Output)
+            lhs = fmt::format("; dA writes {} as {} directly (one chunk: no f32 accumulator)",
+                              prog_.outputs[static_cast<size_t>(d->out.index)].name,
+                              dtypeName(d->outType));
         prog_.decisions.push_back(
             "backward: materialized: the forward GEMM stores fp16 factor(v)*exp(v - tile max) "
             "per element (the dZ buffer) and the tile maxima; a row kernel and an elementwise "
             "pass form dZ as one bf16 operand (the target column from the f32 target logit); "
             "dA and dB run over one chunk of all columns per row block: 6*N*D*V of GEMM "
             "work" +
-            accumulator);
+            lhs);
       }
     }
     decideRowBlocks();
@@ -1140,10 +1138,30 @@ private:
     }
     prog_.schedule.firstBlockedStep = first;
     prog_.schedule.lastBlockedStep = last;
+    // A row buffer that only kernels of these steps touch needs one block's rows (the
+    // kernels see it from the block's first row either way).
+    std::vector<uint8_t> outside(prog_.workspace.size(), 0);
+    for (int32_t ki = 0; ki < static_cast<int32_t>(prog_.kernels.size()); ++ki)
+      if (std::find(kernels.begin(), kernels.end(), ki) == kernels.end())
+        forEachBufferRef(prog_.kernels[static_cast<size_t>(ki)], [&](BufferRef &b) {
+          if (b.space == Space::Workspace && b.index >= 0)
+            outside[static_cast<size_t>(b.index)] = 1;
+        });
+    std::vector<std::string> local;
+    for (size_t i = kErrorBuffer + 1; i < prog_.workspace.size(); ++i) {
+      BufferSpec &b = prog_.workspace[i];
+      if (!outside[i] && !b.blockLocal && b.bytesPerRow > 0 && b.bytesPerRowCol == 0 &&
+          b.init == BufferInit::None) {
+        b.blockLocal = true;
+        local.push_back(b.name);
+      }
+    }
     prog_.decisions.push_back(fmt::format(
         "rows: steps {}..{} may run per block of rows (at least {} rows) when the budget "
-        "needs it",
-        first, last, prog_.schedule.minBlockRows));
+        "needs it{}",
+        first, last, prog_.schedule.minBlockRows,
+        local.empty() ? std::string()
+                      : fmt::format("; {} hold one block's rows", fmt::join(local, ", "))));
   }
 
   struct PartialsRef {

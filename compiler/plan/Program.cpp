@@ -224,7 +224,8 @@ static json kernelBodyJson(const Kernel &k) {
         } else if constexpr (std::is_same_v<T, GemmDLhsKernel>) {
           j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
                    {"format", dzFormatName(b.format)}, {"b_type", std::string(dtypeName(b.bType))},
-                   {"k", b.k}, {"dz", toJ(b.dz)}, {"b", toJ(b.b)}, {"out", toJ(b.out)}};
+                   {"k", b.k}, {"dz", toJ(b.dz)}, {"b", toJ(b.b)}, {"out", toJ(b.out)},
+                   {"out_type", std::string(dtypeName(b.outType))}};
           if (b.dzLo.valid())
             j["dz_lo"] = toJ(b.dzLo);
         } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
@@ -742,5 +743,125 @@ int64_t bucketOf(int64_t n) {
 }
 
 int64_t bucketLowerBound(int64_t bucket) { return bucket <= 256 ? 0 : bucket / 4 + 1; }
+
+void forEachBufferRef(Program &p, const std::function<void(BufferRef &)> &f) {
+  for (Kernel &k : p.kernels)
+    forEachBufferRef(k, f);
+}
+
+void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
+  auto operands = [&](std::vector<Operand> &ops) {
+    for (Operand &o : ops)
+      f(o.buf);
+  };
+  auto gemm = [&](FusedGemm &g) {
+    f(g.a);
+    f(g.b);
+    operands(g.args);
+  };
+  std::visit(
+        [&](auto &b) {
+          using T = std::decay_t<decltype(b)>;
+          if constexpr (std::is_same_v<T, RowKernel>) {
+            operands(b.args);
+            for (RowKernel::Sink &s : b.sinks)
+              f(s.buf);
+          } else if constexpr (std::is_same_v<T, GemmReduceKernel>) {
+            gemm(b.gemm);
+            f(b.partials);
+            if (b.stored) {
+              f(b.stored->values);
+              f(b.stored->tileMax);
+            }
+          } else if constexpr (std::is_same_v<T, GemmDzKernel>) {
+            gemm(b.gemm);
+            f(b.dz);
+            f(b.dzLo);
+          } else if constexpr (std::is_same_v<T, GemmDLhsKernel>) {
+            f(b.dz);
+            f(b.dzLo);
+            f(b.b);
+            f(b.out);
+          } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
+            f(b.dz);
+            f(b.dzLo);
+            f(b.a);
+            f(b.out);
+          } else if constexpr (std::is_same_v<T, DzFormKernel>) {
+            f(b.dz);
+            f(b.tileMax);
+            f(b.lse);
+            f(b.scale);
+            f(b.targetDz);
+            f(b.target);
+          } else if constexpr (std::is_same_v<T, CastKernel>) {
+            f(b.in);
+            f(b.out);
+          }
+        },
+        k.body);
+}
+
+void removeKernel(Program &p, int32_t index) {
+  LCEJIT_CHECK(index >= 0 && index < static_cast<int32_t>(p.kernels.size()),
+               "removeKernel: index {} of {} kernels", index, p.kernels.size());
+  auto remap = [&](int32_t &k) {
+    if (k > index)
+      --k;
+  };
+  for (auto it = p.steps.begin(); it != p.steps.end();) {
+    if (it->kind == Step::Kind::Launch && it->kernel == index) {
+      // Keep the blocked step range on the same steps.
+      const int32_t at = static_cast<int32_t>(it - p.steps.begin());
+      ScheduleSpec &sc = p.schedule;
+      if (sc.firstBlockedStep >= 0) {
+        if (sc.firstBlockedStep > at)
+          --sc.firstBlockedStep;
+        if (sc.lastBlockedStep >= at)
+          --sc.lastBlockedStep;
+        if (sc.lastBlockedStep < sc.firstBlockedStep)
+          sc.firstBlockedStep = sc.lastBlockedStep = -1;
+      }
+      it = p.steps.erase(it);
+      continue;
+    }
+    std::erase(it->loopKernels, index);
+    if (it->kind == Step::Kind::Launch)
+      remap(it->kernel);
+    for (int32_t &k : it->loopKernels)
+      remap(k);
+    ++it;
+  }
+  p.kernels.erase(p.kernels.begin() + index);
+  for (Kernel &k : p.kernels) {
+    auto fix = [&](std::vector<Operand> &ops) {
+      for (Operand &o : ops) {
+        LCEJIT_CHECK(o.partialsOf != index, "removeKernel: kernel {}'s partials are still read",
+                     index);
+        if (o.partialsOf >= 0)
+          remap(o.partialsOf);
+      }
+    };
+    if (auto *r = std::get_if<RowKernel>(&k.body))
+      fix(r->args);
+    else if (auto *g = std::get_if<GemmReduceKernel>(&k.body))
+      fix(g->gemm.args);
+    else if (auto *d = std::get_if<GemmDzKernel>(&k.body))
+      fix(d->gemm.args);
+  }
+}
+
+void removeWorkspaceBuffer(Program &p, int32_t index) {
+  LCEJIT_CHECK(index > kErrorBuffer && index < static_cast<int32_t>(p.workspace.size()),
+               "removeWorkspaceBuffer: index {} of {} buffers", index, p.workspace.size());
+  const std::string name = p.workspace[static_cast<size_t>(index)].name;
+  forEachBufferRef(p, [&](BufferRef &b) {
+    if (b.space != Space::Workspace || b.index < index)
+      return;
+    LCEJIT_CHECK(b.index != index, "removeWorkspaceBuffer: buffer '{}' is still used", name);
+    --b.index;
+  });
+  p.workspace.erase(p.workspace.begin() + index);
+}
 
 } // namespace lcejit::plan

@@ -34,6 +34,7 @@
 #include "lcejit/DType.h"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <variant>
@@ -229,12 +230,13 @@ struct FusedGemm {
 /// [Note: the materialized backward] With the materialized schedule the forward GEMM also
 /// stores, for every element of its row block, the part of dZ that needs the element:
 ///
-///   values[r][c] = fp16( factor(v) * exp(v - m[r][t][q]) )   t = c / tileCols,
-///   tileMax[r][t][q] = max of v over the tile's columns c       q = (c % 8) / 2
-///   with (c % 8) / 2 == q, except the row's target column (0 when there are none)
+///   values[r][c] = fp16( factor(v) * exp(v - m[r][t]) )   t = c / tileCols,
+///   tileMax[r][t] = max of v over the tile's columns c, except the row's target column
+///                   (0 when there are none)
 ///
-/// (q is the lane of the wgmma quad that holds the column: each lane reduces its own
-/// columns, so no shuffle and one exp per element serve both the logsumexp and the store)
+/// (the four lanes of a wgmma quad hold a row's columns of the tile: two shuffles give
+/// the quad's maximum, and one f32 per tile and row keeps the workspace of a row at
+/// 2·V + V / 32 bytes)
 /// where v is the value whose logsumexp the kernel reduces (epilogue result `lseResult`)
 /// and factor is the per-element factor of dZ (1 without softcap; 1 - tanh^2 with it),
 /// written as a function of v. The backward then forms dZ from it in one elementwise pass
@@ -244,7 +246,7 @@ struct FusedGemm {
 /// `cols` (one chunk of all columns).
 struct StoredTile {
   BufferRef values;   ///< fp16 [rows of the block][cols] (block-local; bf16 dZ after DzForm)
-  BufferRef tileMax;  ///< f32 [rows of the block][cols / tileCols][4] (block-local)
+  BufferRef tileMax;  ///< f32 [rows of the block][cols / tileCols] (block-local)
   int32_t lseResult = -1; ///< the epilogue result whose values are exponentiated
   int32_t tileCols = 128; ///< columns per tileMax entry (the GEMM's bn)
   /// The gemm.args index of the row's target column (an i32/i64 Row operand), left out of
@@ -291,7 +293,12 @@ struct GemmDLhsKernel {
   int64_t k = 0;             ///< K of the forward GEMM (columns of dA)
   BufferRef dz, dzLo;        ///< [N, chunkCols]
   BufferRef b;               ///< [cols, k]; rows [chunkBegin, chunkBegin + chunkCols) used
-  BufferRef out;             ///< f32 [N, k]: overwritten on the first chunk, then += 
+  /// [N, k] of outType. f32: overwritten on the first chunk, then +=. Another type
+  /// (bf16, f16) is written once, rounded from the f32 sum: only in a Program whose chunk
+  /// loop is one chunk of all columns (ScheduleSpec::wholeRows), where no accumulator
+  /// across chunks is needed ([Note: accumulating outputs] for round(old + sum)).
+  BufferRef out;
+  DType outType = DType::F32;
   bool operator==(const GemmDLhsKernel &) const = default;
 };
 
@@ -313,14 +320,13 @@ struct GemmDRhsKernel {
 /// The materialized schedule's dZ pass ([Note: the materialized backward]), per element of
 /// the row block, in place:
 ///   dz[r][c] = bf16( c == target[r] ? targetDz[r]
-///                    : values[r][c] * scale[r] *
-///                      exp(tileMax[r][c / tileCols][(c % 8) / 2] - lse[r]) )
+///                    : values[r][c] * scale[r] * exp(tileMax[r][c / tileCols] - lse[r]) )
 /// values / dz: [rows of the block][cols], fp16 in and bf16 out. lse, scale and targetDz are
 /// f32 per row (global row index); target (i32 or i64) is optional: without it no column is
 /// special.
 struct DzFormKernel {
   BufferRef dz;       ///< the forward's StoredTile::values
-  BufferRef tileMax;  ///< the forward's StoredTile::tileMax ([rows][tiles][4])
+  BufferRef tileMax;  ///< the forward's StoredTile::tileMax ([rows][tiles])
   int64_t cols = 0;
   int32_t tileCols = 128;
   BufferRef lse, scale, targetDz, target;
@@ -391,7 +397,8 @@ std::vector<Param> kernelParams(const Kernel &kernel);
 /// (Param::Kind::AccumulateOutputs, bit i = output i) reaches every kernel that writes an
 /// output of its own (GemmDLhs and GemmDRhs into an output, Cast), and each reads its
 /// output's bit:
-///   - GemmDLhs: chunk 0 adds to `out` too (`out = old + Σ chunks`, in f32);
+///   - GemmDLhs: chunk 0 adds to `out` too (`out = old + Σ chunks`, in f32); a bf16/f16
+///     `out` (one chunk) is read, widened, added in f32 and rounded once;
 ///   - GemmDRhs: row block 0 adds too; a bf16/f16 `out` is read, widened, added in f32 and
 ///     rounded once (`out = round(old + Σ rows)`): the output is still written once;
 ///   - Cast: `out = round(old + in)`, one rounding.
@@ -536,5 +543,19 @@ const TileConfig &gemmTile(const Kernel &kernel);
 /// Shape buckets: N in (b/4, b] with b a power of four, b >= 256; N <= 256 -> 256.
 int64_t bucketOf(int64_t n);
 int64_t bucketLowerBound(int64_t bucket);
+
+/// Calls `f` on every BufferRef of every kernel of `p` (operands, sinks, GEMM operands and
+/// outputs, stored tiles, partials), in a fixed order.
+void forEachBufferRef(Program &p, const std::function<void(BufferRef &)> &f);
+/// The same for one kernel.
+void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f);
+
+/// Removes kernel `index`, the Launch steps of it and its place in chunk loops, and
+/// renumbers the references to the kernels after it (steps, Operand::partialsOf).
+void removeKernel(Program &p, int32_t index);
+
+/// Removes workspace buffer `index` (no kernel may still use it: checked) and renumbers the
+/// references to the buffers after it.
+void removeWorkspaceBuffer(Program &p, int32_t index);
 
 } // namespace lcejit::plan

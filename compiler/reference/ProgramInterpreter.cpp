@@ -856,8 +856,8 @@ private:
     std::vector<double> v, fv, vals(static_cast<size_t>(st.tileCols));
     for (int64_t r = 0; r < rows_; ++r)
       for (int64_t t = 0; t < tiles; ++t) {
-        // One maximum per quad lane q = (c % 8) / 2 of the tile's columns.
-        double m[4] = {-kInf, -kInf, -kInf, -kInf};
+        // One maximum per tile of the row, the target column left out.
+        double m = -kInf;
         for (int64_t j = 0; j < st.tileCols; ++j) {
           Point pt;
           pt.row = r;
@@ -871,17 +871,13 @@ private:
               st.excludeArg >= 0 &&
               static_cast<int64_t>(operand(g.args[static_cast<size_t>(st.excludeArg)],
                                            DType::I64, pt, name, true)) == pt.col;
-          double &mq = m[(pt.col % 8) / 2];
           if (!excluded)
-            mq = maxNaN(mq, vals[static_cast<size_t>(j)]);
+            m = maxNaN(m, vals[static_cast<size_t>(j)]);
         }
-        // The reference of each lane: its maximum without the target column, 0 if none.
-        for (double &mq : m)
-          mq = mq == -kInf ? 0.0 : mq;
-        for (int q = 0; q < 4; ++q)
-          write(st.tileMax, (r * tiles + t) * 4 + q, DType::F32, m[q], vsite);
+        // The reference of the tile: its maximum without the target column, 0 if none.
+        const double base = m == -kInf ? 0.0 : m;
+        write(st.tileMax, r * tiles + t, DType::F32, base, vsite);
         for (int64_t j = 0; j < st.tileCols; ++j) {
-          const double base = m[((t * st.tileCols + j) % 8) / 2];
           Point pt;
           pt.row = r;
           pt.col = t * st.tileCols + j;
@@ -909,9 +905,9 @@ private:
       for (int64_t c = 0; c < k.cols; ++c) {
         double &x = element(k.dz, r * k.cols + c, DType::BF16, site);
         x = c == t ? read(k.targetDz, r, DType::F32, site)
-                   : x * scale * std::exp(read(k.tileMax, (r * tiles + c / k.tileCols) * 4 +
-                                                              (c % 8) / 2,
-                                               DType::F32, site) - lse);
+                   : x * scale *
+                         std::exp(read(k.tileMax, r * tiles + c / k.tileCols, DType::F32, site) -
+                                  lse);
       }
     }
   }
@@ -977,6 +973,17 @@ private:
         for (int64_t c = 0; c < cols; ++c)
           s.add(dzAt(k.dz, k.dzLo, k.format, r * cols + c, site) *
                 read(k.b, (begin + c) * k.k + j, k.bType, site));
+        if (k.outType != DType::F32) {
+          // Written once, rounded once on the device: one chunk of all columns only.
+          if (chunkIndex != 0 || cols != p_.loopCols)
+            badProgram(name, fmt::format("a {} dLhs output in a loop of more than one chunk",
+                                         dtypeName(k.outType)));
+          if (accumulatesInto(k.out))
+            element(k.out, r * k.k + j, k.outType, site) += s.value();
+          else
+            write(k.out, r * k.k + j, k.outType, s.value(), site);
+          continue;
+        }
         double &out = element(k.out, r * k.k + j, DType::F32, site);
         out = chunkIndex == 0 && !accumulatesInto(k.out) ? s.value() : out + s.value();
       }

@@ -255,12 +255,13 @@ gemm_dz_kernel(const Epi &epi, const void *a, const void *b, void *dz,
 //
 // out[r][j] (+)= sum_{c < chunk_cols} dz[r][c] * B[chunk_begin + c][j]: A = dZ
 // [n][chunk_cols] (K-major, one or two operands), B = rows of [cols][k]
-// (N-major). out is f32 [n][k]: overwritten, or, when `accumulate` (chunks
+// (N-major). out is OutElem [n][k]: overwritten, or, when `accumulate` (chunks
 // after the first; also the first when the call accumulates into an output
-// dA, [Note: accumulating outputs]), added to.
+// dA, [Note: accumulating outputs]), added to: the old value widened to f32,
+// one rounding (a bf16/f16 out comes from a loop of one chunk).
 //===----------------------------------------------------------------------===//
 
-template <class Cfg>
+template <class Cfg, class OutElem = elem_f32>
 __device__ __forceinline__ void
 gemm_dlhs_kernel(const void *dz, const void *dz_lo, const void *b, void *out,
                  i64 n, i64 k, i64 chunk_begin, i64 chunk_cols,
@@ -283,7 +284,6 @@ gemm_dlhs_kernel(const void *dz, const void *dz_lo, const void *b, void *out,
       offset_elems<typename Cfg::ElemB>(b, chunk_begin * k), k, chunk_cols, k);
   ml.run(smem, src_a, src_b, m0, n0, chunk_cols);
 
-  float *o = static_cast<float *>(out);
 #pragma unroll
   for (int i = 0; i < Mainloop::TR; ++i) {
     const i64 row = m0 + ml.row_of(i);
@@ -295,7 +295,8 @@ gemm_dlhs_kernel(const void *dz, const void *dz_lo, const void *b, void *out,
       if (col >= k)
         continue;
       const i64 idx = row * k + col;
-      o[idx] = (accumulate ? o[idx] : 0.f) + ml.acc[i][j];
+      store_f32<OutElem>(out, idx,
+                         (accumulate ? load_f32<OutElem>(out, idx) : 0.f) + ml.acc[i][j]);
     }
   }
 }
@@ -402,16 +403,15 @@ dz_form_kernel(void *dz, const void *tile_max, const void *lse, const void *scal
        v += stride) {
     const i64 r = v / vecs;
     const i64 c0 = (v - r * vecs) * 8;
-    // One maximum per quad lane of the forward's tile: pair q of the vector is lane q's.
-    const float *m = tm + (r * tiles + c0 / tile_cols) * 4;
-    const float sc = static_cast<const float *>(scale)[r], l = static_cast<const float *>(lse)[r];
+    // One reference per row and tile of the forward (a vector lies in one tile).
+    const float s = static_cast<const float *>(scale)[r] *
+                    expf(tm[r * tiles + c0 / tile_cols] - static_cast<const float *>(lse)[r]);
     uint4 *p = reinterpret_cast<uint4 *>(static_cast<u16 *>(dz) + r * cols + c0);
     uint4 in = *p;
     u32 w[4] = {in.x, in.y, in.z, in.w};
     const i64 tc = target_of<TargetT>::at(target, r) - c0;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const float s = sc * expf(m[q] - l);
       float a = elem_f16::to_f32(static_cast<u16>(w[q] & 0xffffu)) * s;
       float b = elem_f16::to_f32(static_cast<u16>(w[q] >> 16)) * s;
       if (tc == 2 * q)

@@ -742,8 +742,8 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   }
   /// [Note: the materialized backward] (plan/Program.h): lse_of_values over the thread's
   /// R / 2 values of a row, and in the same pass the stored values fp16(factor(v) *
-  /// exp(v - m)) with m this thread's maximum (one exp per element serves both), and m
-  /// at tile_max[row][tile][lane of the quad] (lane q holds columns 8 g + 2 q, + 1).
+  /// exp(v - m)) with m the row's maximum over the tile (the quad's four lanes, two
+  /// shuffles; the target column left out), and m at tile_max[row][tile].
   /// Only full tiles: the planner materializes when the columns are a multiple of BN.
   template <int R>
   __device__ __forceinline__ void lse_and_store(float &m, float &t_out, float (&acc)[R],
@@ -763,6 +763,9 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
 #pragma unroll
     for (int k = 0; k < R / 2; ++k)
       sm = k == kx ? sm : fmaxf(sm, acc[4 * (k / 2) + 2 * h + k % 2]);
+    // The quad's four lanes hold the row's columns of the tile: one reference per tile.
+    sm = fmaxf(sm, shfl_xor(sm, 1));
+    sm = fmaxf(sm, shfl_xor(sm, 2));
     const float base = sm == -f32_inf() ? 0.f : sm;
     // Values first, each pair packed to two fp16 as soon as it is made (in the slot of
     // its first accumulator: half the live registers), then the stores from one row base
@@ -790,8 +793,8 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
         const int i = 4 * g + 2 * h;
         out[4 * g] = __float_as_uint(acc[i]);
       }
-      static_cast<float *>(epi.store_tile_max)[(row * (cols / Cfg::BN) + col0 / Cfg::BN) * 4 +
-                                               t % 4] = base;
+      if (t % 4 == 0)
+        static_cast<float *>(epi.store_tile_max)[row * (cols / Cfg::BN) + col0 / Cfg::BN] = base;
     }
   }
   /// Quad shuffles finish each row of a consumer. With ping-pong both consumers hold
@@ -999,18 +1002,6 @@ struct F32OutEpilogue {
   }
 };
 
-/// GemmDLhs: out [n, k] f32 (+)= dZ [n, chunk_cols] * W[chunk rows] ([chunk,
-/// k], MN-major): overwritten, or added to when `accumulate` (chunks after the
-/// first; the first too when the call accumulates into an output dA).
-template <class Cfg>
-__device__ __forceinline__ void
-gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
-                 i64 n, i64 k, i64 chunk_cols, bool accumulate) {
-  F32OutEpilogue e{static_cast<float *>(out), n, k, k, 0, accumulate};
-  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(n, k, 8), e,
-                  chunk_cols);
-}
-
 /// Loads elements i and i + 1 of a buffer of `Elem` (i even: one 4- or 8-byte
 /// load) and widens them to f32: the counterpart of store_f32_pair.
 template <class Elem>
@@ -1028,10 +1019,12 @@ __device__ __forceinline__ void load_f32_pair(const void *p, i64 i, float &x,
   }
 }
 
-/// GemmDRhs, OutElem output: out[chunk_begin + c][j] = acc (c < chunk_cols,
-/// j < k); with ACCUMULATE, out = round(old + acc): the old value widened to
-/// f32, one rounding ([Note: accumulating outputs]).
-template <class OutElem, bool ACCUMULATE = false> struct DRhsStoreEpilogue {
+/// An OutElem output of `cols` columns per row: out[row_offset + row][col] =
+/// acc (row < rows, col < cols), rounded once; with ACCUMULATE, out =
+/// round(old + acc): the old value widened to f32, one rounding ([Note:
+/// accumulating outputs]). GemmDRhs (rows of a chunk of dB) and GemmDLhs (dA of
+/// a one-chunk loop) store through it.
+template <class OutElem, bool ACCUMULATE = false> struct RoundedOutEpilogue {
   void *out;
   i64 rows, cols, row_offset;
   __device__ __forceinline__ void begin(int, int) const {}
@@ -1065,6 +1058,28 @@ template <class OutElem, bool ACCUMULATE = false> struct DRhsStoreEpilogue {
   }
 };
 
+/// GemmDLhs: out [n, k] (+)= dZ [n, chunk_cols] * W[chunk rows] ([chunk, k],
+/// MN-major): overwritten, or added to when `accumulate` (chunks after the
+/// first; the first too when the call accumulates into an output dA). An f32
+/// out takes vector reductions to accumulate; a bf16/f16 out (a loop of one
+/// chunk) is written once, round(acc) or round(old + acc).
+template <class Cfg, class OutElem = elem_f32>
+__device__ __forceinline__ void
+gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
+                 i64 n, i64 k, i64 chunk_cols, bool accumulate) {
+  const PersistentTiles tiles = persistent_tiles<Cfg>(n, k, 8);
+  if constexpr (OutElem::BYTES == 4) {
+    F32OutEpilogue e{static_cast<float *>(out), n, k, k, 0, accumulate};
+    gemm_tiles<Cfg>(map_a, map_b, tiles, e, chunk_cols);
+  } else if (accumulate) {
+    RoundedOutEpilogue<OutElem, true> e{out, n, k, 0};
+    gemm_tiles<Cfg>(map_a, map_b, tiles, e, chunk_cols);
+  } else {
+    RoundedOutEpilogue<OutElem> e{out, n, k, 0};
+    gemm_tiles<Cfg>(map_a, map_b, tiles, e, chunk_cols);
+  }
+}
+
 /// GemmDRhs: out [cols, k] rows [chunk_begin, + chunk_cols) = dZ^T * A, K = n
 /// (A operand dZ [n, chunk_cols] MN-major, B operand the forward A [n, k]
 /// MN-major). `accumulate` (row blocks after the first of an f32 out; any out
@@ -1081,12 +1096,12 @@ gemm_drhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
       gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
                       n);
     } else {
-      DRhsStoreEpilogue<OutElem, true> e{out, chunk_cols, k, chunk_begin};
+      RoundedOutEpilogue<OutElem, true> e{out, chunk_cols, k, chunk_begin};
       gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
                       n);
     }
   } else {
-    DRhsStoreEpilogue<OutElem> e{out, chunk_cols, k, chunk_begin};
+    RoundedOutEpilogue<OutElem> e{out, chunk_cols, k, chunk_begin};
     gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
                     n);
   }

@@ -226,7 +226,7 @@ INSTANTIATE_TEST_SUITE_P(
         // mma.sync path (V = 32003), bf16 dW read, added in f32 and rounded once; a host scale.
         AccCase{"bf16_mma_dWbf16_both_scale037", BF, 1000, 256, 32003, {}, 7, BF, true, true,
                 0.37f},
-        // wgmma, bf16 dW (DRhsStoreEpilogue<bf16, true>), a device scale, dW only.
+        // wgmma, bf16 dW (RoundedOutEpilogue<bf16, true>), a device scale, dW only.
         AccCase{"bf16_wgmma_dWbf16_dWonly_devscale", BF, 1000, 256, 32000, 30.0, 5, BF, false,
                 true, -0.5f, true},
         // Peaked logits (softmax near one-hot), bf16 dW, both.

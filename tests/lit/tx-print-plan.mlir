@@ -77,7 +77,9 @@
 // CHECK-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
 // CHECK-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'){{$}}
 // CHECK-NEXT: // decision: backward: materialized schedule not taken: the GEMMs are not on the wgmma mainloop
-// CHECK-NEXT: // decision: rows: steps 1..3 may run per block of rows (at least 1024 rows) when the budget needs it
+// The forward's partials and the row values that only the blocked steps read hold one
+// block's rows.
+// CHECK-NEXT: // decision: rows: steps 1..3 may run per block of rows (at least 1024 rows) when the budget needs it; partials0, row_l1_2, row_l1_3, row_l1_4 hold one block's rows{{$}}
 // CHECK-NEXT: // decision: run schedule (example): N = 4097: 1 row block of 4097 rows, 1 chunk of 1024 columns; workspace 8.5 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // CHECK-NEXT: // decision: run schedule (example): N = 16384: 1 row block of 16384 rows, 1 chunk of 1024 columns; workspace 33.8 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // CHECK-NEXT: {
@@ -143,6 +145,7 @@
 // CHECK-NEXT: "target": {
 // CHECK-NEXT: "arch": "sm_90a",
 // CHECK: "name": "partials0"
+// CHECK: "name": "row_l1_4"
 // CHECK-NOT: dlhs_acc
 // CHECK: "block_local": true,
 // CHECK-NEXT: "bytes_fixed": 0,
@@ -188,7 +191,7 @@
 // T100K-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // T100K-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 513 row blocks at N = 65537 (bucket low) -> 1 column splits to fill 132 SMs twice
 // T100K: // decision: run schedule (example): N = 65537: 1 row block of 65537 rows, 1 chunk of 1024 columns; workspace 130.1 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
-// T100K-NEXT: // decision: run schedule (example): N = 262144: 2 row blocks of 131072 rows, 1 chunk of 1024 columns; workspace 264.3 MiB of the 512.0 MiB budget; rows blocked to leave room for wide chunks
+// T100K-NEXT: // decision: run schedule (example): N = 262144: 2 row blocks of 131072 rows, 1 chunk of 1024 columns; workspace 261.3 MiB of the 512.0 MiB budget; rows blocked to leave room for wide chunks
 // T100K: "splits": 1,
 // T100K: "bytes_per_row": 12,
 // T100K-NEXT: "bytes_per_row_col": 0,
@@ -196,10 +199,11 @@
 // T100K-NEXT: "name": "partials0"
 
 // budget-mb=1 in the bucket [4097, 16384]: at N = 4097 rows are cut into 5 blocks of 896
-// (fewer rows would not hold a useful chunk); at N = 16384 the per-row buffers alone
-// (partials, lse, ...) exceed 1 MiB, so the policy says OVER BUDGET.
-// TIGHT: // decision: run schedule (example): N = 4097: 5 row blocks of 896 rows, 4 chunks of 256 columns; workspace 0.9 MiB of the 1.0 MiB budget; rows blocked to leave room for wide chunks
-// TIGHT-NEXT: // decision: run schedule (example): N = 16384: 16 row blocks of 1024 rows, 1 chunk of 1024 columns; workspace 3.8 MiB of the 1.0 MiB budget (OVER BUDGET); the budget is too small for any schedule
+// (fewer rows would not hold a useful chunk); at N = 16384 into 16 blocks of 1024: the
+// per-row buffers that only the blocked steps read (partials, lse, ...) hold one block's
+// rows, so they no longer grow with N.
+// TIGHT: // decision: run schedule (example): N = 4097: 5 row blocks of 896 rows, 3 chunks of 384 columns; workspace 0.8 MiB of the 1.0 MiB budget; rows blocked to leave room for wide chunks
+// TIGHT-NEXT: // decision: run schedule (example): N = 16384: 16 row blocks of 1024 rows, 3 chunks of 384 columns; workspace 1.0 MiB of the 1.0 MiB budget; rows blocked to leave room for wide chunks
 
 // exact=true: dZ is split into bf16 hi + lo (two arrays of 2 bytes per element), and
 // the backward GEMMs take both.

@@ -189,7 +189,7 @@ TEST(Emitter, LceKernelShapes) {
       std::string::npos);
   EXPECT_NE(
       m.source.find(
-          "lcejit::gemm_dlhs_kernel<lce_dlhs0_config>(ws5, ws6, in1, ws7, n, "
+          "lcejit::gemm_dlhs_kernel<lce_dlhs0_config, lcejit::elem_f32>(ws5, ws6, in1, ws7, n, "
           "4096LL, chunk_begin, chunk_cols, chunk_index > 0);"),
       std::string::npos);
   EXPECT_NE(

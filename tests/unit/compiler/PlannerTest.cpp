@@ -311,10 +311,23 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
     plan::Program r = llama->plan(recompute);
     EXPECT_EQ(decision(r, "materialized"), "");
     EXPECT_NE(decision(r, "backward: vocab-chunked recompute"), "");
+    // bf16 dH: one chunk, so dA writes it directly (no f32 accumulator, no cast kernel).
     plan::PlanOptions bf16dH = wgmmaOptions(8192);
     bf16dH.outputTypes = {DType::F32, DType::BF16, DType::F32};
     plan::Program b = llama->plan(bf16dH);
-    EXPECT_NE(decision(b, "6*N*D*V of GEMM work; an f32 accumulator for dH"), "");
+    EXPECT_NE(decision(b, "6*N*D*V of GEMM work; dA writes dH as bf16 directly"), "")
+        << b.toJson(2);
+    int casts = 0;
+    for (const plan::Kernel &k : b.kernels) {
+      casts += k.kind() == KernelKind::Cast;
+      if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&k.body)) {
+        EXPECT_EQ(d->outType, DType::BF16);
+        EXPECT_EQ(d->out.space, plan::Space::Output);
+      }
+    }
+    EXPECT_EQ(casts, 0);
+    for (const plan::BufferSpec &w : b.workspace)
+      EXPECT_EQ(w.name.find("dlhs_acc"), std::string::npos) << "the f32 dH accumulator";
   }
   plan::PlanOptions small = asked(wgmmaOptions(8192));
   small.workspaceBudgetBytes = int64_t(64) << 20;
@@ -407,6 +420,7 @@ TEST(Planner, ColumnSplitsPerCallTable) {
       {1024, 32},  // 8 row tiles x 16 = 128 CTAs: one wave of 63 column tiles
       {1408, 48},  // 11 x 24 = 264 CTAs, two full waves (ties with 11 x 12 keep more splits)
       {1664, 20},  // 13 x 10 = 130 CTAs: one wave (32 CTA splits were 3.15 waves)
+      {2048, 48},  // 16 x 24 = 384 CTAs, 2.9 waves of 42 tiles (ties with 16 x 8, one wave)
       {8192, 56},  // 64 x 28 = 1792 CTAs, 13.6 waves of 36 tiles (32: 15.5 waves of 32)
   };
   const int64_t tiles = (128256 + 127) / 128;
@@ -423,12 +437,16 @@ TEST(Planner, ColumnSplitsPerCallTable) {
     };
     EXPECT_LE(cost(got), cost(p.splits)) << rows << " rows";
   }
-  // The materialized schedule's row block of N = 8192 (5 x 1664) launches with the count.
-  plan::RunSchedule s = p.runSchedule(8192);
-  EXPECT_EQ(s.rowsPerBlock, 1664) << s.describe();
-  EXPECT_EQ(s.splits, 20);
-  for (const plan::LaunchItem &it : p.expand(s))
-    EXPECT_EQ(it.splits, 20);
+  // The materialized schedule's row blocks launch with the count: N = 8192 runs 4 blocks
+  // of 2048 rows, N = 6656 4 of 1664.
+  for (auto [n, rows, splits] : {std::tuple<int64_t, int64_t, int32_t>{8192, 2048, 48},
+                                 {6656, 1664, 20}}) {
+    plan::RunSchedule s = p.runSchedule(n);
+    EXPECT_EQ(s.rowsPerBlock, rows) << s.describe();
+    EXPECT_EQ(s.splits, splits);
+    for (const plan::LaunchItem &it : p.expand(s))
+      EXPECT_EQ(it.splits, splits);
+  }
   // mma.sync has no wgmma reduce: the plan's count, whatever the rows.
   plan::Program m = llama->plan(options(8192));
   for (int64_t rows : {1, 1664, 8192})
@@ -452,7 +470,9 @@ TEST(Planner, RunScheduleTable) {
       {2048, 4096, 128256, 512, bf, f32, false, 1, 2, false},
       {4096, 4096, 128256, 512, bf, f32, false, 1, 3, false},
       {8192, 4096, 128256, 512, bf, f32, false, 1, 6, false},
-      {32768, 4096, 128256, 512, bf, f32, false, 3, 9, false},
+      // (Row buffers that only the blocked steps touch, the forward's partials among them,
+      // hold one block's rows: wider chunks once rows are blocked.)
+      {32768, 4096, 128256, 512, bf, f32, false, 3, 8, false},
       {65536, 4096, 128256, 512, bf, f32, false, 5, 11, false},
       {131072, 4096, 128256, 512, bf, f32, false, 9, 13, false},
       // Exact mode: two bf16 dZ arrays, so narrower chunks.
@@ -461,7 +481,7 @@ TEST(Planner, RunScheduleTable) {
       {8192, 2304, 256000, 512, bf, f32, false, 1, 10, false},
       // A lean budget (64 MiB): the largest blocks (1664 rows) that leave room for chunks
       // of at least 8192 columns.
-      {8192, 4096, 128256, 64, bf, f32, false, 5, 12, false},
+      {8192, 4096, 128256, 64, bf, f32, false, 5, 11, false},
       // 16 MiB: the f32 dH accumulator of a minimum block (1024 rows) alone needs 16 MiB.
       {8192, 4096, 128256, 16, bf, f32, false, 8, 63, true},
       // bf16 dW: rows cannot be blocked; at N = 65536 the f32 dH accumulator alone is

@@ -719,12 +719,13 @@ TEST_P(OpsNvrtc, EveryGeneratedKernelCompilesForSm90aAndSm80) {
           found = true;
           EXPECT_GT(info.registers, 0) << k.name;
           // The materialized forward (wgmma ping-pong, 128 accumulators per thread, plus
-          // the stored values) keeps up to five 4-byte values in local memory (SASS,
-          // 2026-12-01: one stored before the mainloop and reloaded a few times per tile,
-          // the others each stored and reloaded once per tile's epilogue of ~10^4
-          // instructions, none per element). Anything more is a regression.
+          // the stored values) keeps a few 4-byte values in local memory: five before the
+          // quad shuffles of the tile maxima, twelve with them and softcap (SASS of this
+          // case, 2026-12-01: 24 STL/LDL in 29,000 instructions with 660 MUFU.EX2, each
+          // stored and reloaded once per tile epilogue or before the mainloop, none per
+          // element). Anything more is a regression.
           const auto *reduce = std::get_if<plan::GemmReduceKernel>(&k.body);
-          const int64_t allowed = reduce && reduce->stored && t.smVersion == 90 ? 24 : 0;
+          const int64_t allowed = reduce && reduce->stored && t.smVersion == 90 ? 48 : 0;
           EXPECT_LE(info.spillStoreBytes, allowed) << k.name << " spills on " << t.archName();
         }
       EXPECT_TRUE(found) << "no ptxas line for " << k.name;
