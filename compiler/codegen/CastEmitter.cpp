@@ -66,6 +66,12 @@ void emitDzFormKernel(CodeWriter &w, const KernelContext &ctx) {
   roles.add(ctx.bufferName(k.targetDz), "f32 [N] dZ at the target column");
   if (k.target.valid())
     roles.add(ctx.bufferName(k.target), fmt::format("{} [N] target column", dtypeName(k.targetType)));
+  LCEJIT_CHECK(!k.residual.valid() || k.target.valid(),
+               "dz_form kernel '{}': a residual without a target", ctx.name());
+  if (k.residual.valid())
+    roles.add(ctx.bufferName(k.residual),
+              "f32 [N] residual = target_dz - bf16(target_dz) ([Note: the target-column "
+              "residual])");
   std::vector<std::string> about = {
       "the materialized schedule's dZ ([Note: the materialized backward] in Program.h):",
       fmt::format("dz[r][c] = bf16(c == target[r] ? target_dz[r] : values[r][c] * scale[r] * "
@@ -74,12 +80,13 @@ void emitDzFormKernel(CodeWriter &w, const KernelContext &ctx) {
       "block 256, grid-stride over 8-column vectors (16-byte loads and stores)"};
   emitKernelHeader(w, ctx, about, roles);
   auto kb = openKernel(w, ctx, 256);
-  w.line("lcejit::dz_form_kernel<{}>({}, {}, {}, {}, {}, {}, {}, {}LL, {});",
+  w.line("lcejit::dz_form_kernel<{}>({}, {}, {}, {}, {}, {}, {}, {}LL, {}, {});",
          !k.target.valid() ? "void" : k.targetType == DType::I32 ? "int" : "long long",
          ctx.bufferName(k.dz), ctx.bufferName(k.tileMax), ctx.bufferName(k.lse),
          ctx.bufferName(k.scale), ctx.bufferName(k.targetDz),
          k.target.valid() ? ctx.bufferName(k.target) : std::string("nullptr"),
-         ctx.scalarParamName(Param::Kind::N), k.cols, k.tileCols);
+         ctx.scalarParamName(Param::Kind::N), k.cols, k.tileCols,
+         k.residual.valid() ? ctx.bufferName(k.residual) : std::string("nullptr"));
 }
 
 } // namespace lcejit::codegen::detail

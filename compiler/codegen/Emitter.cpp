@@ -45,6 +45,7 @@ void emitKernel(CodeWriter &w, const plan::Program &program, int32_t index) {
   case plan::KernelKind::DzForm:
     detail::emitDzFormKernel(w, ctx);
     break;
+
   }
 }
 

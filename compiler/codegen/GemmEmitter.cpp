@@ -760,6 +760,10 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
   LCEJIT_CHECK(k.format != DzFormat::SplitBF16 || k.dzLo.valid(),
                "{}: split bf16 dZ without a lo buffer", what);
   const bool split = k.format == DzFormat::SplitBF16;
+  LCEJIT_CHECK(!k.residual.valid() || k.format == DzFormat::BF16,
+               "{}: a target-column residual needs a bf16 dZ", what);
+  const std::string residual =
+      k.residual.valid() ? ctx.bufferName(k.residual.buf) : std::string("nullptr");
 
   EpilogueEmitter epi(w, ctx, g);
   ParamRoles roles;
@@ -780,8 +784,11 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
                   g.k, g.cols, dtypeName(g.abType)),
       tileText(s), smemText(ctx),
       gridText(ctx, "grid (ceil(N / bm), ceil(chunk_cols / bn))"),
-      fmt::format("dZ = epilogue(acc) stored as {}",
-                  plan::dzFormatName(k.format))};
+      fmt::format("dZ = epilogue(acc) stored as {}{}",
+                  plan::dzFormatName(k.format),
+                  k.residual.valid() ? "; residual[r] = dz - bf16(dz) at the row's target "
+                                       "column ([Note: the target-column residual])"
+                                     : "")};
   epi.describe(roles, about);
   emitKernelHeader(w, ctx, about, roles);
   emitConfig(w, ctx, s);
@@ -797,6 +804,26 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
              "per element",
              chain >= 2 ? "true" : "false", chain, chain == 1 ? "" : "s");
     }
+    // [Note: the target-column residual] in Program.h.
+    w.line("static constexpr bool RESIDUAL = {};", k.residual.valid() ? "true" : "false");
+    {
+      auto f = w.block("__device__ __forceinline__ long long residual_target(const Row &r) "
+                       "const");
+      if (k.residual.valid()) {
+        const int32_t a = k.residualArg;
+        LCEJIT_CHECK(a >= 0 && a < static_cast<int32_t>(g.args.size()) &&
+                         g.args[static_cast<size_t>(a)].kind == Operand::Kind::Row &&
+                         g.args[static_cast<size_t>(a)].buf == k.residual.target &&
+                         epi.isLive(a),
+                     "{}: the residual's target must be a live row operand (a{}) of its "
+                     "buffer",
+                     what, a);
+        w.line("return static_cast<long long>(r.a{});", a);
+      } else {
+        w.line("(void)r;");
+        w.line("return -1;");
+      }
+    }
     auto f = w.block(
         "__device__ __forceinline__ float value(float acc, long long row, "
         "long long col, const Row &r, const Col &c) const");
@@ -810,17 +837,17 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
   if (isWgmma(ctx)) {
     LCEJIT_CHECK(!split, "{}: the wgmma mainloop takes one dZ operand", what);
     w.line("lcejit::sm90::gemm_dz_kernel<{}_config, lcejit::{}>(map_a, map_b, epi, {}, {}, "
-           "{}LL, {}, {});",
-           ctx.name(), dzFormatTag(k.format), ctx.bufferName(k.dz), epi.n(), g.k,
+           "{}, {}LL, {}, {});",
+           ctx.name(), dzFormatTag(k.format), ctx.bufferName(k.dz), residual, epi.n(), g.k,
            ctx.scalarParamName(Param::Kind::ChunkBegin),
            ctx.scalarParamName(Param::Kind::ChunkCols));
     return;
   }
   w.line("lcejit::gemm_dz_kernel<{}_config, lcejit::{}>(epi, {}, {}, {}, {}, "
-         "{}, {}LL, {}, {});",
+         "{}, {}, {}LL, {}, {});",
          ctx.name(), dzFormatTag(k.format), ctx.bufferName(g.a),
          ctx.bufferName(g.b), ctx.bufferName(k.dz),
-         split ? ctx.bufferName(k.dzLo) : "nullptr", epi.n(), g.k,
+         split ? ctx.bufferName(k.dzLo) : "nullptr", residual, epi.n(), g.k,
          ctx.scalarParamName(Param::Kind::ChunkBegin),
          ctx.scalarParamName(Param::Kind::ChunkCols));
 }
@@ -845,6 +872,10 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
                    k.outType == DType::F16,
                "{}: output type {}", what, dtypeName(k.outType));
   const bool rounded = k.outType != DType::F32;
+  const bool res = k.residual.valid();
+  LCEJIT_CHECK(!res || (k.cols > 0 && (k.residual.targetType == DType::I32 ||
+                                       k.residual.targetType == DType::I64)),
+               "{}: a residual needs cols > 0 (got {}) and i32/i64 targets", what, k.cols);
 
   ParamRoles roles;
   roles.add(ctx.bufferName(k.dz),
@@ -858,6 +889,11 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
                         "(N-major)",
                         k.k));
   roles.add(ctx.bufferName(k.out), fmt::format("out {} [N, {}]", dtypeName(k.outType), k.k));
+  if (res) {
+    roles.add(ctx.bufferName(k.residual.buf), "f32 [N] dZ's target-column residual");
+    roles.add(ctx.bufferName(k.residual.target),
+              fmt::format("{} [N] target column", dtypeName(k.residual.targetType)));
+  }
   std::vector<std::string> about = {
       fmt::format(
           "out[r][j] (+)= sum_c dz[r][c] * B[chunk_begin + c][j], k = {}{}",
@@ -875,6 +911,11 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
             "chunks; all chunks add to it when the run accumulates into this output"
           : "out is overwritten for chunk_index == 0 and accumulated for later "
             "chunks"};
+  if (res)
+    about.push_back(fmt::format("the last chunk (chunk_begin + chunk_cols == {}) adds "
+                                "residual[r] * B[target[r]][j] for 0 <= target[r] < {} "
+                                "([Note: the target-column residual])",
+                                k.cols, k.cols));
   emitKernelHeader(w, ctx, about, roles);
   emitConfig(w, ctx, s);
   auto kb = openGemmKernel(w, ctx, k.tile.threads());
@@ -885,11 +926,34 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
   if (k.out.space == plan::Space::Output)
     accumulate = fmt::format("{} || {}", accumulate, ctx.accumulatesInto(k.out));
   if (isWgmma(ctx)) {
+    const std::string &cb = ctx.scalarParamName(Param::Kind::ChunkBegin);
+    const std::string &cc = ctx.scalarParamName(Param::Kind::ChunkCols);
+    if (res) {
+      w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}, true, {}>(map_a, map_b, {}, {}, "
+             "{}LL, {}, {}, {}, {}, {}, {}LL, {} + {} == {}LL);",
+             ctx.name(), elemTag(k.outType),
+             k.residual.targetType == DType::I32 ? "int" : "long long", ctx.bufferName(k.out),
+             ctx.scalarParamName(Param::Kind::N), k.k, cc, accumulate,
+             ctx.bufferName(k.residual.buf), ctx.bufferName(k.residual.target),
+             ctx.bufferName(k.b), k.cols, cb, cc, k.cols);
+      return;
+    }
     w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}>(map_a, map_b, {}, {}, {}LL, {}, "
            "{});",
            ctx.name(), elemTag(k.outType), ctx.bufferName(k.out),
-           ctx.scalarParamName(Param::Kind::N), k.k,
-           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
+           ctx.scalarParamName(Param::Kind::N), k.k, cc, accumulate);
+    return;
+  }
+  if (res) {
+    w.line("lcejit::gemm_dlhs_kernel<{}_config, {}, true, {}>({}, {}, {}, {}, {}, {}LL, {}, "
+           "{}, {}, {}, {}, {}LL);",
+           ctx.name(), elemTag(k.outType),
+           k.residual.targetType == DType::I32 ? "int" : "long long", ctx.bufferName(k.dz),
+           split ? ctx.bufferName(k.dzLo) : "nullptr", ctx.bufferName(k.b),
+           ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
+           ctx.scalarParamName(Param::Kind::ChunkBegin),
+           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate,
+           ctx.bufferName(k.residual.buf), ctx.bufferName(k.residual.target), k.cols);
     return;
   }
   w.line("lcejit::gemm_dlhs_kernel<{}_config, {}>({}, {}, {}, {}, {}, {}LL, {}, "

@@ -25,6 +25,7 @@
 
 #include "compiler/plan/Materialize.h"
 #include "compiler/plan/SchedulePolicy.h"
+#include "compiler/plan/TargetColumn.h"
 
 #include <fmt/format.h>
 
@@ -446,37 +447,11 @@ std::string materialize(Program &p, const std::string &name) {
     auto [aElem, aRow] = factor(aIdx);
 
     // 6. b vanishes off the target column.
-    int32_t targetArg = -1; // the target's Arg instruction in f
-    int32_t targetVal = -1; // the i64 value compared with col (the Arg or its cast)
-    for (int32_t i = 0; i < static_cast<int32_t>(f.insts.size()); ++i) {
-      const ScalarInst &in = f.insts[static_cast<size_t>(i)];
-      if (in.op != ScalarOp::CmpEq && in.op != ScalarOp::CmpNe)
-        continue;
-      for (int k = 0; k < 2; ++k) {
-        int32_t ci = in.operands[k];
-        if (f.insts[static_cast<size_t>(ci)].op == ScalarOp::Cast) // col as i32
-          ci = f.insts[static_cast<size_t>(ci)].operands[0];
-        const ScalarInst &c = f.insts[static_cast<size_t>(ci)];
-        int32_t t = in.operands[1 - k];
-        if (!(c.op == ScalarOp::Arg && args[static_cast<size_t>(c.argIndex)].kind ==
-                                           Operand::Kind::ColIndex))
-          continue;
-        int32_t ta = t;
-        if (f.insts[static_cast<size_t>(ta)].op == ScalarOp::Cast)
-          ta = f.insts[static_cast<size_t>(ta)].operands[0];
-        const ScalarInst &ti = f.insts[static_cast<size_t>(ta)];
-        if (ti.op != ScalarOp::Arg)
-          continue;
-        const Operand &o = args[static_cast<size_t>(ti.argIndex)];
-        if (o.kind != Operand::Kind::Row || !isEarly(o) ||
-            !(o.dtype == DType::I32 || o.dtype == DType::I64))
-          continue;
-        if (targetArg >= 0 && !(args[static_cast<size_t>(x.at(targetArg).argIndex)] == o))
-          throw Fail{"dZ compares the column with two different row values"};
-        targetArg = ta;
-        targetVal = t;
-      }
-    }
+    const TargetColumn tcol = findTargetColumn(f, args, isEarly);
+    if (tcol.ambiguous)
+      throw Fail{"dZ compares the column with two different row values"};
+    const int32_t targetArg = tcol.argInst; // the target's Arg instruction in f
+    const int32_t targetVal = tcol.value;   // the i64 value compared with col
     // Under col != target: is instruction i zero?
     std::function<std::optional<bool>(int32_t)> truth = [&](int32_t i) -> std::optional<bool> {
       const ScalarInst &in = x.at(i);
@@ -791,6 +766,12 @@ std::string materialize(Program &p, const std::string &name) {
       const Operand &to = args[static_cast<size_t>(x.at(targetArg).argIndex)];
       dzf.target = to.buf;
       dzf.targetType = to.dtype;
+    }
+    // [Note: the target-column residual]: DzForm rounds dZ now, so it writes the residual.
+    if (Z.residual.valid()) {
+      if (!hasTarget || !(Z.residual.target == dzf.target))
+        throw Fail{"internal: the dZ residual's target is not the stored tile's"};
+      dzf.residual = Z.residual.buf;
     }
     for (int k = 0; k < 3; ++k) {
       RowKernel::Sink s;

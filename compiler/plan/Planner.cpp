@@ -6,6 +6,7 @@
 
 #include "compiler/plan/Planner.h"
 #include "compiler/plan/Materialize.h"
+#include "compiler/plan/TargetColumn.h"
 #include "compiler/dialect/TxDialect.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -904,6 +905,27 @@ private:
         lhsAcc ? fmt::format("; an f32 accumulator for d{} ({} B per row of a block)",
                              prog_.inputs[static_cast<size_t>(dz.gemm.a.index)].name, k * 4)
                : std::string()));
+    // [Note: the target-column residual] (Program.h): fast precision only, where dZ is
+    // rounded to one bf16 operand and the function has a target column.
+    Residual residual;
+    std::string residualNote;
+    if (dz.format == DzFormat::BF16) {
+      const TargetColumn tc =
+          findTargetColumn(dz.gemm.epilogue, dz.gemm.args, [](const Operand &) { return true; });
+      if (!opt_.targetResidual)
+        residualNote = "not added back (asked: LCEJIT_TARGET_RESIDUAL=0)";
+      else if (!tc.found())
+        residualNote = tc.ambiguous ? "none: dZ compares the column with two row values"
+                                    : "none: dZ has no target column";
+      else {
+        const Operand &t = dz.gemm.args[static_cast<size_t>(tc.arg)];
+        residual.buf = addWorkspace(fmt::format("dz_residual{}", gradCount_), 4, 0);
+        residual.target = t.buf;
+        residual.targetType = t.dtype;
+        dz.residual = residual;
+        dz.residualArg = tc.arg;
+      }
+    }
     const int64_t dzElem = dz.format == DzFormat::F32 ? 4 : 2;
     dz.dz = addWorkspace(fmt::format("dz{}", gradCount_), 0, 0);
     prog_.workspace.back().bytesPerRowCol = dzElem;
@@ -942,6 +964,10 @@ private:
       } else {
         d.out = BufferRef{Space::Output, lhsOut};
       }
+      if (residual.valid()) {
+        d.residual = residual;
+        d.cols = cols;
+      }
       push(fmt::format("{}_dlhs{}", opt_.name, gi), std::move(d));
     }
     if (rhsOut >= 0) {
@@ -960,6 +986,21 @@ private:
       push(fmt::format("{}_drhs{}", opt_.name, gi), std::move(d));
     }
     prog_.steps.push_back(std::move(loop));
+    if (residual.valid()) {
+      const std::string &a = prog_.inputs[static_cast<size_t>(aBuf.index)].name;
+      const std::string &b = prog_.inputs[static_cast<size_t>(bBuf.index)].name;
+      residualNote = fmt::format("added back as a rank-1 update in f32 (d{0}[r] += res[r]*{1}[t_r] "
+                                 "in dA's last chunk)",
+                                 a, b);
+      if (rhsOut >= 0)
+        residualNote += fmt::format("; d{0}'s part (d{0}[t_r] += res[r]*{1}[r]) is not added: "
+                                    "rows sharing a target would need an ordered scatter to "
+                                    "stay deterministic",
+                                    b, a);
+    }
+    if (!residualNote.empty())
+      prog_.decisions.push_back(
+          "dZ residual: the target column's bf16 rounding of dZ, " + residualNote);
     if (lhsAcc) {
       CastKernel c;
       c.in = lhsAccBuf;

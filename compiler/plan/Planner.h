@@ -46,6 +46,10 @@ struct PlanOptions {
   /// bf16 GEMMs: false (fast) stores dZ as one bf16 operand, rounded once from f32;
   /// true (exact) splits it into bf16 hi + lo (each backward GEMM runs twice).
   bool exactGradients = false;
+  /// Fast precision: add each row's target-column rounding residual of dZ back as a
+  /// rank-1 update ([Note: the target-column residual] in Program.h). Off only for
+  /// comparisons (LCEJIT_TARGET_RESIDUAL=0).
+  bool targetResidual = true;
   /// > 0: a fixed chunk width instead of the budget's (tests).
   int64_t fixedChunkCols = 0;
   /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).
@@ -55,8 +59,8 @@ struct PlanOptions {
   /// the planner can derive it and the budget holds enough rows ([Note: the materialized
   /// backward] in Program.h), else the plan says why and keeps the vocab-chunked
   /// recompute; Recompute asks for the recompute (LCEJIT_BACKWARD=recompute: the lean
-  /// schedule, and comparisons). Measured on the H200 the materialized one is 1.27-1.35x
-  /// the cuBLAS floor where the recompute is 1.46-1.60x, with the same errors
+  /// schedule, and comparisons). Measured on the H200 the materialized one is 1.12-1.24x
+  /// the cuBLAS floor (Llama-3 head) where the recompute is 1.48x, with the same errors
   /// (docs/performance.md).
   enum class Backward : uint8_t { Recompute, Materialized };
   Backward backward = Backward::Materialized;

@@ -125,6 +125,11 @@ static json toJ(const BufferRef &b) {
   return json{{"space", names[static_cast<int>(b.space)]}, {"index", b.index}};
 }
 
+static json toJ(const Residual &r) {
+  return json{{"buffer", toJ(r.buf)}, {"target", toJ(r.target)},
+              {"target_type", std::string(dtypeName(r.targetType))}};
+}
+
 static json toJ(const ScalarFunc &f) {
   json insts = json::array();
   for (const ScalarInst &i : f.insts) {
@@ -221,6 +226,10 @@ static json kernelBodyJson(const Kernel &k) {
           j = json{{"gemm", toJ(b.gemm)}, {"format", dzFormatName(b.format)}, {"dz", toJ(b.dz)}};
           if (b.dzLo.valid())
             j["dz_lo"] = toJ(b.dzLo);
+          if (b.residual.valid()) {
+            j["residual"] = toJ(b.residual);
+            j["residual_arg"] = b.residualArg;
+          }
         } else if constexpr (std::is_same_v<T, GemmDLhsKernel>) {
           j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
                    {"format", dzFormatName(b.format)}, {"b_type", std::string(dtypeName(b.bType))},
@@ -228,6 +237,10 @@ static json kernelBodyJson(const Kernel &k) {
                    {"out_type", std::string(dtypeName(b.outType))}};
           if (b.dzLo.valid())
             j["dz_lo"] = toJ(b.dzLo);
+          if (b.residual.valid()) {
+            j["residual"] = toJ(b.residual);
+            j["cols"] = b.cols;
+          }
         } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
           j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
                    {"format", dzFormatName(b.format)}, {"a_type", std::string(dtypeName(b.aType))},
@@ -245,6 +258,8 @@ static json kernelBodyJson(const Kernel &k) {
             j["target"] = toJ(b.target);
             j["target_type"] = std::string(dtypeName(b.targetType));
           }
+          if (b.residual.valid())
+            j["residual"] = toJ(b.residual);
         } else if constexpr (std::is_same_v<T, CastKernel>) {
           j = json{{"in", toJ(b.in)}, {"out", toJ(b.out)},
                    {"out_type", std::string(dtypeName(b.outType))}, {"k", b.k}};
@@ -396,6 +411,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(scalars);
     pl.addBuffer(k.dz);
     pl.addBuffer(k.dzLo);
+    pl.addBuffer(k.residual.buf);
     pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::TotalRows, "n_total");
@@ -409,6 +425,8 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.dzLo);
     pl.addBuffer(k.b);
     pl.addBuffer(k.out);
+    pl.addBuffer(k.residual.buf);
+    pl.addBuffer(k.residual.target);
     pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
@@ -441,9 +459,11 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.scale);
     pl.addBuffer(k.targetDz);
     pl.addBuffer(k.target); // grid-stride: any launch shape is correct
+    pl.addBuffer(k.residual);
     pl.add(Param::Kind::N, "n");
     break;
   }
+
   case KernelKind::Cast: {
     const auto &k = std::get<CastKernel>(kernel.body);
     pl.addBuffer(k.in);
@@ -777,11 +797,15 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             gemm(b.gemm);
             f(b.dz);
             f(b.dzLo);
+            f(b.residual.buf);
+            f(b.residual.target);
           } else if constexpr (std::is_same_v<T, GemmDLhsKernel>) {
             f(b.dz);
             f(b.dzLo);
             f(b.b);
             f(b.out);
+            f(b.residual.buf);
+            f(b.residual.target);
           } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
             f(b.dz);
             f(b.dzLo);
@@ -794,6 +818,7 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             f(b.scale);
             f(b.targetDz);
             f(b.target);
+            f(b.residual);
           } else if constexpr (std::is_same_v<T, CastKernel>) {
             f(b.in);
             f(b.out);

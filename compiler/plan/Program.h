@@ -277,11 +277,36 @@ enum class DzFormat : uint8_t {
 };
 const char *dzFormatName(DzFormat f);
 
+/// [Note: the target-column residual] In fast precision dZ is rounded to one bf16
+/// operand, and each row's largest element by far is usually its target column's (p_y − 1,
+/// times the row's scales): its rounding alone puts a bf16 dH at ~1.4× the output
+/// rounding floor (docs/numerics.md). The kernel that rounds dZ also stores, per row, what
+/// rounding took off that one element,
+///   residual[r] = dz[r][t_r] − f32(bf16(dz[r][t_r]))      t_r = the row's target column,
+/// and GemmDLhs adds it back as a rank-1 update in f32, in its last chunk, before the
+/// output's one rounding: dA[r] += residual[r]·B[t_r]. So dA sees dZ with its target column
+/// exact. dB's part (dB[t_r] += residual[r]·A[r]) is not added: rows that share a target
+/// add to one row of dB, and with atomics the sum's order, and so its bits, would change
+/// from run to run (the op is deterministic); it needs a grouped, ordered scatter (not
+/// built; docs/numerics.md). Rows whose target lies outside [0, cols) (ignore_index)
+/// never get a residual and are skipped by its reader.
+struct Residual {
+  BufferRef buf;    ///< f32 [N] residual[r] (written for rows with 0 <= t_r < cols)
+  BufferRef target; ///< [N] t_r (Row operand buffer)
+  DType targetType = DType::I64;
+  bool valid() const { return buf.valid(); }
+  bool operator==(const Residual &) const = default;
+};
+
 struct GemmDzKernel {
   FusedGemm gemm;  ///< epilogue has exactly one result: dZ
   DzFormat format = DzFormat::SplitBF16;
   BufferRef dz;    ///< hi (or f32) [N, chunkCols]
   BufferRef dzLo;  ///< lo for SplitBF16
+  /// BF16 only: the target-column residual of the chunk holding t_r ([Note: the target-
+  /// column residual]); residualArg is the gemm.args index of the target's Row operand.
+  Residual residual;
+  int32_t residualArg = -1;
   bool operator==(const GemmDzKernel &) const = default;
 };
 
@@ -299,6 +324,11 @@ struct GemmDLhsKernel {
   /// across chunks is needed ([Note: accumulating outputs] for round(old + sum)).
   BufferRef out;
   DType outType = DType::F32;
+  /// When valid, the launch of the last chunk (chunkBegin + chunkCols == cols) adds
+  /// residual[r]·b[t_r][j] to the f32 sum before writing ([Note: the target-column
+  /// residual]).
+  Residual residual;
+  int64_t cols = 0; ///< rows of b (the loop's columns); with residual only
   bool operator==(const GemmDLhsKernel &) const = default;
 };
 
@@ -331,6 +361,9 @@ struct DzFormKernel {
   int32_t tileCols = 128;
   BufferRef lse, scale, targetDz, target;
   DType targetType = DType::I64;
+  /// When valid (its target is `target`): residual[r] = targetDz[r] − f32(bf16(targetDz[r]))
+  /// for rows with 0 <= target[r] < cols ([Note: the target-column residual]).
+  BufferRef residual;
   bool operator==(const DzFormKernel &) const = default;
 };
 

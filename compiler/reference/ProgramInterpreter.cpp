@@ -675,6 +675,7 @@ private:
             castKernel(k.name, body);
           else if constexpr (std::is_same_v<T, DzFormKernel>)
             dzForm(k.name, body);
+
         },
         k.body);
   }
@@ -904,10 +905,14 @@ private:
                             : -1;
       for (int64_t c = 0; c < k.cols; ++c) {
         double &x = element(k.dz, r * k.cols + c, DType::BF16, site);
-        x = c == t ? read(k.targetDz, r, DType::F32, site)
+        const double dz =
+            c == t ? read(k.targetDz, r, DType::F32, site)
                    : x * scale *
                          std::exp(read(k.tileMax, r * tiles + c / k.tileCols, DType::F32, site) -
                                   lse);
+        x = opt_.roundDz ? roundToDType(dz, DType::BF16) : dz;
+        if (c == t && k.residual.valid())
+          write(k.residual, r, DType::F32, dz - x, site);
       }
     }
   }
@@ -946,10 +951,20 @@ private:
               n_, v);
         double dz = f.result(v, 0);
         // fp64, unrounded: hi carries all of dz and lo is 0 (the split is a device detail).
-        write(k.dz, r * cols + c, dt, dz, dsite);
+        // One bf16 operand is rounded as on the device when asked (roundDz).
+        const double stored =
+            k.format == DzFormat::BF16 && opt_.roundDz ? roundToDType(dz, DType::BF16) : dz;
+        write(k.dz, r * cols + c, dt, stored, dsite);
         if (k.format == DzFormat::SplitBF16)
           write(k.dzLo, r * cols + c, dt, 0.0, dsite);
+        if (k.residual.valid() && targetOf(k.residual, r, dsite) == begin + c)
+          write(k.residual.buf, r, DType::F32, dz - stored, dsite);
       }
+  }
+
+  /// t_r of a residual's row (global column index; may lie outside [0, cols)).
+  int64_t targetOf(const Residual &res, int64_t r, const Site &site) {
+    return static_cast<int64_t>(read(res.target, r, res.targetType, site));
   }
 
   double dzAt(const BufferRef &hi, const BufferRef &lo, DzFormat fmtDz, int64_t index,
@@ -967,12 +982,21 @@ private:
       badProgram(name, fmt::format("k = {}", k.k));
     if (k.format == DzFormat::SplitBF16 && !k.dzLo.valid())
       badProgram(name, "SplitBF16 needs a lo buffer");
+    const bool lastChunk = begin + cols == k.cols;
+    if (k.residual.valid() && k.cols <= 0)
+      badProgram(name, fmt::format("a residual with cols = {}", k.cols));
     for (int64_t r = 0; r < rows_; ++r)
       for (int64_t j = 0; j < k.k; ++j) {
         Sum s;
         for (int64_t c = 0; c < cols; ++c)
           s.add(dzAt(k.dz, k.dzLo, k.format, r * cols + c, site) *
                 read(k.b, (begin + c) * k.k + j, k.bType, site));
+        if (k.residual.valid() && lastChunk) {
+          // [Note: the target-column residual]: the rank-1 update, in the f32 sum.
+          const int64_t t = targetOf(k.residual, r, site);
+          if (t >= 0 && t < k.cols)
+            s.add(read(k.residual.buf, r, DType::F32, site) * read(k.b, t * k.k + j, k.bType, site));
+        }
         if (k.outType != DType::F32) {
           // Written once, rounded once on the device: one chunk of all columns only.
           if (chunkIndex != 0 || cols != p_.loopCols)

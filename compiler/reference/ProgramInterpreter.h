@@ -31,6 +31,11 @@ struct InterpretOptions {
   /// Round each output to its dtype at the end (bf16/f16/f32 round to nearest even), to
   /// model the output rounding floor of the device.
   bool roundOutputs = false;
+  /// Round dZ to bf16 where the device keeps it as one bf16 operand (a GemmDz of
+  /// DzFormat::BF16, the DzForm pass), as the device does; the target-column residual
+  /// ([Note: the target-column residual] in Program.h) then carries what that took off the
+  /// target column. Off, dZ stays fp64 and every residual is 0.
+  bool roundDz = false;
   /// Fill workspace buffers with init = None and the outputs with NaN before the run.
   bool poison = true;
   /// [Note: accumulating outputs] in Program.h: bit i set, output i starts from

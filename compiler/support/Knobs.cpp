@@ -36,6 +36,7 @@ constexpr std::string_view kWorkspaceMB = "LCEJIT_WORKSPACE_MB";
 constexpr std::string_view kGemmTile = "LCEJIT_GEMM_TILE";
 constexpr std::string_view kMainloop = "LCEJIT_MAINLOOP";
 constexpr std::string_view kBackward = "LCEJIT_BACKWARD";
+constexpr std::string_view kTargetResidual = "LCEJIT_TARGET_RESIDUAL";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -57,6 +58,7 @@ struct Values {
   std::optional<std::array<int32_t, 6>> gemmTile;
   std::string mainloop = "auto";
   std::string backward = "materialized";
+  bool targetResidual = true;
 };
 
 /// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
@@ -226,6 +228,7 @@ std::unique_ptr<Values> readAll() {
                    *m);
     v->backward = t;
   }
+  v->targetResidual = parseBool(kTargetResidual, readEnv(kTargetResidual), true);
   return v;
 }
 
@@ -282,6 +285,9 @@ const std::vector<KnobInfo> &allKnobs() {
        "the backward forms dZ from, 6*N*D*V of GEMM work; taken where the planner can "
        "derive it and the budget holds enough rows, else the plan says why and keeps the "
        "recompute) or recompute (vocab-chunked, the lean schedule; part of the cache key)."},
+      {kTargetResidual, "bool", "1",
+       "Fast precision: add dZ's target-column bf16 rounding residual back as a rank-1 "
+       "update (0: leave it out, to measure what it buys; part of the cache key)."},
   };
   return knobs;
 }
@@ -322,6 +328,7 @@ std::optional<int64_t> workspaceMB() { return current().workspaceMB; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
 const std::string &backward() { return current().backward; }
+bool targetResidual() { return current().targetResidual; }
 
 namespace {
 std::atomic<int64_t> gGeneration{0};

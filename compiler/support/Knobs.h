@@ -93,6 +93,11 @@ const std::string &mainloop();
 /// Anything else is Error(InvalidArgument) naming the variable.
 const std::string &backward();
 
+/// LCEJIT_TARGET_RESIDUAL (boolean, default on): fast precision adds dZ's target-column
+/// rounding residual back ([Note: the target-column residual] in plan/Program.h); off only
+/// to measure what it buys or costs.
+bool targetResidual();
+
 /// Makes the next accessor call read the environment again. For tests only.
 void reloadForTesting();
 

@@ -93,6 +93,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
                                      : plan::Mainloop::Auto;
   p.backward = knobs::backward() == "materialized" ? plan::PlanOptions::Backward::Materialized
                                                    : plan::PlanOptions::Backward::Recompute;
+  p.targetResidual = knobs::targetResidual();
   if (forwardOnly_)
     p.outputTypes = {DType::F32};
   else
@@ -115,6 +116,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += "|mainloop=" + knobs::mainloop();
   if (knobs::backward() != "materialized") // the default
     tile += "|backward=" + knobs::backward();
+  if (!knobs::targetResidual())
+    tile += "|no-target-residual";
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice.
   static_assert(sizeof(plan::Target) == 3 * sizeof(int32_t),

@@ -13,9 +13,10 @@
 //   row_kernel<Fn>                     RowKernel
 //   gemm_reduce_kernel<Cfg, Epi>       GemmReduceKernel
 //   gemm_dz_kernel<Cfg, FORMAT, Epi>   GemmDzKernel
-//   gemm_dlhs_kernel<Cfg>              GemmDLhsKernel
+//   gemm_dlhs_kernel<Cfg, OutElem, ...> GemmDLhsKernel
 //   gemm_drhs_kernel<Cfg, OutElem>     GemmDRhsKernel
 //   cast_kernel<OutElem>               CastKernel
+//   dz_form_kernel<TargetT>            DzFormKernel
 //
 // What a GEMM epilogue functor Epi provides (generated, see docs/codegen.md):
 //   struct Row, struct Col            operand values loaded once per row / per
@@ -25,7 +26,9 @@
 //   (&)[SLOTS]);
 //     accumulate(float (&)[SLOTS], float acc, i64 row, i64 col, const Row &,
 //     const Col &); static combine(float (&)[SLOTS], const float (&)[SLOTS])
-//   gemm_dz: float value(float acc, i64 row, i64 col, const Row &, const Col &)
+//   gemm_dz: float value(float acc, i64 row, i64 col, const Row &, const Col &);
+//     static constexpr bool RESIDUAL; i64 residual_target(const Row &) (the
+//     row's target column, [Note: the target-column residual])
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -35,6 +38,22 @@
 #include "lcejit_reduce.cuh"
 
 namespace lcejit {
+
+/// A row's target column (i32 or i64 targets; void: none).
+template <class T> struct target_of {
+  static __device__ __forceinline__ i64 at(const void *p, i64 r) {
+    return static_cast<i64>(static_cast<const T *>(p)[r]);
+  }
+};
+template <> struct target_of<void> {
+  static __device__ __forceinline__ i64 at(const void *, i64) { return -1; }
+};
+
+/// [Note: the target-column residual] (plan/Program.h): what rounding v to bf16
+/// takes off it.
+__device__ __forceinline__ float bf16_residual(float v) {
+  return v - elem_bf16::to_f32(elem_bf16::from_f32(v));
+}
 
 /// dZ storage (plan::DzFormat).
 enum {
@@ -191,7 +210,10 @@ gemm_reduce_kernel(const Epi &epi, const void *a, const void *b, void *partials,
 template <class Cfg, int FORMAT, class Epi>
 __device__ __forceinline__ void
 gemm_dz_kernel(const Epi &epi, const void *a, const void *b, void *dz,
-               void *dz_lo, i64 n, i64 k, i64 chunk_begin, i64 chunk_cols) {
+               void *dz_lo, void *residual, i64 n, i64 k, i64 chunk_begin,
+               i64 chunk_cols) {
+  static_assert(!Epi::RESIDUAL || FORMAT == DZ_BF16,
+                "gemm_dz: a target-column residual is of a bf16 dZ");
   typedef GemmMainloop<Cfg> Mainloop;
   static_assert(Cfg::NUM_A == 1 && Cfg::MAJOR_A == K_MAJOR &&
                     Cfg::MAJOR_B == K_MAJOR,
@@ -243,6 +265,9 @@ gemm_dz_kernel(const Epi &epi, const void *a, const void *b, void *dz,
         static_cast<__nv_bfloat16 *>(dz_lo)[idx] = lo;
       } else if (FORMAT == DZ_BF16) {
         static_cast<__nv_bfloat16 *>(dz)[idx] = __float2bfloat16_rn(v);
+        if constexpr (Epi::RESIDUAL)
+          if (chunk_begin + c == epi.residual_target(rows[i]))
+            static_cast<float *>(residual)[row] = bf16_residual(v);
       } else {
         static_cast<float *>(dz)[idx] = v;
       }
@@ -261,11 +286,13 @@ gemm_dz_kernel(const Epi &epi, const void *a, const void *b, void *dz,
 // one rounding (a bf16/f16 out comes from a loop of one chunk).
 //===----------------------------------------------------------------------===//
 
-template <class Cfg, class OutElem = elem_f32>
+template <class Cfg, class OutElem = elem_f32, bool RESIDUAL = false,
+          class TargetT = long long>
 __device__ __forceinline__ void
 gemm_dlhs_kernel(const void *dz, const void *dz_lo, const void *b, void *out,
                  i64 n, i64 k, i64 chunk_begin, i64 chunk_cols,
-                 bool accumulate) {
+                 bool accumulate, const void *residual = nullptr,
+                 const void *target = nullptr, i64 cols = 0) {
   typedef GemmMainloop<Cfg> Mainloop;
   typedef typename Cfg::ElemA ElemA;
   static_assert(
@@ -284,19 +311,33 @@ gemm_dlhs_kernel(const void *dz, const void *dz_lo, const void *b, void *out,
       offset_elems<typename Cfg::ElemB>(b, chunk_begin * k), k, chunk_cols, k);
   ml.run(smem, src_a, src_b, m0, n0, chunk_cols);
 
+  // [Note: the target-column residual]: the last chunk adds residual[row] *
+  // B[t_row][col] to the f32 sum (rows with a target in [0, cols)).
+  const bool last = RESIDUAL && chunk_begin + chunk_cols == cols;
 #pragma unroll
   for (int i = 0; i < Mainloop::TR; ++i) {
     const i64 row = m0 + ml.row_of(i);
     if (row >= n)
       continue;
+    float res = 0.f;
+    i64 tr = -1;
+    if (last) {
+      const i64 tt = target_of<TargetT>::at(target, row);
+      if (tt >= 0 && tt < cols) {
+        tr = tt;
+        res = static_cast<const float *>(residual)[row];
+      }
+    }
 #pragma unroll
     for (int j = 0; j < Mainloop::TC_COLS; ++j) {
       const i64 col = n0 + ml.col_of(j);
       if (col >= k)
         continue;
       const i64 idx = row * k + col;
-      store_f32<OutElem>(out, idx,
-                         (accumulate ? load_f32<OutElem>(out, idx) : 0.f) + ml.acc[i][j]);
+      float sum = ml.acc[i][j];
+      if (tr >= 0)
+        sum += res * load_f32<typename Cfg::ElemB>(b, tr * k + col);
+      store_f32<OutElem>(out, idx, (accumulate ? load_f32<OutElem>(out, idx) : 0.f) + sum);
     }
   }
 }
@@ -380,20 +421,12 @@ __device__ __forceinline__ void cast_kernel(const void *in, void *out,
 // forward's stored fp16 values, in place, 8 columns (16 bytes) per step.
 //===----------------------------------------------------------------------===//
 
-template <class T> struct target_of {
-  static __device__ __forceinline__ i64 at(const void *p, i64 r) {
-    return static_cast<i64>(static_cast<const T *>(p)[r]);
-  }
-};
-template <> struct target_of<void> {
-  static __device__ __forceinline__ i64 at(const void *, i64) { return -1; }
-};
 
 template <class TargetT>
 __device__ __forceinline__ void
 dz_form_kernel(void *dz, const void *tile_max, const void *lse, const void *scale,
                const void *target_dz, const void *target, i64 n, i64 cols,
-               int tile_cols) {
+               int tile_cols, void *residual = nullptr) {
   const i64 vecs = cols / 8;
   const i64 tiles = (cols + tile_cols - 1) / tile_cols;
   const i64 total = n * vecs;
@@ -418,6 +451,9 @@ dz_form_kernel(void *dz, const void *tile_max, const void *lse, const void *scal
         a = static_cast<const float *>(target_dz)[r];
       if (tc == 2 * q + 1)
         b = static_cast<const float *>(target_dz)[r];
+      // [Note: the target-column residual]
+      if (residual != nullptr && (tc == 2 * q || tc == 2 * q + 1))
+        static_cast<float *>(residual)[r] = bf16_residual(tc == 2 * q ? a : b);
       w[q] = (u32)elem_bf16::from_f32(a) | ((u32)elem_bf16::from_f32(b) << 16);
     }
     *p = make_uint4(w[0], w[1], w[2], w[3]);

@@ -867,9 +867,29 @@ template <> struct DzElem<DZ_F32> {
 template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
   static_assert(FORMAT == DZ_BF16 || FORMAT == DZ_F32,
                 "sm90 gemm_dz: one dZ operand (bf16 or f32)");
+  static_assert(!Epi::RESIDUAL || FORMAT == DZ_BF16,
+                "sm90 gemm_dz: a target-column residual is of a bf16 dZ");
   const Epi &epi;
   void *dz;
+  float *residual; ///< f32 [n] (Epi::RESIDUAL): [Note: the target-column residual]
   i64 n, chunk_begin, chunk_cols;
+
+  /// The accumulator index of row half h's target column in this thread's tile at col0,
+  /// or -1 (rows past n, targets outside the tile or in another lane).
+  template <int R>
+  __device__ __forceinline__ int target_slot(const typename Epi::Row &rv, int h, i64 row,
+                                             i64 col0, int t) const {
+    if (row >= n)
+      return -1;
+    const i64 rel = epi.residual_target(rv) - chunk_begin - col0 - 2 * (t % 4);
+    return (rel >= 0 && rel < 2 * R && (rel % 8) < 2)
+               ? static_cast<int>(4 * (rel / 8) + 2 * h + rel % 8)
+               : -1;
+  }
+  /// residual[row] = v - f32(bf16(v)): what the bf16 store takes off the target's dZ.
+  __device__ __forceinline__ void store_residual(i64 row, float v) const {
+    residual[row] = v - elem_bf16::to_f32(elem_bf16::from_f32(v));
+  }
 
   __device__ __forceinline__ void begin(int, int) const {}
   __device__ __forceinline__ void finish(int, int) const {}
@@ -883,6 +903,12 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
       rv[h] = row < n ? epi.load_row(row) : typename Epi::Row();
     }
     const bool pairs = (chunk_cols % 2) == 0;
+    int kx[2] = {-1, -1}; // [Note: the target-column residual]
+    if constexpr (Epi::RESIDUAL) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        kx[h] = target_slot<R>(rv[h], h, row0 + acc_row(2 * h, t), col0, t);
+    }
     // R accumulators cover 64 rows x 2 R columns. [Note: sm90 dZ full tiles]
     // The checked loop below splits the unrolled epilogue into one basic block
     // per element pair, and ptxas then runs each element's latency chain
@@ -920,6 +946,17 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
 #pragma unroll
       for (int i = 0; i < R; i += 2)
         store_f32_pair<Out>(base[(i / 2) % 2], 8 * (i / 4), acc[i], acc[i + 1]);
+      if constexpr (Epi::RESIDUAL) {
+        // The target's value by selects over constant indices (no indexed registers).
+        float tv[2] = {0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+          tv[(i / 2) % 2] = i == kx[(i / 2) % 2] ? acc[i] : tv[(i / 2) % 2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (kx[h] >= 0)
+            store_residual(row_of[h], tv[h]);
+      }
       return;
     }
 #pragma unroll
@@ -932,9 +969,15 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
       const float v0 = epi.value(acc[i], row, chunk_begin + c, rv[h],
                                  epi.load_col(chunk_begin + c));
       const i64 idx = row * chunk_cols + c;
+      if constexpr (Epi::RESIDUAL)
+        if (i == kx[h])
+          store_residual(row, v0);
       if (c + 1 < chunk_cols) {
         const float v1 = epi.value(acc[i + 1], row, chunk_begin + c + 1, rv[h],
                                    epi.load_col(chunk_begin + c + 1));
+        if constexpr (Epi::RESIDUAL)
+          if (i + 1 == kx[h])
+            store_residual(row, v1);
         if (FORMAT == DZ_BF16) {
           if (pairs)
             store_f32_pair<elem_bf16>(dz, idx, v0, v1);
@@ -964,8 +1007,9 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
 template <class Cfg, int FORMAT, class Epi>
 __device__ __forceinline__ void
 gemm_dz_kernel(const TensorMap &map_a, const TensorMap &map_b, const Epi &epi,
-               void *dz, i64 n, i64 k, i64 chunk_begin, i64 chunk_cols) {
-  DzEpilogue<Cfg, FORMAT, Epi> e{epi, dz, n, chunk_begin, chunk_cols};
+               void *dz, void *residual, i64 n, i64 k, i64 chunk_begin, i64 chunk_cols) {
+  DzEpilogue<Cfg, FORMAT, Epi> e{epi, dz, static_cast<float *>(residual), n, chunk_begin,
+                                 chunk_cols};
   gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(n, chunk_cols, 8), e, k);
 }
 
@@ -1058,25 +1102,105 @@ template <class OutElem, bool ACCUMULATE = false> struct RoundedOutEpilogue {
   }
 };
 
+/// [Note: the target-column residual] (plan/Program.h), dA's part: on the launch
+/// of the last chunk (`on`), acc[row][j] += residual[row] * b[t_row][j] (b the
+/// bf16 [cols, k] B operand, t_row the row's target) in f32 before Inner writes
+/// it; rows whose target is outside [0, cols) add nothing.
+template <class TargetT, class Inner> struct ResidualEpilogue {
+  Inner inner;
+  const float *residual;
+  const void *target;
+  const u16 *b;
+  i64 rows, k, cols;
+  bool on;
+  __device__ __forceinline__ void begin(int g, int t) { inner.begin(g, t); }
+  __device__ __forceinline__ void finish(int g, int t) { inner.finish(g, t); }
+  template <int R>
+  __device__ __forceinline__ void tile(float (&acc)[R], int j, i64 row0, i64 col0,
+                                       int t) {
+    if (on) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const i64 row = row0 + acc_row(2 * h, t);
+        float res = 0.f;
+        i64 tr = 0;
+        if (row < rows) {
+          const i64 tt = target_of<TargetT>::at(target, row);
+          if (tt >= 0 && tt < cols) {
+            res = residual[row];
+            tr = tt;
+          }
+        }
+        // One base per row (pair g of the row is 4 g words on: constant offsets; 64-bit
+        // addresses per element made ptxas spill), k even (TMA rows): 4-byte pairs.
+        const u32 *w = reinterpret_cast<const u32 *>(b + tr * k + col0 + 2 * (t % 4));
+        const bool full = col0 + 2 * R <= k;
+        // Eight loads in flight at a time: the memory clobbers keep ptxas from hoisting
+        // all R / 4 of them above the adds. The tile's mainloop is the K of a whole chunk:
+        // this costs nothing measurable.
+#pragma unroll
+        for (int g0 = 0; g0 < R / 4; g0 += 8) {
+          asm volatile("" ::: "memory");
+#pragma unroll
+          for (int g = g0; g < g0 + 8 && g < R / 4; ++g) {
+            const int i = 4 * g + 2 * h;
+            if (full || col0 + acc_col(i, t) < k) {
+              const u32 x = w[4 * g];
+              acc[i] += res * elem_bf16::to_f32(static_cast<u16>(x & 0xffffu));
+              acc[i + 1] += res * elem_bf16::to_f32(static_cast<u16>(x >> 16));
+            }
+          }
+        }
+      }
+    }
+    inner.tile(acc, j, row0, col0, t);
+  }
+};
+
+/// Runs the mainloop over the persistent tiles of an n x k output with `e`, wrapped in
+/// the residual epilogue when RESIDUAL.
+template <class Cfg, bool RESIDUAL, class TargetT, class Epi>
+__device__ __forceinline__ void
+dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, i64 k,
+           i64 chunk_cols, const void *residual, const void *target, const void *b,
+           i64 cols, bool last) {
+  const PersistentTiles tiles = persistent_tiles<Cfg>(n, k, 8);
+  if constexpr (RESIDUAL) {
+    ResidualEpilogue<TargetT, Epi> r{e, static_cast<const float *>(residual), target,
+                                     static_cast<const u16 *>(b), n, k, cols, last};
+    gemm_tiles<Cfg>(map_a, map_b, tiles, r, chunk_cols);
+  } else {
+    Epi copy = e;
+    gemm_tiles<Cfg>(map_a, map_b, tiles, copy, chunk_cols);
+  }
+}
+
 /// GemmDLhs: out [n, k] (+)= dZ [n, chunk_cols] * W[chunk rows] ([chunk, k],
 /// MN-major): overwritten, or added to when `accumulate` (chunks after the
 /// first; the first too when the call accumulates into an output dA). An f32
 /// out takes vector reductions to accumulate; a bf16/f16 out (a loop of one
-/// chunk) is written once, round(acc) or round(old + acc).
-template <class Cfg, class OutElem = elem_f32>
+/// chunk) is written once, round(acc) or round(old + acc). With RESIDUAL, the
+/// launch of the last chunk (`last`) adds the target-column residual's rank-1
+/// update (ResidualEpilogue; b = the raw W, target of TargetT).
+template <class Cfg, class OutElem = elem_f32, bool RESIDUAL = false,
+          class TargetT = long long>
 __device__ __forceinline__ void
 gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
-                 i64 n, i64 k, i64 chunk_cols, bool accumulate) {
-  const PersistentTiles tiles = persistent_tiles<Cfg>(n, k, 8);
+                 i64 n, i64 k, i64 chunk_cols, bool accumulate,
+                 const void *residual = nullptr, const void *target = nullptr,
+                 const void *b = nullptr, i64 cols = 0, bool last = false) {
   if constexpr (OutElem::BYTES == 4) {
-    F32OutEpilogue e{static_cast<float *>(out), n, k, k, 0, accumulate};
-    gemm_tiles<Cfg>(map_a, map_b, tiles, e, chunk_cols);
+    const F32OutEpilogue e{static_cast<float *>(out), n, k, k, 0, accumulate};
+    dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
+                                       b, cols, last);
   } else if (accumulate) {
-    RoundedOutEpilogue<OutElem, true> e{out, n, k, 0};
-    gemm_tiles<Cfg>(map_a, map_b, tiles, e, chunk_cols);
+    const RoundedOutEpilogue<OutElem, true> e{out, n, k, 0};
+    dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
+                                       b, cols, last);
   } else {
-    RoundedOutEpilogue<OutElem> e{out, n, k, 0};
-    gemm_tiles<Cfg>(map_a, map_b, tiles, e, chunk_cols);
+    const RoundedOutEpilogue<OutElem> e{out, n, k, 0};
+    dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
+                                       b, cols, last);
   }
 }
 

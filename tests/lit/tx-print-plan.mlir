@@ -76,12 +76,13 @@
 // CHECK-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // CHECK-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
 // CHECK-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'){{$}}
+// CHECK-NEXT: // decision: dZ residual: the target column's bf16 rounding of dZ, added back as a rank-1 update in f32 (darg0[r] += res[r]*arg1[t_r] in dA's last chunk); darg1's part (darg1[t_r] += res[r]*arg0[r]) is not added: rows sharing a target would need an ordered scatter to stay deterministic{{$}}
 // CHECK-NEXT: // decision: backward: materialized schedule not taken: the GEMMs are not on the wgmma mainloop
 // The forward's partials and the row values that only the blocked steps read hold one
 // block's rows.
-// CHECK-NEXT: // decision: rows: steps 1..3 may run per block of rows (at least 1024 rows) when the budget needs it; partials0, row_l1_2, row_l1_3, row_l1_4 hold one block's rows{{$}}
+// CHECK-NEXT: // decision: rows: steps 1..3 may run per block of rows (at least 1024 rows) when the budget needs it; partials0, row_l1_2, row_l1_3, row_l1_4, dz_residual0 hold one block's rows{{$}}
 // CHECK-NEXT: // decision: run schedule (example): N = 4097: 1 row block of 4097 rows, 1 chunk of 1024 columns; workspace 8.5 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
-// CHECK-NEXT: // decision: run schedule (example): N = 16384: 1 row block of 16384 rows, 1 chunk of 1024 columns; workspace 33.8 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
+// CHECK-NEXT: // decision: run schedule (example): N = 16384: 1 row block of 16384 rows, 1 chunk of 1024 columns; workspace 33.9 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // CHECK-NEXT: {
 // CHECK-NEXT: "bucket": {
 // CHECK-NEXT: "high": 16384,
@@ -146,6 +147,7 @@
 // CHECK-NEXT: "arch": "sm_90a",
 // CHECK: "name": "partials0"
 // CHECK: "name": "row_l1_4"
+// CHECK: "name": "dz_residual0"
 // CHECK-NOT: dlhs_acc
 // CHECK: "block_local": true,
 // CHECK-NEXT: "bytes_fixed": 0,
@@ -190,8 +192,8 @@
 // T100K: // decision: bucket: N in [65537, 262144] (powers of four from 256)
 // T100K-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // T100K-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 513 row blocks at N = 65537 (bucket low) -> 1 column splits to fill 132 SMs twice
-// T100K: // decision: run schedule (example): N = 65537: 1 row block of 65537 rows, 1 chunk of 1024 columns; workspace 130.1 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
-// T100K-NEXT: // decision: run schedule (example): N = 262144: 2 row blocks of 131072 rows, 1 chunk of 1024 columns; workspace 261.3 MiB of the 512.0 MiB budget; rows blocked to leave room for wide chunks
+// T100K: // decision: run schedule (example): N = 65537: 1 row block of 65537 rows, 1 chunk of 1024 columns; workspace 130.3 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
+// T100K-NEXT: // decision: run schedule (example): N = 262144: 2 row blocks of 131072 rows, 1 chunk of 1024 columns; workspace 261.8 MiB of the 512.0 MiB budget; rows blocked to leave room for wide chunks
 // T100K: "splits": 1,
 // T100K: "bytes_per_row": 12,
 // T100K-NEXT: "bytes_per_row_col": 0,
@@ -203,7 +205,7 @@
 // per-row buffers that only the blocked steps read (partials, lse, ...) hold one block's
 // rows, so they no longer grow with N.
 // TIGHT: // decision: run schedule (example): N = 4097: 5 row blocks of 896 rows, 3 chunks of 384 columns; workspace 0.8 MiB of the 1.0 MiB budget; rows blocked to leave room for wide chunks
-// TIGHT-NEXT: // decision: run schedule (example): N = 16384: 16 row blocks of 1024 rows, 3 chunks of 384 columns; workspace 1.0 MiB of the 1.0 MiB budget; rows blocked to leave room for wide chunks
+// TIGHT-NEXT: // decision: run schedule (example): N = 16384: 16 row blocks of 1024 rows, 4 chunks of 256 columns; workspace 0.8 MiB of the 1.0 MiB budget; rows blocked to leave room for wide chunks
 
 // exact=true: dZ is split into bf16 hi + lo (two arrays of 2 bytes per element), and
 // the backward GEMMs take both.
@@ -232,6 +234,7 @@
 // cast once at the end (lce_cast); dW is written as bf16 by the dW kernel directly, so
 // rows are never blocked (a bf16 dW cannot accumulate over row blocks).
 // BF16OUT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'); an f32 accumulator for d{{H|arg0}} (256 B per row of a block)
+// BF16OUT-NEXT: // decision: dZ residual: the target column's bf16 rounding of dZ, added back as a rank-1 update in f32 (darg0[r] += res[r]*arg1[t_r] in dA's last chunk); darg1's part{{.*}}{{$}}
 // BF16OUT-NEXT: // decision: backward: materialized schedule not taken: the GEMMs are not on the wgmma mainloop
 // BF16OUT-NEXT: // decision: rows: never blocked: kernel 'lce_drhs{{[0-9]+}}' writes a bf16 gradient
 // BF16OUT: "out": {

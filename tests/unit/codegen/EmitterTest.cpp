@@ -185,7 +185,7 @@ TEST(Emitter, LceKernelShapes) {
   EXPECT_NE(
       m.source.find(
           "lcejit::gemm_dz_kernel<lce_dz0_config, lcejit::DZ_SPLIT_BF16>(epi, "
-          "in0, in1, ws5, ws6, n, 4096LL, chunk_begin, chunk_cols);"),
+          "in0, in1, ws5, ws6, nullptr, n, 4096LL, chunk_begin, chunk_cols);"),
       std::string::npos);
   EXPECT_NE(
       m.source.find(

@@ -351,6 +351,73 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
   EXPECT_NE(decision(i32->plan(asked(wgmmaOptions(1500))), "backward: materialized:"), "");
 }
 
+/// [Note: the target-column residual]: where dZ is one bf16 operand and the loss has a
+/// target column, the dZ writer (GemmDz, or DzForm in the materialized schedule) stores the
+/// residual and dA adds its rank-1 update in the last chunk. Exact precision, f32 inputs
+/// and LCEJIT_TARGET_RESIDUAL=0 have none; the plan says that dW's part is not added.
+TEST(Planner, TargetResidualWhereDzIsOneBf16Operand) {
+  auto decision = [](const plan::Program &p, const std::string &what) {
+    for (const std::string &d : p.decisions)
+      if (d.find(what) != std::string::npos)
+        return d;
+    return std::string();
+  };
+  auto g = lceFused(4096, 128256, DType::BF16, 30.0);
+  for (plan::Mainloop m : {plan::Mainloop::MmaSync, plan::Mainloop::Auto})
+    for (auto b : {plan::PlanOptions::Backward::Recompute,
+                   plan::PlanOptions::Backward::Materialized}) {
+      plan::PlanOptions o = options(8192, int64_t(512) << 20);
+      o.mainloop = m;
+      o.backward = b;
+      plan::Program p = g->plan(o);
+      const plan::GemmDzKernel *dz = nullptr;
+      const plan::DzFormKernel *form = nullptr;
+      const plan::GemmDLhsKernel *lhs = nullptr;
+      for (const plan::Kernel &k : p.kernels) {
+        if (auto *x = std::get_if<plan::GemmDzKernel>(&k.body))
+          dz = x;
+        if (auto *x = std::get_if<plan::DzFormKernel>(&k.body))
+          form = x;
+        if (auto *x = std::get_if<plan::GemmDLhsKernel>(&k.body))
+          lhs = x;
+      }
+      ASSERT_TRUE(lhs) << p.toJson(2);
+      ASSERT_TRUE(lhs->residual.valid());
+      EXPECT_EQ(lhs->cols, 128256);
+      EXPECT_EQ(lhs->residual.target.space, plan::Space::Workspace) << "the checked targets";
+      if (form) { // materialized: DzForm rounds dZ and writes the residual
+        EXPECT_EQ(dz, nullptr);
+        EXPECT_EQ(form->residual, lhs->residual.buf);
+        EXPECT_EQ(form->target, lhs->residual.target);
+      } else {
+        ASSERT_TRUE(dz);
+        EXPECT_EQ(dz->residual, lhs->residual);
+        EXPECT_EQ(dz->gemm.args[static_cast<size_t>(dz->residualArg)].buf,
+                  lhs->residual.target);
+      }
+      EXPECT_NE(decision(p, "dZ residual: the target column's bf16 rounding of dZ, added back "
+                            "as a rank-1 update in f32 (dH[r] += res[r]*W[t_r] in dA's last "
+                            "chunk); dW's part (dW[t_r] += res[r]*H[r]) is not added"),
+                "");
+    }
+  // None in exact precision, with f32 inputs, or when asked.
+  plan::PlanOptions exact = options(8192);
+  exact.exactGradients = true;
+  plan::PlanOptions off = options(8192);
+  off.targetResidual = false;
+  for (const plan::Program &p :
+       {g->plan(exact), g->plan(off), lceFused(4096, 128256, DType::F32, 30.0)->plan(options(8192))})
+    for (const plan::Kernel &k : p.kernels) {
+      if (auto *x = std::get_if<plan::GemmDLhsKernel>(&k.body))
+        EXPECT_FALSE(x->residual.valid());
+      if (auto *x = std::get_if<plan::GemmDzKernel>(&k.body))
+        EXPECT_FALSE(x->residual.valid());
+    }
+  EXPECT_NE(decision(g->plan(off), "dZ residual: the target column's bf16 rounding of dZ, not "
+                                   "added back (asked: LCEJIT_TARGET_RESIDUAL=0)"),
+            "");
+}
+
 TEST(Planner, ChunkSizeFollowsBudget) {
   auto fg = lceFused(24, 1000);
   plan::Program full = fg->plan(options(100));

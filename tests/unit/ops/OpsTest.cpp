@@ -246,7 +246,7 @@ TEST(OpsExecutor, WgmmaOperandsFollowTheKernelTemplates) {
   int seen[4] = {0, 0, 0, 0};
   for (const runtime::LaunchRecord &r : ep.launches) {
     const plan::Kernel &k = p.kernels[static_cast<size_t>(r.kernel)];
-    if (k.kind() == plan::KernelKind::Row || k.kind() == plan::KernelKind::Cast) {
+    if (!plan::isGemmKind(k.kind())) {
       EXPECT_TRUE(r.maps.empty()) << k.name;
       continue;
     }

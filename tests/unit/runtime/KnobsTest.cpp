@@ -184,6 +184,18 @@ TEST_F(KnobsTest, Mainloop) {
   }
 }
 
+TEST_F(KnobsTest, TargetResidual) {
+  EXPECT_TRUE(knobs::targetResidual()) << "on by default";
+  env.set("LCEJIT_TARGET_RESIDUAL", "0");
+  EXPECT_FALSE(knobs::targetResidual());
+  env.set("LCEJIT_TARGET_RESIDUAL", "on");
+  EXPECT_TRUE(knobs::targetResidual());
+  env.set("LCEJIT_TARGET_RESIDUAL", "maybe");
+  std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::targetResidual(); });
+  EXPECT_NE(msg.find("LCEJIT_TARGET_RESIDUAL"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'maybe'"), std::string::npos) << msg;
+}
+
 TEST_F(KnobsTest, ReadOnceUntilReload) {
   env.set("LCEJIT_ALWAYS_COMPILE", "1");
   EXPECT_TRUE(knobs::alwaysCompile());
@@ -230,7 +242,8 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_CACHE_DIR",      "LCEJIT_CACHE",        "LCEJIT_CACHE_MAX_MB", "LCEJIT_DUMP",
       "LCEJIT_DUMP_DIR",       "LCEJIT_ALWAYS_COMPILE", "LCEJIT_ASSERT_NO_COMPILE",
       "LCEJIT_LOG",            "LCEJIT_CUDA_INCLUDE", "LCEJIT_WORKSPACE_MB",
-      "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP",     "LCEJIT_BACKWARD"};
+      "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP",     "LCEJIT_BACKWARD",
+      "LCEJIT_TARGET_RESIDUAL"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();
