@@ -89,4 +89,34 @@ void emitDzFormKernel(CodeWriter &w, const KernelContext &ctx) {
          k.residual.valid() ? ctx.bufferName(k.residual) : std::string("nullptr"));
 }
 
+void emitTargetCorrectionKernel(CodeWriter &w, const KernelContext &ctx) {
+  const auto &k = std::get<plan::TargetCorrectionKernel>(ctx.kernel().body);
+  const char *aTag = gemmElemTag(k.aType);
+  LCEJIT_CHECK(aTag != nullptr && k.k > 0 && k.cols > 0 &&
+                   (k.residual.targetType == DType::I32 ||
+                    k.residual.targetType == DType::I64),
+               "target_correction kernel '{}': a of {} (bf16, f16 or f32), k = {}, cols = {}, "
+               "targets of {} (i32 or i64)",
+               ctx.name(), dtypeName(k.aType), k.k, k.cols, dtypeName(k.residual.targetType));
+  ParamRoles roles;
+  roles.add(ctx.bufferName(k.residual.buf), "f32 [N] dZ's target-column residual");
+  roles.add(ctx.bufferName(k.residual.target),
+            fmt::format("{} [N] target column", dtypeName(k.residual.targetType)));
+  roles.add(ctx.bufferName(k.a), fmt::format("A {} [N, {}]", dtypeName(k.aType), k.k));
+  roles.add(ctx.bufferName(k.out), fmt::format("out f32 [{}, {}]", k.cols, k.k));
+  std::vector<std::string> about = {
+      "the B-gradient part of [Note: the target-column residual] (Program.h):",
+      fmt::format("out[t][j] += sum over rows r < N with target[r] == t (in row order) of "
+                  "residual[r] * A[r][j], 0 <= t < {}, j < {}: one add per element",
+                  k.cols, k.k),
+      "block 256, one warp per group leader (the group's first row), grid-stride"};
+  emitKernelHeader(w, ctx, about, roles);
+  auto kb = openKernel(w, ctx, 256);
+  w.line("lcejit::target_correction_kernel<{}, {}>({}, {}, {}, {}, {}, {}LL, {}LL);", aTag,
+         k.residual.targetType == DType::I32 ? "int" : "long long",
+         ctx.bufferName(k.residual.buf), ctx.bufferName(k.residual.target),
+         ctx.bufferName(k.a), ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
+         k.cols);
+}
+
 } // namespace lcejit::codegen::detail

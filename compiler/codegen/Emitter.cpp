@@ -45,6 +45,9 @@ void emitKernel(CodeWriter &w, const plan::Program &program, int32_t index) {
   case plan::KernelKind::DzForm:
     detail::emitDzFormKernel(w, ctx);
     break;
+  case plan::KernelKind::TargetCorrection:
+    detail::emitTargetCorrectionKernel(w, ctx);
+    break;
 
   }
 }

@@ -989,14 +989,27 @@ private:
     if (residual.valid()) {
       const std::string &a = prog_.inputs[static_cast<size_t>(aBuf.index)].name;
       const std::string &b = prog_.inputs[static_cast<size_t>(bBuf.index)].name;
-      residualNote = fmt::format("added back as a rank-1 update in f32 (d{0}[r] += res[r]*{1}[t_r] "
-                                 "in dA's last chunk)",
-                                 a, b);
-      if (rhsOut >= 0)
-        residualNote += fmt::format("; d{0}'s part (d{0}[t_r] += res[r]*{1}[r]) is not added: "
-                                    "rows sharing a target would need an ordered scatter to "
-                                    "stay deterministic",
-                                    b, a);
+      std::vector<std::string> parts;
+      if (lhsOut >= 0)
+        parts.push_back(fmt::format("d{}[r] += res[r]*{}[t_r] in dA's last chunk", a, b));
+      if (rhsOut >= 0 && rhsType == DType::F32) {
+        TargetCorrectionKernel c;
+        c.residual = residual;
+        c.a = aBuf;
+        c.aType = abType;
+        c.out = BufferRef{Space::Output, rhsOut};
+        c.k = k;
+        c.cols = cols;
+        addKernel(fmt::format("{}_dzres{}", opt_.name, gi), std::move(c));
+        parts.push_back(fmt::format("d{}[t_r] += res[r]*{}[r] after the chunk loop, summed per "
+                                    "target in row order",
+                                    b, a));
+      }
+      residualNote = fmt::format("added back as a rank-1 update in f32 ({})", fmt::join(parts, ", "));
+      if (rhsOut >= 0 && rhsType != DType::F32)
+        residualNote += fmt::format("; d{} is {}, written once per chunk: its target rows keep "
+                                    "the rounded dZ",
+                                    b, dtypeName(rhsType));
     }
     if (!residualNote.empty())
       prog_.decisions.push_back(
@@ -1120,9 +1133,12 @@ private:
         if (auto *c = std::get_if<CastKernel>(&prog_.kernels[static_cast<size_t>(st.kernel)].body))
           blockCast = c->in.space == Space::Workspace &&
                       prog_.workspace[static_cast<size_t>(c->in.index)].blockLocal;
+      const bool correction =
+          st.kind == Step::Kind::Launch &&
+          prog_.kernels[static_cast<size_t>(st.kernel)].kind() == KernelKind::TargetCorrection;
       if (gemm && first < 0)
         first = i;
-      if (st.kind == Step::Kind::ChunkLoop || blockCast)
+      if (st.kind == Step::Kind::ChunkLoop || blockCast || correction)
         last = i;
     }
     if (first < 0 || last < first || !prog_.hasChunkLoop())

@@ -84,6 +84,7 @@ const char *kernelKindName(KernelKind k) {
   case KernelKind::GemmDRhs: return "gemm_drhs";
   case KernelKind::Cast: return "cast";
   case KernelKind::DzForm: return "dz_form";
+  case KernelKind::TargetCorrection: return "target_correction";
   }
   return "?";
 }
@@ -260,6 +261,10 @@ static json kernelBodyJson(const Kernel &k) {
           }
           if (b.residual.valid())
             j["residual"] = toJ(b.residual);
+        } else if constexpr (std::is_same_v<T, TargetCorrectionKernel>) {
+          j = json{{"residual", toJ(b.residual)}, {"a", toJ(b.a)},
+                   {"a_type", std::string(dtypeName(b.aType))}, {"out", toJ(b.out)},
+                   {"k", b.k}, {"cols", b.cols}};
         } else if constexpr (std::is_same_v<T, CastKernel>) {
           j = json{{"in", toJ(b.in)}, {"out", toJ(b.out)},
                    {"out_type", std::string(dtypeName(b.outType))}, {"k", b.k}};
@@ -463,6 +468,15 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.add(Param::Kind::N, "n");
     break;
   }
+  case KernelKind::TargetCorrection: {
+    const auto &k = std::get<TargetCorrectionKernel>(kernel.body);
+    pl.addBuffer(k.residual.buf);
+    pl.addBuffer(k.residual.target);
+    pl.addBuffer(k.a);
+    pl.addBuffer(k.out); // grid-stride over rows: any launch shape is correct
+    pl.add(Param::Kind::N, "n");
+    break;
+  }
 
   case KernelKind::Cast: {
     const auto &k = std::get<CastKernel>(kernel.body);
@@ -490,8 +504,10 @@ uint64_t accumulableOutputs(const Program &program) {
     std::visit(
         [&](const auto &b) {
           using T = std::decay_t<decltype(b)>;
+          // (A TargetCorrection adds to what its out holds in either case.)
           if constexpr (std::is_same_v<T, GemmDLhsKernel> || std::is_same_v<T, GemmDRhsKernel> ||
-                        std::is_same_v<T, CastKernel>)
+                        std::is_same_v<T, CastKernel> ||
+                        std::is_same_v<T, TargetCorrectionKernel>)
             mark(b.out, true);
           else if constexpr (std::is_same_v<T, RowKernel>)
             for (const RowKernel::Sink &s : b.sinks)
@@ -723,6 +739,12 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
     d.grid[0] = std::min<int64_t>(ceilDiv(n * (k.cols / 8), 256 * 2), int64_t(132) * 16);
     break;
   }
+  case KernelKind::TargetCorrection: {
+    // One warp per row of the launch (grid-stride), 8 warps a block.
+    d.block = 256;
+    d.grid[0] = std::min<int64_t>(ceilDiv(n, 8), int64_t(132) * 8);
+    break;
+  }
   case KernelKind::Cast: {
     const auto &k = std::get<CastKernel>(kernel.body);
     d.block = 256;
@@ -799,6 +821,11 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             f(b.dzLo);
             f(b.residual.buf);
             f(b.residual.target);
+          } else if constexpr (std::is_same_v<T, TargetCorrectionKernel>) {
+            f(b.residual.buf);
+            f(b.residual.target);
+            f(b.a);
+            f(b.out);
           } else if constexpr (std::is_same_v<T, GemmDLhsKernel>) {
             f(b.dz);
             f(b.dzLo);

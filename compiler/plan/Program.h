@@ -283,13 +283,13 @@ const char *dzFormatName(DzFormat f);
 /// rounding floor (docs/numerics.md). The kernel that rounds dZ also stores, per row, what
 /// rounding took off that one element,
 ///   residual[r] = dz[r][t_r] − f32(bf16(dz[r][t_r]))      t_r = the row's target column,
-/// and GemmDLhs adds it back as a rank-1 update in f32, in its last chunk, before the
-/// output's one rounding: dA[r] += residual[r]·B[t_r]. So dA sees dZ with its target column
-/// exact. dB's part (dB[t_r] += residual[r]·A[r]) is not added: rows that share a target
-/// add to one row of dB, and with atomics the sum's order, and so its bits, would change
-/// from run to run (the op is deterministic); it needs a grouped, ordered scatter (not
-/// built; docs/numerics.md). Rows whose target lies outside [0, cols) (ignore_index)
-/// never get a residual and are skipped by its reader.
+/// and the backward adds it back as a rank-1 update in f32, before any output rounding:
+/// dA[r] += residual[r]·B[t_r] (GemmDLhs, in its last chunk) and, for an f32 dB,
+/// dB[t_r] += residual[r]·A[r] (TargetCorrectionKernel). So the backward GEMMs see dZ with
+/// its target column exact. Rows that share a target add to one row of dB: the
+/// TargetCorrection sums each group in row order and adds it once, so the result stays
+/// deterministic (no float atomics). Rows whose target lies outside [0, cols)
+/// (ignore_index) never get a residual and are skipped by its readers.
 struct Residual {
   BufferRef buf;    ///< f32 [N] residual[r] (written for rows with 0 <= t_r < cols)
   BufferRef target; ///< [N] t_r (Row operand buffer)
@@ -367,6 +367,19 @@ struct DzFormKernel {
   bool operator==(const DzFormKernel &) const = default;
 };
 
+/// The dB part of [Note: the target-column residual]: for the rows r of the launch with
+/// 0 <= t_r < cols, grouped by t_r, out[t][j] += Σ_{r in the group, in row order}
+/// residual[r]·a[r][j] (f32, j < k), one add per element: deterministic. Runs after the
+/// chunk loop of a row block (the GemmDRhs wrote or accumulated out).
+struct TargetCorrectionKernel {
+  Residual residual;
+  BufferRef a;   ///< [N, k] of aType: the forward's A operand
+  DType aType = DType::BF16;
+  BufferRef out; ///< f32 [cols, k]
+  int64_t k = 0, cols = 0;
+  bool operator==(const TargetCorrectionKernel &) const = default;
+};
+
 struct CastKernel {
   BufferRef in;  ///< f32 [rows, k]
   BufferRef out;
@@ -376,10 +389,20 @@ struct CastKernel {
   bool operator==(const CastKernel &) const = default;
 };
 
-using KernelBody = std::variant<RowKernel, GemmReduceKernel, GemmDzKernel,
-                                GemmDLhsKernel, GemmDRhsKernel, CastKernel, DzFormKernel>;
+using KernelBody =
+    std::variant<RowKernel, GemmReduceKernel, GemmDzKernel, GemmDLhsKernel, GemmDRhsKernel,
+                 CastKernel, DzFormKernel, TargetCorrectionKernel>;
 
-enum class KernelKind : uint8_t { Row, GemmReduce, GemmDz, GemmDLhs, GemmDRhs, Cast, DzForm };
+enum class KernelKind : uint8_t {
+  Row,
+  GemmReduce,
+  GemmDz,
+  GemmDLhs,
+  GemmDRhs,
+  Cast,
+  DzForm,
+  TargetCorrection,
+};
 /// The four GEMM kinds (the others are elementwise or per row).
 inline bool isGemmKind(KernelKind k) {
   return k == KernelKind::GemmReduce || k == KernelKind::GemmDz || k == KernelKind::GemmDLhs ||

@@ -675,6 +675,8 @@ private:
             castKernel(k.name, body);
           else if constexpr (std::is_same_v<T, DzFormKernel>)
             dzForm(k.name, body);
+          else if constexpr (std::is_same_v<T, TargetCorrectionKernel>)
+            targetCorrection(k.name, body);
 
         },
         k.body);
@@ -965,6 +967,23 @@ private:
   /// t_r of a residual's row (global column index; may lie outside [0, cols)).
   int64_t targetOf(const Residual &res, int64_t r, const Site &site) {
     return static_cast<int64_t>(read(res.target, r, res.targetType, site));
+  }
+
+  /// [Note: the target-column residual]: out[t][j] += the row-ordered sum of residual[r] *
+  /// a[r][j] over the launch's rows r with t_r = t.
+  void targetCorrection(const std::string &name, const TargetCorrectionKernel &k) {
+    Site site{name, "the target-column correction"};
+    if (k.k <= 0 || k.cols <= 0)
+      badProgram(name, fmt::format("k = {}, cols = {}", k.k, k.cols));
+    for (int64_t r = 0; r < rows_; ++r) {
+      const int64_t t = targetOf(k.residual, r, site);
+      if (t < 0 || t >= k.cols)
+        continue;
+      const double res = read(k.residual.buf, r, DType::F32, site);
+      for (int64_t j = 0; j < k.k; ++j)
+        element(k.out, t * k.k + j, DType::F32, site) +=
+            res * read(k.a, r * k.k + j, k.aType, site);
+    }
   }
 
   double dzAt(const BufferRef &hi, const BufferRef &lo, DzFormat fmtDz, int64_t index,

@@ -17,6 +17,7 @@
 //   gemm_drhs_kernel<Cfg, OutElem>     GemmDRhsKernel
 //   cast_kernel<OutElem>               CastKernel
 //   dz_form_kernel<TargetT>            DzFormKernel
+//   target_correction_kernel<A, T>     TargetCorrectionKernel
 //
 // What a GEMM epilogue functor Epi provides (generated, see docs/codegen.md):
 //   struct Row, struct Col            operand values loaded once per row / per
@@ -457,6 +458,96 @@ dz_form_kernel(void *dz, const void *tile_max, const void *lse, const void *scal
       w[q] = (u32)elem_bf16::from_f32(a) | ((u32)elem_bf16::from_f32(b) << 16);
     }
     *p = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// TargetCorrectionKernel ([Note: the target-column residual] in
+// plan/Program.h): out[t][j] += sum over the rows r < n with target t, in row
+// order, of residual[r] * a[r][j], for 0 <= t < cols; f32 out. Block 256, one
+// warp per row (grid-stride); the warp of a group's first row (its leader)
+// owns the group: it gathers the members by ballots over the targets, in row
+// order (up to 64 kept in registers, two per lane; a larger group is scanned
+// again per column chunk), and adds each column's sum once. No float atomics:
+// the result does not depend on scheduling.
+//===----------------------------------------------------------------------===//
+
+template <class AElem, class TargetT>
+__device__ __forceinline__ void
+target_correction_kernel(const void *residual, const void *target, const void *a,
+                         void *out, i64 n, i64 k, i64 cols) {
+  constexpr int CH = 8; // columns per lane per chunk: 256 per chunk
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const i64 warps = static_cast<i64>(gridDim.x) * (blockDim.x / 32);
+  const float *res = static_cast<const float *>(residual);
+  float *o = static_cast<float *>(out);
+  for (i64 r = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < n;
+       r += warps) {
+    const i64 t = target_of<TargetT>::at(target, r);
+    if (t < 0 || t >= cols)
+      continue; // the same for the whole warp
+    // The leader is the group's first row.
+    bool earlier = false;
+    for (i64 b = 0; b < r && !earlier; b += 32) {
+      const i64 q = b + lane;
+      earlier = __any_sync(0xffffffffu, q < r && target_of<TargetT>::at(target, q) == t);
+    }
+    if (earlier)
+      continue;
+    // The members, in row order: member i is kept by lane i % 32 (slot i / 32).
+    int count = 0;
+    long long kept0 = 0, kept1 = 0;
+    for (i64 b = r; b < n; b += 32) {
+      const i64 q = b + lane;
+      unsigned mask = __ballot_sync(0xffffffffu, q < n && target_of<TargetT>::at(target, q) == t);
+      while (mask) {
+        const int bit = __ffs(static_cast<int>(mask)) - 1;
+        mask &= mask - 1;
+        if (count % 32 == lane) {
+          if (count < 32)
+            kept0 = b + bit;
+          else if (count < 64)
+            kept1 = b + bit;
+        }
+        ++count;
+      }
+    }
+    for (i64 j0 = 0; j0 < k; j0 += 32 * CH) {
+      float acc[CH];
+#pragma unroll
+      for (int c = 0; c < CH; ++c)
+        acc[c] = 0.f;
+      auto add = [&](i64 m) {
+        const float rm = res[m];
+#pragma unroll
+        for (int c = 0; c < CH; ++c) {
+          const i64 j = j0 + 32 * c + lane;
+          if (j < k)
+            acc[c] += rm * load_f32<AElem>(a, m * k + j);
+        }
+      };
+      if (count <= 64) {
+        for (int i = 0; i < count; ++i)
+          add(__shfl_sync(0xffffffffu, i < 32 ? kept0 : kept1, i % 32));
+      } else {
+        for (i64 b = r; b < n; b += 32) {
+          const i64 q = b + lane;
+          unsigned mask =
+              __ballot_sync(0xffffffffu, q < n && target_of<TargetT>::at(target, q) == t);
+          while (mask) {
+            const int bit = __ffs(static_cast<int>(mask)) - 1;
+            mask &= mask - 1;
+            add(b + bit);
+          }
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+        const i64 j = j0 + 32 * c + lane;
+        if (j < k)
+          o[t * k + j] += acc[c];
+      }
+    }
   }
 }
 

@@ -76,11 +76,11 @@
 // CHECK-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // CHECK-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
 // CHECK-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'){{$}}
-// CHECK-NEXT: // decision: dZ residual: the target column's bf16 rounding of dZ, added back as a rank-1 update in f32 (darg0[r] += res[r]*arg1[t_r] in dA's last chunk); darg1's part (darg1[t_r] += res[r]*arg0[r]) is not added: rows sharing a target would need an ordered scatter to stay deterministic{{$}}
+// CHECK-NEXT: // decision: dZ residual: the target column's bf16 rounding of dZ, added back as a rank-1 update in f32 (darg0[r] += res[r]*arg1[t_r] in dA's last chunk, darg1[t_r] += res[r]*arg0[r] after the chunk loop, summed per target in row order){{$}}
 // CHECK-NEXT: // decision: backward: materialized schedule not taken: the GEMMs are not on the wgmma mainloop
 // The forward's partials and the row values that only the blocked steps read hold one
 // block's rows.
-// CHECK-NEXT: // decision: rows: steps 1..3 may run per block of rows (at least 1024 rows) when the budget needs it; partials0, row_l1_2, row_l1_3, row_l1_4, dz_residual0 hold one block's rows{{$}}
+// CHECK-NEXT: // decision: rows: steps 1..4 may run per block of rows (at least 1024 rows) when the budget needs it; partials0, row_l1_2, row_l1_3, row_l1_4, dz_residual0 hold one block's rows{{$}}
 // CHECK-NEXT: // decision: run schedule (example): N = 4097: 1 row block of 4097 rows, 1 chunk of 1024 columns; workspace 8.5 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // CHECK-NEXT: // decision: run schedule (example): N = 16384: 1 row block of 16384 rows, 1 chunk of 1024 columns; workspace 33.9 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // CHECK-NEXT: {
@@ -111,6 +111,10 @@
 // CHECK: "out_type": "f32",
 // CHECK: "kind": "gemm_drhs",
 // CHECK-NEXT: "name": "[[DRHS:lce_drhs[0-9]+]]"
+// [Note: the target-column residual]: dW's part of it runs after the loop, in the blocked
+// steps.
+// CHECK: "kind": "target_correction",
+// CHECK-NEXT: "name": "[[DZRES:lce_dzres[0-9]+]]"
 // CHECK: "kind": "row",
 // CHECK-NEXT: "name": "lce_row2"
 // CHECK-NOT: "kind": "cast"
@@ -118,7 +122,7 @@
 // CHECK: "schedule": {
 // CHECK-NEXT: "blocked_steps": [
 // CHECK-NEXT: 1,
-// CHECK-NEXT: 3
+// CHECK-NEXT: 4
 // CHECK-NEXT: ],
 // CHECK-NEXT: "budget_bytes": 536870912,
 // CHECK: "splits": 8,
@@ -138,6 +142,9 @@
 // CHECK-NEXT: "[[DLHS]]",
 // CHECK-NEXT: "[[DRHS]]"
 // CHECK-NEXT: ]
+// CHECK-NEXT: },
+// CHECK-NEXT: {
+// CHECK-NEXT: "launch": "[[DZRES]]"
 // CHECK-NEXT: },
 // CHECK-NEXT: {
 // CHECK-NEXT: "launch": "lce_row2"
@@ -234,7 +241,8 @@
 // cast once at the end (lce_cast); dW is written as bf16 by the dW kernel directly, so
 // rows are never blocked (a bf16 dW cannot accumulate over row blocks).
 // BF16OUT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'); an f32 accumulator for d{{H|arg0}} (256 B per row of a block)
-// BF16OUT-NEXT: // decision: dZ residual: the target column's bf16 rounding of dZ, added back as a rank-1 update in f32 (darg0[r] += res[r]*arg1[t_r] in dA's last chunk); darg1's part{{.*}}{{$}}
+// With a bf16 dW only dA takes the target-column residual.
+// BF16OUT-NEXT: // decision: dZ residual: the target column's bf16 rounding of dZ, added back as a rank-1 update in f32 (darg0[r] += res[r]*arg1[t_r] in dA's last chunk); darg1 is bf16, written once per chunk: its target rows keep the rounded dZ{{$}}
 // BF16OUT-NEXT: // decision: backward: materialized schedule not taken: the GEMMs are not on the wgmma mainloop
 // BF16OUT-NEXT: // decision: rows: never blocked: kernel 'lce_drhs{{[0-9]+}}' writes a bf16 gradient
 // BF16OUT: "out": {

@@ -257,10 +257,10 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
     o.backward = plan::PlanOptions::Backward::Materialized;
     plan::Program p = g->plan(o);
     EXPECT_NE(decision(p, "backward: materialized:"), "") << p.toJson(2);
-    const std::vector<KernelKind> want = {KernelKind::Row,      KernelKind::GemmReduce,
-                                          KernelKind::Row,      KernelKind::Row,
-                                          KernelKind::DzForm,   KernelKind::GemmDLhs,
-                                          KernelKind::GemmDRhs, KernelKind::Row};
+    const std::vector<KernelKind> want = {
+        KernelKind::Row,      KernelKind::GemmReduce,       KernelKind::Row,
+        KernelKind::Row,      KernelKind::DzForm,           KernelKind::GemmDLhs,
+        KernelKind::GemmDRhs, KernelKind::TargetCorrection, KernelKind::Row};
     EXPECT_EQ(kinds(p), want);
     const plan::GemmReduceKernel *f = nullptr;
     const plan::DzFormKernel *z = nullptr;
@@ -353,8 +353,9 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
 
 /// [Note: the target-column residual]: where dZ is one bf16 operand and the loss has a
 /// target column, the dZ writer (GemmDz, or DzForm in the materialized schedule) stores the
-/// residual and dA adds its rank-1 update in the last chunk. Exact precision, f32 inputs
-/// and LCEJIT_TARGET_RESIDUAL=0 have none; the plan says that dW's part is not added.
+/// residual, dA adds its rank-1 update in the last chunk and a TargetCorrection kernel adds
+/// dW's after the loop (inside the row-blocked steps). Exact precision, f32 inputs and
+/// LCEJIT_TARGET_RESIDUAL=0 have none; a bf16 dW gets dA's part only, and the plan says so.
 TEST(Planner, TargetResidualWhereDzIsOneBf16Operand) {
   auto decision = [](const plan::Program &p, const std::string &what) {
     for (const std::string &d : p.decisions)
@@ -373,15 +374,39 @@ TEST(Planner, TargetResidualWhereDzIsOneBf16Operand) {
       const plan::GemmDzKernel *dz = nullptr;
       const plan::DzFormKernel *form = nullptr;
       const plan::GemmDLhsKernel *lhs = nullptr;
-      for (const plan::Kernel &k : p.kernels) {
+      const plan::TargetCorrectionKernel *tc = nullptr;
+      int tcKernel = -1;
+      for (size_t i = 0; i < p.kernels.size(); ++i) {
+        const plan::Kernel &k = p.kernels[i];
         if (auto *x = std::get_if<plan::GemmDzKernel>(&k.body))
           dz = x;
         if (auto *x = std::get_if<plan::DzFormKernel>(&k.body))
           form = x;
         if (auto *x = std::get_if<plan::GemmDLhsKernel>(&k.body))
           lhs = x;
+        if (auto *x = std::get_if<plan::TargetCorrectionKernel>(&k.body)) {
+          tc = x;
+          tcKernel = static_cast<int>(i);
+        }
       }
-      ASSERT_TRUE(lhs) << p.toJson(2);
+      ASSERT_TRUE(lhs && tc) << p.toJson(2);
+      EXPECT_EQ(tc->residual, lhs->residual);
+      EXPECT_EQ(tc->cols, 128256);
+      EXPECT_EQ(tc->k, 4096);
+      EXPECT_EQ(tc->out.space, plan::Space::Output);
+      EXPECT_EQ(tc->out.index, 2) << "dW";
+      EXPECT_EQ(tc->a.space, plan::Space::Input);
+      EXPECT_EQ(tc->a.index, 0) << "H";
+      // The correction runs after the chunk loop, inside the blocked steps.
+      int tcStep = -1, loopStep = -1;
+      for (size_t si = 0; si < p.steps.size(); ++si) {
+        if (p.steps[si].kind == plan::Step::Kind::ChunkLoop)
+          loopStep = static_cast<int>(si);
+        if (p.steps[si].kind == plan::Step::Kind::Launch && p.steps[si].kernel == tcKernel)
+          tcStep = static_cast<int>(si);
+      }
+      EXPECT_GT(tcStep, loopStep);
+      EXPECT_LE(tcStep, p.schedule.lastBlockedStep);
       ASSERT_TRUE(lhs->residual.valid());
       EXPECT_EQ(lhs->cols, 128256);
       EXPECT_EQ(lhs->residual.target.space, plan::Space::Workspace) << "the checked targets";
@@ -397,7 +422,8 @@ TEST(Planner, TargetResidualWhereDzIsOneBf16Operand) {
       }
       EXPECT_NE(decision(p, "dZ residual: the target column's bf16 rounding of dZ, added back "
                             "as a rank-1 update in f32 (dH[r] += res[r]*W[t_r] in dA's last "
-                            "chunk); dW's part (dW[t_r] += res[r]*H[r]) is not added"),
+                            "chunk, dW[t_r] += res[r]*H[r] after the chunk loop, summed per "
+                            "target in row order)"),
                 "");
     }
   // None in exact precision, with f32 inputs, or when asked.
@@ -408,6 +434,7 @@ TEST(Planner, TargetResidualWhereDzIsOneBf16Operand) {
   for (const plan::Program &p :
        {g->plan(exact), g->plan(off), lceFused(4096, 128256, DType::F32, 30.0)->plan(options(8192))})
     for (const plan::Kernel &k : p.kernels) {
+      EXPECT_NE(k.kind(), KernelKind::TargetCorrection) << k.name;
       if (auto *x = std::get_if<plan::GemmDLhsKernel>(&k.body))
         EXPECT_FALSE(x->residual.valid());
       if (auto *x = std::get_if<plan::GemmDzKernel>(&k.body))
@@ -415,6 +442,18 @@ TEST(Planner, TargetResidualWhereDzIsOneBf16Operand) {
     }
   EXPECT_NE(decision(g->plan(off), "dZ residual: the target column's bf16 rounding of dZ, not "
                                    "added back (asked: LCEJIT_TARGET_RESIDUAL=0)"),
+            "");
+  // bf16 dW: dA's part only.
+  plan::PlanOptions bf16dW = options(8192);
+  bf16dW.outputTypes = {DType::F32, DType::BF16, DType::BF16};
+  plan::Program b = g->plan(bf16dW);
+  for (const plan::Kernel &k : b.kernels) {
+    EXPECT_NE(k.kind(), KernelKind::TargetCorrection);
+    if (auto *x = std::get_if<plan::GemmDLhsKernel>(&k.body))
+      EXPECT_TRUE(x->residual.valid());
+  }
+  EXPECT_NE(decision(b, "; dW is bf16, written once per chunk: its target rows keep the "
+                        "rounded dZ"),
             "");
 }
 

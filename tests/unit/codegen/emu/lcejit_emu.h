@@ -107,6 +107,8 @@ private:
 struct Warp {
   Barrier bar{32};
   float shfl[2][32];
+  unsigned vote[2][32];
+  long long shfl64[2][32];
   unsigned a[2][32][4];
   unsigned b[2][32][2];
   const unsigned char *ldsm[2][32];
@@ -201,6 +203,30 @@ inline float __shfl_xor_sync(unsigned, float v, int mask) {
   w.bar.wait();
   return w.shfl[p][t.lane ^ mask];
 }
+
+/// Warp votes and an indexed shuffle: every lane of the warp takes part (as the device
+/// headers call them).
+inline unsigned __ballot_sync(unsigned, bool pred) {
+  lcejit_emu::ThreadState &t = lcejit_emu::tls;
+  lcejit_emu::Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
+  const unsigned p = t.shfl_phase++ & 1u;
+  w.vote[p][t.lane] = pred ? 1u : 0u;
+  w.bar.wait();
+  unsigned m = 0;
+  for (int i = 0; i < 32; ++i)
+    m |= w.vote[p][i] << i;
+  return m;
+}
+inline bool __any_sync(unsigned mask, bool pred) { return __ballot_sync(mask, pred) != 0; }
+inline long long __shfl_sync(unsigned, long long v, int src) {
+  lcejit_emu::ThreadState &t = lcejit_emu::tls;
+  lcejit_emu::Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
+  const unsigned p = t.shfl_phase++ & 1u;
+  w.shfl64[p][t.lane] = v;
+  w.bar.wait();
+  return w.shfl64[p][src & 31];
+}
+inline int __ffs(int x) { return x == 0 ? 0 : __builtin_ctz(static_cast<unsigned>(x)) + 1; }
 
 inline double atomicAdd(double *p, double v) {
   std::lock_guard<std::mutex> lock(lcejit_emu::atomic_mutex);
