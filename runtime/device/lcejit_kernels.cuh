@@ -477,6 +477,7 @@ __device__ __forceinline__ void
 target_correction_kernel(const void *residual, const void *target, const void *a,
                          void *out, i64 n, i64 k, i64 cols) {
   constexpr int CH = 8; // columns per lane per chunk: 256 per chunk
+  constexpr int U = 8;  // targets per lane per vote round
   const int lane = static_cast<int>(threadIdx.x % 32);
   const i64 warps = static_cast<i64>(gridDim.x) * (blockDim.x / 32);
   const float *res = static_cast<const float *>(residual);
@@ -486,30 +487,44 @@ target_correction_kernel(const void *residual, const void *target, const void *a
     const i64 t = target_of<TargetT>::at(target, r);
     if (t < 0 || t >= cols)
       continue; // the same for the whole warp
-    // The leader is the group's first row.
+    // The leader is the group's first row. Each lane loads U targets before the
+    // warp votes, so a scan of R rows waits on R / (32 U) round trips, not R / 32.
     bool earlier = false;
-    for (i64 b = 0; b < r && !earlier; b += 32) {
-      const i64 q = b + lane;
-      earlier = __any_sync(0xffffffffu, q < r && target_of<TargetT>::at(target, q) == t);
+    for (i64 b = 0; b < r && !earlier; b += 32 * U) {
+      bool hit = false;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const i64 q = b + 32 * u + lane;
+        hit = hit || (q < r && target_of<TargetT>::at(target, q) == t);
+      }
+      earlier = __any_sync(0xffffffffu, hit);
     }
     if (earlier)
       continue;
     // The members, in row order: member i is kept by lane i % 32 (slot i / 32).
     int count = 0;
     long long kept0 = 0, kept1 = 0;
-    for (i64 b = r; b < n; b += 32) {
-      const i64 q = b + lane;
-      unsigned mask = __ballot_sync(0xffffffffu, q < n && target_of<TargetT>::at(target, q) == t);
-      while (mask) {
-        const int bit = __ffs(static_cast<int>(mask)) - 1;
-        mask &= mask - 1;
-        if (count % 32 == lane) {
-          if (count < 32)
-            kept0 = b + bit;
-          else if (count < 64)
-            kept1 = b + bit;
+    for (i64 b = r; b < n; b += 32 * U) {
+      bool is[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const i64 q = b + 32 * u + lane;
+        is[u] = q < n && target_of<TargetT>::at(target, q) == t;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        unsigned mask = __ballot_sync(0xffffffffu, is[u]);
+        while (mask) {
+          const int bit = __ffs(static_cast<int>(mask)) - 1;
+          mask &= mask - 1;
+          if (count % 32 == lane) {
+            if (count < 32)
+              kept0 = b + 32 * u + bit;
+            else if (count < 64)
+              kept1 = b + 32 * u + bit;
+          }
+          ++count;
         }
-        ++count;
       }
     }
     for (i64 j0 = 0; j0 < k; j0 += 32 * CH) {

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,17 +55,32 @@ void PrintTo(const AccCase &c, std::ostream *os) { *os << c.name; }
 
 class LceGpuAccumulate : public ::testing::TestWithParam<AccCase> {};
 
-/// fl(old + fresh) == acc for every element (f32 buffers of `count` floats).
+/// fl(old + fresh) == acc for every element (f32 buffers of `count` floats), except in the
+/// rows listed in `twoRoundings` (rows of `rowLength` elements): there acc = fl(fl(old + g)
+/// + c) and fresh = fl(g + c), c the target-column residual's correction, which is added
+/// after the GEMM wrote or accumulated g ([Note: the target-column residual] in
+/// plan/Program.h: the dW rows that are some row's target). Those elements are held to
+/// the two roundings' bound, |acc − (old + fresh)| <= 2^-22·(|old| + |fresh| + |acc|);
+/// a lost or doubled term is off by far more.
 void expectBitwiseSum(const DeviceBuffer &old, const DeviceBuffer &fresh,
-                      const DeviceBuffer &acc, int64_t count, const char *what) {
+                      const DeviceBuffer &acc, int64_t count, const char *what,
+                      const std::set<int64_t> &twoRoundings = {}, int64_t rowLength = 1) {
   std::vector<float> o(static_cast<size_t>(count)), f(o.size()), a(o.size());
   old.downloadTo(o.data(), count * 4);
   fresh.downloadTo(f.data(), count * 4);
   acc.downloadTo(a.data(), count * 4);
-  int64_t bad = 0, first = -1;
+  int64_t bad = 0, first = -1, loose = 0;
   for (size_t i = 0; i < o.size(); ++i) {
     const float want = o[i] + f[i];
-    if (std::memcmp(&want, &a[i], 4) != 0) {
+    bool ok = std::memcmp(&want, &a[i], 4) == 0;
+    if (!ok && twoRoundings.count(static_cast<int64_t>(i) / rowLength)) {
+      const double bound = std::ldexp(std::abs(double(o[i])) + std::abs(double(f[i])) +
+                                          std::abs(double(a[i])),
+                                      -22);
+      ok = std::abs(double(a[i]) - (double(o[i]) + double(f[i]))) <= bound;
+      loose += ok;
+    }
+    if (!ok) {
       if (first < 0)
         first = static_cast<int64_t>(i);
       ++bad;
@@ -74,6 +90,10 @@ void expectBitwiseSum(const DeviceBuffer &old, const DeviceBuffer &fresh,
                     << first << (first >= 0 ? fmt::format(": {} + {} -> {}", o[size_t(first)],
                                                           f[size_t(first)], a[size_t(first)])
                                             : std::string());
+  if (twoRoundings.empty())
+    return;
+  std::cout << what << ": " << loose << " elements of " << twoRoundings.size()
+            << " target rows within two roundings, the rest bit for bit\n";
 }
 
 /// A copy of an f32 device buffer (through the host).
@@ -209,8 +229,19 @@ TEST_P(LceGpuAccumulate, AddsTheGradientsToPrefilledBuffers) {
                           : kMaxBf16UlpsOfLargest * bf16Ulp(aw.maxAbsRef))
         << "dW, per element";
   }
-  if (bitwiseW)
-    expectBitwiseSum(*oldW, *freshW, dW, vd, "dW (f32, one row block)");
+  if (bitwiseW) {
+    // In fast precision (bf16 inputs) the dW rows that are targets take the residual's
+    // correction after the GEMM's sum: two roundings there.
+    std::set<int64_t> targetRows;
+    if (!exact) {
+      std::vector<int64_t> yy(static_cast<size_t>(c.n));
+      y.downloadTo(yy.data(), c.n * 8);
+      for (int64_t t : yy)
+        if (t >= 0 && t < c.v)
+          targetRows.insert(t);
+    }
+    expectBitwiseSum(*oldW, *freshW, dW, vd, "dW (f32, one row block)", targetRows, c.d);
+  }
   if (bitwiseH)
     expectBitwiseSum(*oldH, *freshH, dH, nd, "dH (f32, one chunk)");
 }
