@@ -153,8 +153,16 @@ std::vector<Sm90Operand> wgmmaOperands(const Program &program, const BufferResol
   }
   case plan::KernelKind::GemmDRhs: {
     const auto &d = std::get<plan::GemmDRhsKernel>(kernel.body);
-    return {Sm90Operand{at(d.dz), false, cc, rows, cc, 128},
-            Sm90Operand{at(d.a), false, d.k, rows, d.k, bn}};
+    std::vector<Sm90Operand> ops = {Sm90Operand{at(d.dz), false, cc, rows, cc, 128},
+                                    Sm90Operand{at(d.a), false, d.k, rows, d.k, bn}};
+    if (d.tile.tmaStore) {
+      // [Note: sm90 output map]: the chunk's rows of the f32 out.
+      Sm90Operand out{at(d.out) + static_cast<CUdeviceptr>(item.chunkBegin * d.k * 4), true,
+                      cc, d.k, d.k, 64};
+      out.f32Out = true;
+      ops.push_back(out);
+    }
+    return ops;
   }
   default: break;
   }
@@ -196,6 +204,7 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
     switch (p.kind) {
     case Param::Kind::TensorMapA: rec.args.push_back(KernelArg::makeTensorMap(0)); break;
     case Param::Kind::TensorMapB: rec.args.push_back(KernelArg::makeTensorMap(1)); break;
+    case Param::Kind::TensorMapOut: rec.args.push_back(KernelArg::makeTensorMap(2)); break;
     case Param::Kind::Pointer:
       rec.args.push_back(
           KernelArg::makePointer(resolver.resolve(p.buf, kernel, item.rowBegin)));

@@ -20,8 +20,11 @@
 //   GemmReduce  A = a [n, k] K-major                B = b [cols, k] K-major
 //   GemmDz      A = a [n, k] K-major                B = b rows of the chunk [chunk, k] K-major
 //   GemmDLhs    A = dz [n, chunk] K-major           B = b rows of the chunk, MN-major (rows k)
-//   GemmDRhs    A = dz^T: dz [n, chunk] MN-major    B = a [n, k] MN-major (rows k), K = n A Launch step (outside any chunk loop) gets chunkBegin 0,
-// chunkCols = loopCols and chunkIndex 0: it is the single chunk that covers everything.
+//   GemmDRhs    A = dz^T: dz [n, chunk] MN-major    B = a [n, k] MN-major (rows k), K = n
+//               TensorMapOut (TileConfig::tmaStore): out's chunk rows, f32 [chunk, k]
+//               ([Note: sm90 output map] in TensorMap.h)
+// A Launch step (outside any chunk loop) gets chunkBegin 0, chunkCols = loopCols and
+// chunkIndex 0: it is the single chunk that covers everything.
 //
 // planExecution() computes all of this as plain data with no GPU, so unit tests check the
 // packing, the chunk arithmetic and the workspace layout on the CPU; Executor::run()

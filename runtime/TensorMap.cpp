@@ -14,6 +14,26 @@ CUtensorMap encodeSm90Operand(const Sm90Operand &op) {
                    static_cast<uint64_t>(op.data));
   LCEJIT_CHECK_ARG(op.rows >= 0 && op.k >= 0, "sm90 operand of {} rows and k = {}", op.rows,
                    op.k);
+  if (op.f32Out) {
+    LCEJIT_CHECK_ARG(op.ld > 0 && op.ld % 4 == 0 && op.ld >= op.k,
+                     "sm90 f32 output ld = {}: must be a positive multiple of 4 elements (TMA "
+                     "rows are 16-byte aligned) and at least k = {}",
+                     op.ld, op.k);
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(std::max<int64_t>(op.k, 1)),
+                                static_cast<cuuint64_t>(std::max<int64_t>(op.rows, 1))};
+    const cuuint32_t box[2] = {32, 64};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(op.ld) * 4};
+    const cuuint32_t elementStrides[2] = {1, 1};
+    CUtensorMap map;
+    CUresult r = cudaDriver().tensorMapEncodeTiled(
+        &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2,
+        reinterpret_cast<void *>(static_cast<uintptr_t>(op.data)), dims, strides, box,
+        elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+      throwCudaError(r, "cuTensorMapEncodeTiled (sm90 f32 output)", __FILE__, __LINE__);
+    return map;
+  }
   LCEJIT_CHECK_ARG(op.ld > 0 && op.ld % 8 == 0,
                    "sm90 operand ld = {}: must be a positive multiple of 8 elements (TMA rows "
                    "are 16-byte aligned)",

@@ -15,6 +15,13 @@
 // a zero dimension is encoded with that dimension 1: the kernel issues no load through
 // it (no tiles, or no k-blocks).
 //
+// [Note: sm90 output map] With TileConfig::tmaStore the GEMM's f32 output is a third map
+// (`f32Out`): `rows` x `k` f32, row-major with `ld` elements between rows, dims (k, rows),
+// box (32, 64) with the 128-byte swizzle (32 f32 = 128 bytes, the most a swizzled box row
+// may hold): the image [Note: sm90 TMA store] in lcejit_sm90.cuh stages. Stores and
+// reduce-adds through it clip out-of-bounds elements, so `rows` is exactly the rows the
+// launch owns (dB: the chunk's rows of dW, its base at the chunk's first row).
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -31,9 +38,10 @@ struct Sm90Operand {
   int64_t k = 0;
   int64_t ld = 0;   ///< elements between consecutive rows of memory
   int32_t boxRows = 128; ///< K-major box height: BM (A) or BN (B)
+  bool f32Out = false;   ///< the f32 output map of [Note: sm90 output map] (boxRows unused)
 };
 
-/// Encodes the tensor map of `op` (bf16). Throws Error(InvalidArgument) naming the field
+/// Encodes the tensor map of `op` (a bf16 operand, or the f32 output). Throws Error(InvalidArgument) naming the field
 /// for a pointer that is not 16-byte aligned, ld not a multiple of 8 elements (TMA needs
 /// 16-byte row pitches), ld smaller than the contiguous extent, a negative size, or a
 /// box the hardware cannot copy; Error(Cuda) if the driver rejects it.

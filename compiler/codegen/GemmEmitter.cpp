@@ -108,6 +108,8 @@ void checkShape(const GemmShape &s, const std::string &what) {
     LCEJIT_CHECK(!t.pingpong || t.bn <= 128,
                  "{}: a ping-pong wgmma tile is at most 128 wide, not {}", what, t.bn);
     LCEJIT_CHECK(t.stages >= 2 && t.stages <= 8, "{}: {} stages (2 to 8)", what, t.stages);
+    LCEJIT_CHECK(!t.tmaStore || !t.pingpong,
+                 "{}: the TMA store epilogue runs on cooperative consumers only", what);
     LCEJIT_CHECK(plan::wgmmaSharedBytes(t) <= 232448,
                  "{}: {} bytes of shared memory for bn = {} and {} stages", what,
                  plan::wgmmaSharedBytes(t), t.bn, t.stages);
@@ -157,6 +159,10 @@ void checkShape(const GemmShape &s, const std::string &what) {
 void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
   const TileConfig &t = s.tile;
   const std::string cfg = ctx.name() + "_config";
+  LCEJIT_CHECK(!t.tmaStore || (s.math == MathMode::WgmmaBF16 &&
+                               ctx.kernel().kind() == plan::KernelKind::GemmDRhs),
+               "kernel '{}': only a wgmma GemmDRhs writes its output through TMA (tmaStore)",
+               ctx.name());
   if (s.math == MathMode::WgmmaBF16) {
     w.line("#if !defined(LCEJIT_SM90)");
     w.line("#error \"kernel {} runs the sm_90a mainloop: compile with "
@@ -165,7 +171,7 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
     w.line("#endif");
     w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}{}> {};", t.bn,
            t.stages, s.aKMajor ? "K_MAJOR" : "MN_MAJOR", s.bKMajor ? "K_MAJOR" : "MN_MAJOR",
-           t.pingpong ? ", 1" : "", cfg);
+           t.tmaStore ? ", 0, 1" : t.pingpong ? ", 1" : "", cfg);
     w.line("static_assert({}::SMEM_BYTES == {}, \"shared-memory layout must match "
            "plan::wgmmaSharedBytes\");",
            cfg, ctx.launchDims().sharedBytes);
@@ -190,9 +196,10 @@ std::string tileText(const GemmShape &s) {
   const TileConfig &t = s.tile;
   if (s.math == MathMode::WgmmaBF16)
     return fmt::format("math {}, tile {}x{}x{}, 384 threads (TMA producer warpgroup + 2 "
-                       "wgmma consumer warpgroups, {}), {} stages",
+                       "wgmma consumer warpgroups, {}), {} stages{}",
                        plan::mathModeName(s.math), t.bm, t.bn, t.bk,
-                       t.pingpong ? "ping-pong: alternate tiles" : "cooperative", t.stages);
+                       t.pingpong ? "ping-pong: alternate tiles" : "cooperative", t.stages,
+                       t.tmaStore ? "; f32 tiles out through shared memory and TMA" : "");
   return fmt::format(
       "math {}, tile {}x{}x{}, warps {}x{} ({} threads), {} stages",
       plan::mathModeName(s.math), t.bm, t.bn, t.bk, t.warpsM, t.warpsN,
@@ -1028,6 +1035,16 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
     terms.push_back(ctx.accumulatesInto(k.out));
   const std::string accumulate =
       terms.empty() ? std::string("false") : fmt::format("{}", fmt::join(terms, " || "));
+  if (isWgmma(ctx) && k.tile.tmaStore) {
+    LCEJIT_CHECK(k.outType == DType::F32,
+                 "{}: the TMA store epilogue writes an f32 output, not {}", what,
+                 dtypeName(k.outType));
+    w.line("lcejit::sm90::gemm_drhs_tma_kernel<{}_config>(map_a, map_b, map_out, {}, {}LL, "
+           "{}, {});",
+           ctx.name(), ctx.scalarParamName(Param::Kind::N), k.k,
+           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
+    return;
+  }
   if (isWgmma(ctx)) {
     w.line("lcejit::sm90::gemm_drhs_kernel<{}_config, {}>(map_a, map_b, {}, {}, {}LL, {}, "
            "{}, {});",

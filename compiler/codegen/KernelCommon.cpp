@@ -57,6 +57,7 @@ const char *paramCType(const Param &p) {
     return "int ";
   case Param::Kind::TensorMapA:
   case Param::Kind::TensorMapB:
+  case Param::Kind::TensorMapOut:
     return "const __grid_constant__ lcejit::sm90::TensorMap ";
   default:
     return "long long ";
@@ -192,6 +193,11 @@ void emitKernelHeader(CodeWriter &w, const KernelContext &ctx,
       break;
     case Param::Kind::TensorMapB:
       role = role.empty() ? "TMA map of the B operand (encoded by the executor)" : role;
+      break;
+    case Param::Kind::TensorMapOut:
+      role = role.empty() ? "TMA map of the f32 output's rows of this launch (encoded by the "
+                            "executor)"
+                          : role;
       break;
     case Param::Kind::AccumulateOutputs:
       role = "mask of the outputs this run adds to (bit i: output i; [Note: accumulating "

@@ -983,6 +983,9 @@ private:
       d.out = BufferRef{Space::Output, rhsOut};
       d.outType = rhsType;
       d.accumulateRowBlocks = rhsType == DType::F32;
+      // [Note: sm90 TMA store]: an f32 dB leaves through shared memory and TMA.
+      d.tile.tmaStore = bwdMath == MathMode::WgmmaBF16 && rhsType == DType::F32 &&
+                        opt_.tmaStore;
       push(fmt::format("{}_drhs{}", opt_.name, gi), std::move(d));
     }
     prog_.steps.push_back(std::move(loop));
@@ -1049,9 +1052,11 @@ private:
       prog_.decisions.push_back(fmt::format(
           "mainloop: wgmma for bf16 GEMMs whose K and column count are multiples of 8 (TMA "
           "operands, producer + 2 consumer warpgroups): forward and dZ 128x{}x64, {} stages, "
-          "ping-pong; dA and dB 128x{}x64, {} stages, cooperative",
+          "ping-pong; dA and dB 128x{}x64, {} stages, cooperative{}",
           wgmmaPingPongTile().bn, wgmmaPingPongTile().stages, wgmmaTile().bn,
-          wgmmaTile().stages));
+          wgmmaTile().stages,
+          opt_.tmaStore ? "; an f32 dB leaves through shared memory and TMA"
+                        : "; dB stores from registers (LCEJIT_TMA_STORE=0)"));
     Block &body = func_.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     if (!decideSplits(body))

@@ -50,6 +50,9 @@ struct PlanOptions {
   /// rank-1 update ([Note: the target-column residual] in Program.h). Off only for
   /// comparisons (LCEJIT_TARGET_RESIDUAL=0).
   bool targetResidual = true;
+  /// wgmma: dB's f32 output tiles leave through shared memory and TMA ([Note: sm90 TMA
+  /// store] in lcejit_sm90.cuh). Off only for comparisons (LCEJIT_TMA_STORE=0).
+  bool tmaStore = true;
   /// > 0: a fixed chunk width instead of the budget's (tests).
   int64_t fixedChunkCols = 0;
   /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).

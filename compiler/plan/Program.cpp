@@ -175,6 +175,8 @@ static json toJ(const TileConfig &t) {
          {"warps_n", t.warpsN}, {"stages", t.stages}};
   if (t.pingpong)
     j["pingpong"] = true;
+  if (t.tmaStore)
+    j["tma_store"] = true;
   return j;
 }
 
@@ -375,6 +377,8 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
   if (isGemmKind(kernel.kind()) && gemmMath(kernel) == MathMode::WgmmaBF16) {
     pl.add(Param::Kind::TensorMapA, "map_a");
     pl.add(Param::Kind::TensorMapB, "map_b");
+    if (gemmTile(kernel).tmaStore)
+      pl.add(Param::Kind::TensorMapOut, "map_out");
   }
   const BufferRef scalars{Space::Workspace, kScalarSlotsBuffer};
   const BufferRef errors{Space::Workspace, kErrorBuffer};
@@ -548,7 +552,8 @@ static int64_t tileElems(int64_t x, int64_t bk) {
 
 int32_t wgmmaSharedBytes(const TileConfig &t) {
   const int64_t stage = int64_t(128) * 64 * 2 + int64_t(t.bn) * 64 * 2;
-  return static_cast<int32_t>(1024 + t.stages * stage + 2 * t.stages * 8);
+  const int64_t epilogue = t.tmaStore ? 2 * 2 * 64 * 32 * 4 : 0;
+  return static_cast<int32_t>(1024 + t.stages * stage + epilogue + 2 * t.stages * 8);
 }
 
 MathMode gemmMath(const Kernel &kernel) {

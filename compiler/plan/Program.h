@@ -186,6 +186,12 @@ struct TileConfig {
   /// splitting each tile, so one's epilogue overlaps the other's mainloop ([Note: sm90
   /// ping-pong] in lcejit_sm90.cuh); bn is then at most 128.
   bool pingpong = false;
+  /// WgmmaBF16, cooperative, an f32 output: the epilogue stages the tile in shared
+  /// memory (two f32 boxes of 64 x 32 per consumer, 32 KB after the stages) and writes or
+  /// reduce-adds it with TMA through a third tensor map (Param::TensorMapOut), so the
+  /// consumers go on to the next tile while the copies drain ([Note: sm90 TMA store] in
+  /// lcejit_sm90.cuh). GemmDRhs only.
+  bool tmaStore = false;
   int32_t threads() const { return 32 * warpsM * warpsN; }
   bool operator==(const TileConfig &) const = default;
 };
@@ -434,6 +440,8 @@ struct Param {
     RowBlock,   ///< int64 index of the row block (0 = first)
     TensorMapA, ///< WgmmaBF16 GEMMs: the TMA map of the A operand (128-byte CUtensorMap)
     TensorMapB, ///< ... and of the B operand. See [Note: sm90 operand maps].
+    /// ... and of the f32 output, with TileConfig::tmaStore ([Note: sm90 output map]).
+    TensorMapOut,
     /// int64 mask of the outputs the run accumulates into (bit i: Program::outputs[i]);
     /// a kernel that writes an output reads its own bit. See [Note: accumulating outputs].
     AccumulateOutputs,
@@ -587,8 +595,8 @@ int32_t gemmSharedBytes(const TileConfig &tile, int64_t aBytes, int64_t bBytes,
                         int32_t numA);
 
 /// The shared memory of a WgmmaBF16 GEMM (lcejit::sm90::GemmConfig::SMEM_BYTES): 1024
-/// bytes of alignment slack, stages of [128 x 64 A][bn x 64 B] bf16, 16 bytes of
-/// barriers per stage.
+/// bytes of alignment slack, stages of [128 x 64 A][bn x 64 B] bf16, with tmaStore 32 KB
+/// of f32 boxes, 16 bytes of barriers per stage.
 int32_t wgmmaSharedBytes(const TileConfig &tile);
 
 /// The math mode of a GEMM kernel (kernel must be one of the four GEMM kinds).

@@ -37,6 +37,7 @@ constexpr std::string_view kGemmTile = "LCEJIT_GEMM_TILE";
 constexpr std::string_view kMainloop = "LCEJIT_MAINLOOP";
 constexpr std::string_view kBackward = "LCEJIT_BACKWARD";
 constexpr std::string_view kTargetResidual = "LCEJIT_TARGET_RESIDUAL";
+constexpr std::string_view kTmaStore = "LCEJIT_TMA_STORE";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -59,6 +60,7 @@ struct Values {
   std::string mainloop = "auto";
   std::string backward = "materialized";
   bool targetResidual = true;
+  bool tmaStore = true;
 };
 
 /// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
@@ -229,6 +231,7 @@ std::unique_ptr<Values> readAll() {
     v->backward = t;
   }
   v->targetResidual = parseBool(kTargetResidual, readEnv(kTargetResidual), true);
+  v->tmaStore = parseBool(kTmaStore, readEnv(kTmaStore), true);
   return v;
 }
 
@@ -329,6 +332,7 @@ std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
 const std::string &backward() { return current().backward; }
 bool targetResidual() { return current().targetResidual; }
+bool tmaStore() { return current().tmaStore; }
 
 namespace {
 std::atomic<int64_t> gGeneration{0};

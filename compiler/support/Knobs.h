@@ -98,6 +98,11 @@ const std::string &backward();
 /// to measure what it buys or costs.
 bool targetResidual();
 
+/// LCEJIT_TMA_STORE (boolean, default on): on the wgmma mainloop, dB's f32 output tiles
+/// leave through shared memory and TMA ([Note: sm90 TMA store]); off only to measure
+/// what that buys.
+bool tmaStore();
+
 /// Makes the next accessor call read the environment again. For tests only.
 void reloadForTesting();
 

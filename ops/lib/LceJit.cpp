@@ -94,6 +94,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.backward = knobs::backward() == "materialized" ? plan::PlanOptions::Backward::Materialized
                                                    : plan::PlanOptions::Backward::Recompute;
   p.targetResidual = knobs::targetResidual();
+  p.tmaStore = knobs::tmaStore();
   if (forwardOnly_)
     p.outputTypes = {DType::F32};
   else
@@ -118,6 +119,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += "|backward=" + knobs::backward();
   if (!knobs::targetResidual())
     tile += "|no-target-residual";
+  if (!knobs::tmaStore())
+    tile += "|no-tma-store";
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice.
   static_assert(sizeof(plan::Target) == 3 * sizeof(int32_t),

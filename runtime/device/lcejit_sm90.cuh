@@ -29,7 +29,8 @@
 //
 // [Note: sm90 shared memory] Dynamic shared memory, aligned up to 1024 bytes
 // (TMA swizzles on absolute address bits): STAGES stages of [A: BM x BK][B: BN
-// x BK] bf16, then 2 x STAGES mbarriers. An operand tile is stored as TMA
+// x BK] bf16, with TMA_STORE two f32 boxes of 8 KB per consumer ([Note: sm90 TMA
+// store]), then 2 x STAGES mbarriers. An operand tile is stored as TMA
 // writes it with SWIZZLE_128B:
 //   K-major  one box of BK (= 64, 128 bytes) x rows: row r at 128 r, its
 //            16-byte chunks XORed with r % 8. Descriptor: SBO = 1024 (8 rows),
@@ -126,6 +127,48 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap *map,
                "complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
                "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y)
                : "memory");
+}
+
+/// Writes the box at (x = inner, y = outer) from shared memory at `src` (the
+/// layout the map's swizzle describes); with ADD, adds it to what global memory
+/// holds (cp.reduce.async.bulk, f32 maps: the L2 does the read-modify-write).
+/// Out-of-bounds elements are not written. The copy joins this thread's bulk
+/// group: bulk_commit, then bulk_wait_read before `src` is written again.
+template <bool ADD>
+__device__ __forceinline__ void tma_store_2d(const TensorMap *map, u32 src, int x, int y) {
+  if constexpr (ADD)
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group "
+                 "[%0, {%2, %3}], [%1];" ::"l"(reinterpret_cast<u64>(map)),
+                 "r"(src), "r"(x), "r"(y)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group "
+                 "[%0, {%2, %3}], [%1];" ::"l"(reinterpret_cast<u64>(map)),
+                 "r"(src), "r"(x), "r"(y)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+/// Waits until at most N of this thread's bulk groups still read shared memory.
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+/// Waits until at most N of this thread's bulk groups are incomplete (writes done).
+template <int N> __device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+/// Orders this thread's generic-proxy shared-memory writes before later async-proxy
+/// (TMA) reads of them; a barrier then hands them to the issuing thread.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void st_shared_f32x2(u32 addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+/// The 1024-byte aligned base of the dynamic shared memory ([Note: sm90 shared memory]).
+__device__ __forceinline__ u32 smem_base() {
+  return (smem_addr(lcejit_dynamic_smem) + 1023u) & ~1023u;
 }
 
 //===----------------------------------------------------------------------===//
@@ -331,7 +374,8 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[BN / 2], u64 desc_a,
 // Configuration and tile order
 //===----------------------------------------------------------------------===//
 
-template <int BN_, int STAGES_, int MAJOR_A_, int MAJOR_B_, int PINGPONG_ = 0>
+template <int BN_, int STAGES_, int MAJOR_A_, int MAJOR_B_, int PINGPONG_ = 0,
+          int TMA_STORE_ = 0>
 struct GemmConfig {
   static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
   static constexpr int MAJOR_A = MAJOR_A_, MAJOR_B = MAJOR_B_;
@@ -339,11 +383,17 @@ struct GemmConfig {
   /// 1: each consumer takes every other tile whole (two 64-row slices), so one
   /// consumer's epilogue runs while the other's wgmma keep the tensor cores busy.
   static constexpr int PINGPONG = PINGPONG_;
+  /// [Note: sm90 TMA store] 1: an f32 output tile leaves through shared memory
+  /// and TMA (two 8 KB boxes per consumer after the stages).
+  static constexpr int TMA_STORE = TMA_STORE_;
   static constexpr int SLICES = PINGPONG ? 2 : 1; ///< 64-row slices per consumer
   static constexpr int THREADS = 384;
   static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-  static constexpr int BAR_OFFSET = STAGES * STAGE_BYTES;
+  static constexpr int BOX_BYTES = 64 * 32 * 4; ///< one f32 box: 64 rows x 32 columns
+  static constexpr int EPI_OFFSET = STAGES * STAGE_BYTES;
+  static constexpr int EPI_BYTES = TMA_STORE ? 2 * 2 * BOX_BYTES : 0;
+  static constexpr int BAR_OFFSET = EPI_OFFSET + EPI_BYTES;
   /// 1024 bytes of slack to align the base, the stages, the barriers.
   static constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;
   static constexpr int ACC = BN / 2; ///< accumulator registers per slice
@@ -353,6 +403,8 @@ struct GemmConfig {
   static_assert(!PINGPONG || BN <= 128,
                 "sm90 GEMM: a ping-pong consumer holds 2 x BN / 2 accumulators");
   static_assert(STAGES >= 2 && STAGES <= 8, "sm90 GEMM: 2 to 8 stages");
+  static_assert(!TMA_STORE || (!PINGPONG && BN % 32 == 0),
+                "sm90 GEMM: the TMA store epilogue runs on cooperative consumers");
   static_assert(SMEM_BYTES <= 232448, "sm90 GEMM: shared memory over 227 KB");
 };
 
@@ -421,8 +473,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
                                            const Tiles &tiles, Epi &epi,
                                            i64 k) {
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
-  const u32 raw = smem_addr(lcejit_dynamic_smem);
-  const u32 base = (raw + 1023u) & ~1023u;
+  const u32 base = smem_base();
   const u32 full = base + Cfg::BAR_OFFSET;
   const u32 empty = full + STAGES * 8;
   const int wg = static_cast<int>(threadIdx.x) / 128;
@@ -1061,6 +1112,66 @@ struct F32OutEpilogue {
   }
 };
 
+/// [Note: sm90 TMA store] An f32 output tile written from the accumulators by
+/// the consumers (F32OutEpilogue) costs the tensor cores the whole epilogue: both
+/// consumers store or reduce 128 KB per 128 x 256 tile while nothing else runs, and
+/// with the short K of dB (a row block: 32 k-blocks per tile) that was a third of
+/// its time (ncu, H200: 66 % tensor-pipe activity in the first row block, 78 % in
+/// the later ones, where dA, with K = V, runs at 99 %), and its 8-byte stores from
+/// 8 rows at a time read back about as many bytes from DRAM as they wrote. Here each
+/// consumer stages its 64-row slice box by box, 64 rows x 32 columns of f32 (8 KB,
+/// the 128-byte swizzle of the output's tensor map, so a warp's pair stores hit every
+/// bank twice: two wavefronts for 256 bytes, the least), in two buffers it
+/// alternates; one thread hands each box to TMA (a tile store, or a reduce-add when
+/// accumulating) and goes on: the copy reads shared memory and writes whole lines
+/// while the consumers stage the next box and then run the next tile's mainloop.
+/// Before a buffer is written again its previous copy must have read it
+/// (bulk_wait_read<1> by the issuing thread, then the consumer's named barrier 4 + g).
+/// Out-of-bounds rows and columns of the box are clipped by TMA.
+template <class Cfg> struct F32TmaOutEpilogue {
+  const TensorMap *map; ///< f32 [rows, cols] of the output, box 32 x 64, SWIZZLE_128B
+  bool accumulate;
+  int buf = 0; ///< the buffer the next box is staged in (per thread, in step)
+  __device__ __forceinline__ void begin(int, int) const {}
+  __device__ __forceinline__ void finish(int, int t) const {
+    if (t == 0)
+      bulk_wait<0>(); // the copies are done before the CTA (and its smem) ends
+  }
+  template <int R>
+  __device__ __forceinline__ void tile(const float (&acc)[R], int, i64 row0, i64 col0,
+                                       int t) {
+    static_assert(R == Cfg::BN / 2, "cooperative consumers hold BN / 2 per thread");
+    const int g = static_cast<int>((row0 / 64) & 1); // tiles start at multiples of 128
+    const u32 stage = smem_base() + Cfg::EPI_OFFSET + g * 2 * Cfg::BOX_BYTES;
+#pragma unroll
+    for (int b = 0; b < Cfg::BN / 32; ++b) {
+      const u32 dst = stage + buf * Cfg::BOX_BYTES;
+      if (t == 0)
+        bulk_wait_read<1>(); // the copy that last read `dst` is done with it
+      named_bar_sync(4 + g, 128);
+      // Columns [32 b, 32 b + 32) of the slice: accumulator pairs i in [16 b, 16 b + 16).
+#pragma unroll
+      for (int i = 16 * b; i < 16 * b + 16; i += 2) {
+        const int r = acc_row(i, t), c = acc_col(i, t) - 32 * b;
+        const u32 addr = dst + static_cast<u32>(r * 128 + ((((c >> 2) ^ (r & 7)) << 4) |
+                                                            ((c & 3) << 2)));
+        st_shared_f32x2(addr, acc[i], acc[i + 1]);
+      }
+      fence_proxy_async_shared();
+      named_bar_sync(4 + g, 128);
+      if (t == 0) {
+        const int x = static_cast<int>(col0) + 32 * b, y = static_cast<int>(row0);
+        if (accumulate)
+          tma_store_2d<true>(map, dst, x, y);
+        else
+          tma_store_2d<false>(map, dst, x, y);
+        bulk_commit();
+      }
+      buf ^= 1;
+    }
+  }
+};
+
 /// Loads elements i and i + 1 of a buffer of `Elem` (i even: one 4- or 8-byte
 /// load) and widens them to f32: the counterpart of store_f32_pair.
 template <class Elem>
@@ -1244,6 +1355,20 @@ gemm_drhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
     gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
                     n);
   }
+}
+
+/// GemmDRhs with an f32 out written through shared memory and TMA ([Note: sm90 TMA
+/// store]): map_out is the f32 [chunk_cols, k] part of out that the chunk covers.
+/// `accumulate` adds to it (reduce-add copies) instead of storing.
+template <class Cfg>
+__device__ __forceinline__ void
+gemm_drhs_tma_kernel(const TensorMap &map_a, const TensorMap &map_b, const TensorMap &map_out,
+                     i64 n, i64 k, i64 chunk_cols, bool accumulate) {
+  static_assert(Cfg::TMA_STORE, "gemm_drhs_tma_kernel needs a TMA_STORE config");
+  if (threadIdx.x == 0)
+    tma_prefetch(&map_out);
+  F32TmaOutEpilogue<Cfg> e{&map_out, accumulate};
+  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n);
 }
 
 } // namespace sm90

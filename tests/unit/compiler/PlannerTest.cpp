@@ -188,23 +188,41 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
     const plan::TileConfig &t = plan::gemmTile(kernel);
     const bool fused = kernel.kind() == KernelKind::GemmReduce ||
                        kernel.kind() == KernelKind::GemmDz;
-    // The function-evaluating kinds ping-pong; dA and dB are cooperative 128x256.
-    const plan::TileConfig coop{128, 256, 64, 3, 4, 4};
+    // The function-evaluating kinds ping-pong; dA and dB are cooperative 128x256, and
+    // dB's f32 dW leaves through shared memory and TMA ([Note: sm90 TMA store]).
+    const bool drhs = kernel.kind() == KernelKind::GemmDRhs;
+    plan::TileConfig coop{128, 256, 64, 3, 4, 4};
+    coop.tmaStore = drhs;
     EXPECT_EQ(t, fused ? pingpong : coop) << kernel.name;
     std::vector<plan::Param> params = plan::kernelParams(kernel);
     ASSERT_GE(params.size(), 2u);
     EXPECT_EQ(params[0].kind, plan::Param::Kind::TensorMapA) << kernel.name;
     EXPECT_EQ(params[1].kind, plan::Param::Kind::TensorMapB) << kernel.name;
+    EXPECT_EQ(params[2].kind == plan::Param::Kind::TensorMapOut, drhs) << kernel.name;
     plan::LaunchDims d = p.launchDims(k, 8192, 8192);
     EXPECT_EQ(d.block, 384);
-    EXPECT_EQ(d.sharedBytes, fused ? 1024 + 6 * (16384 + 16384) + 96
-                                   : 1024 + 4 * (16384 + 32768) + 64);
+    EXPECT_EQ(d.sharedBytes, fused  ? 1024 + 6 * (16384 + 16384) + 96
+                             : drhs ? 1024 + 4 * (16384 + 32768) + 4 * 8192 + 64
+                                    : 1024 + 4 * (16384 + 32768) + 64);
     if (kernel.kind() == KernelKind::GemmReduce) {
       EXPECT_EQ(d.grid[0], 64 * 32) << "one CTA per (row tile, split)";
       EXPECT_EQ(d.grid[1], 1);
     } else {
       EXPECT_EQ(d.grid[0], 132) << kernel.name << ": persistent, one CTA per SM";
     }
+  }
+  // LCEJIT_TMA_STORE=0: dB stores from registers; a bf16 dW never takes the TMA store.
+  for (bool bf16dW : {false, true}) {
+    plan::PlanOptions o = recompute;
+    o.tmaStore = bf16dW;
+    if (bf16dW)
+      o.outputTypes = {DType::F32, DType::BF16, DType::BF16};
+    for (const plan::Kernel &kernel : llama->plan(o).kernels)
+      if (plan::isGemmKind(kernel.kind())) {
+        EXPECT_FALSE(plan::gemmTile(kernel).tmaStore) << kernel.name;
+        for (const plan::Param &prm : plan::kernelParams(kernel))
+          EXPECT_NE(prm.kind, plan::Param::Kind::TensorMapOut) << kernel.name;
+      }
   }
   // A short launch gets one CTA per tile.
   for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k) {

@@ -225,7 +225,8 @@ TEST(OpsGradScale, GradientsScaleAndTheLossDoesNot) {
 /// The executor describes the operands of every wgmma GEMM launch as plain data (the
 /// table in runtime/Executor.h), checked here without a GPU on a planned LCE Program with
 /// several chunks: pointers (chunk offsets of W included), majorness, sizes, pitches and
-/// the box height (BM for A, BN for B).
+/// the box height (BM for A, BN for B), and dW's f32 output map of the TMA store epilogue
+/// ([Note: sm90 output map]): the chunk's rows of dW, as the third map.
 TEST(OpsExecutor, WgmmaOperandsFollowTheKernelTemplates) {
   LinearCrossEntropyOptions o;
   o.hidden = 256;
@@ -251,7 +252,9 @@ TEST(OpsExecutor, WgmmaOperandsFollowTheKernelTemplates) {
       continue;
     }
     ASSERT_EQ(plan::gemmMath(k), plan::MathMode::WgmmaBF16) << k.name;
-    ASSERT_EQ(r.maps.size(), 2u) << k.name;
+    const bool tmaStore = plan::gemmTile(k).tmaStore;
+    EXPECT_EQ(tmaStore, k.kind() == plan::KernelKind::GemmDRhs) << k.name;
+    ASSERT_EQ(r.maps.size(), tmaStore ? 3u : 2u) << k.name;
     ASSERT_GE(r.args.size(), 2u);
     EXPECT_EQ(r.args[0].type, runtime::KernelArg::Type::TensorMap);
     EXPECT_EQ(r.args[0].value.i64, 0);
@@ -323,6 +326,18 @@ TEST(OpsExecutor, WgmmaOperandsFollowTheKernelTemplates) {
       EXPECT_EQ(bop.rows, D);
       EXPECT_EQ(bop.k, rows);
       EXPECT_EQ(bop.ld, D);
+      {
+        // The third map is argument 2 and describes dW's rows of the chunk, in f32.
+        ASSERT_GE(r.args.size(), 3u);
+        EXPECT_EQ(r.args[2].type, runtime::KernelArg::Type::TensorMap);
+        EXPECT_EQ(r.args[2].value.i64, 2);
+        const runtime::Sm90Operand &out = r.maps[2];
+        EXPECT_TRUE(out.f32Out);
+        EXPECT_EQ(out.data, DW + static_cast<CUdeviceptr>(begin * D * 4));
+        EXPECT_EQ(out.rows, cc);
+        EXPECT_EQ(out.k, D);
+        EXPECT_EQ(out.ld, D);
+      }
       break;
     default:
       break;

@@ -196,6 +196,18 @@ TEST_F(KnobsTest, TargetResidual) {
   EXPECT_NE(msg.find("'maybe'"), std::string::npos) << msg;
 }
 
+TEST_F(KnobsTest, TmaStore) {
+  EXPECT_TRUE(knobs::tmaStore()) << "on by default";
+  env.set("LCEJIT_TMA_STORE", "off");
+  EXPECT_FALSE(knobs::tmaStore());
+  env.set("LCEJIT_TMA_STORE", "1");
+  EXPECT_TRUE(knobs::tmaStore());
+  env.set("LCEJIT_TMA_STORE", "sometimes");
+  std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::tmaStore(); });
+  EXPECT_NE(msg.find("LCEJIT_TMA_STORE"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'sometimes'"), std::string::npos) << msg;
+}
+
 TEST_F(KnobsTest, ReadOnceUntilReload) {
   env.set("LCEJIT_ALWAYS_COMPILE", "1");
   EXPECT_TRUE(knobs::alwaysCompile());
