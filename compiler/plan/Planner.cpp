@@ -6,6 +6,7 @@
 
 #include "compiler/plan/Planner.h"
 #include "compiler/plan/Materialize.h"
+#include "compiler/plan/SchedulePolicy.h"
 #include "compiler/plan/TargetColumn.h"
 #include "compiler/dialect/TxDialect.h"
 
@@ -1114,10 +1115,37 @@ private:
       }
     }
     decideRowBlocks();
+    tuneLhsTile();
     if (prog_.hasChunkLoop())
       for (int64_t n : {std::max<int64_t>(bucketLow_, 1), bucket_})
         prog_.decisions.push_back("run schedule (example): " + prog_.runSchedule(n).describe());
     return true;
+  }
+
+  /// [Note: dA tile width] (SchedulePolicy.h): the materialized schedule's wgmma dA runs
+  /// over the whole vocabulary per row block; its tile width is chosen from the rows of a
+  /// block at the top of the bucket.
+  void tuneLhsTile() {
+    if (!prog_.schedule.wholeRows || !prog_.hasChunkLoop())
+      return;
+    const int64_t rows = prog_.runSchedule(bucket_).rowsPerBlock;
+    for (Kernel &kernel : prog_.kernels) {
+      auto *d = std::get_if<GemmDLhsKernel>(&kernel.body);
+      if (!d || d->math != MathMode::WgmmaBF16)
+        continue;
+      const int32_t bn = chooseLhsTileWidth(rows, d->k, opt_.target.numSMs);
+      if (bn == d->tile.bn)
+        continue;
+      const int64_t sms = opt_.target.numSMs;
+      auto tilesOf = [&](int64_t w) { return ((rows + 127) / 128) * ((d->k + w - 1) / w); };
+      prog_.decisions.push_back(fmt::format(
+          "dA tile: 128x{}x64 instead of 128x{}: a row block of {} rows makes {} tiles of "
+          "that width on {} SMs ({:.0f} % of the waves busy) against {} ({:.0f} %)",
+          bn, d->tile.bn, rows, tilesOf(bn), sms,
+          100.0 * tilesOf(bn) / (sms * ((tilesOf(bn) + sms - 1) / sms)), tilesOf(d->tile.bn),
+          100.0 * tilesOf(d->tile.bn) / (sms * ((tilesOf(d->tile.bn) + sms - 1) / sms))));
+      d->tile.bn = bn;
+    }
   }
 
   /// [Note: row blocks] The steps from the first fused GEMM to the last step of the

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace lcejit::plan {
 namespace {
@@ -98,6 +99,23 @@ int32_t chooseColumnSplits(const Program &p, int64_t rows) {
     }
   }
   return static_cast<int32_t>(best * perCta);
+}
+
+int32_t chooseLhsTileWidth(int64_t rows, int64_t k, int32_t numSMs) {
+  const int64_t sms = std::max<int32_t>(numSMs, 1);
+  const int64_t rowTiles = ceilDiv(std::max<int64_t>(rows, 1), 128);
+  int32_t best = 256;
+  double bestScore = -1;
+  for (auto [bn, tileEff] : {std::pair<int32_t, double>{256, 1.0}, {192, 0.97}, {128, 0.93}}) {
+    const int64_t tiles = rowTiles * ceilDiv(std::max<int64_t>(k, 1), bn);
+    const double waves = static_cast<double>(ceilDiv(tiles, sms));
+    const double score = static_cast<double>(tiles) / (static_cast<double>(sms) * waves) * tileEff;
+    if (score > bestScore + 1e-9) {
+      best = bn;
+      bestScore = score;
+    }
+  }
+  return best;
 }
 
 RunSchedule chooseRunSchedule(const Program &p, int64_t n) {

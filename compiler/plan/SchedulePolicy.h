@@ -45,6 +45,19 @@ RunSchedule chooseRunSchedule(const Program &program, int64_t n);
 /// (2 per CTA split with ping-pong consumers); Program::splits where no wgmma reduce runs.
 int32_t chooseColumnSplits(const Program &program, int64_t rowsPerBlock);
 
+/// [Note: dA tile width] The materialized schedule's dA GEMM is rows x k (K = the whole
+/// vocabulary) per row block, with few output tiles: a block of 1024 rows at D = 2304 (the
+/// Gemma-2 head, where V = 256000 leaves 1024 rows in the budget) is 8 x 9 = 72 tiles of
+/// 128 x 256 on 132 SMs, so 45 % of the chip idles for the whole GEMM (ncu, H200: 2.30
+/// ms per block at 99 % tensor activity on the busy SMs, against 1.82 for the same FLOPs
+/// in dB). Among the widths the wgmma mainloop takes, the one with the best
+/// waves-efficiency x tile-efficiency wins: waves-efficiency = tiles / (SMs x waves);
+/// tile-efficiency charges narrower tiles for their shared-memory and L2 traffic per MAC
+/// ((128 + bn) / (128 bn): +11 % at 192, +33 % at 128), 0.97 at 192 and 0.93 at 128.
+/// Llama-3 shapes keep 256 (2048 rows: 256 tiles, 97 %); Gemma-2 takes 192 (96 tiles,
+/// 73 % x 0.97 against 55 %). Pure; a table test pins it.
+int32_t chooseLhsTileWidth(int64_t rows, int64_t k, int32_t numSMs);
+
 /// Bytes of one workspace buffer for `n` rows, blocks of `rowsPerBlock` rows and chunks of
 /// `chunkCols` columns, before alignment.
 int64_t bufferBytes(const BufferSpec &b, int64_t n, int64_t rowsPerBlock, int64_t chunkCols);

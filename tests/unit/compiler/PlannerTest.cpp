@@ -35,6 +35,14 @@ plan::PlanOptions wgmmaOptions(int64_t tokens) {
   return o;
 }
 
+/// The first decision line of `p` that contains `what`, or "".
+std::string decision(const plan::Program &p, const std::string &what) {
+  for (const std::string &d : p.decisions)
+    if (d.find(what) != std::string::npos)
+      return d;
+  return std::string();
+}
+
 std::unique_ptr<pipeline::FusedGraph> lceFused(int64_t d = 24, int64_t v = 257,
                                                DType dt = DType::BF16,
                                                std::optional<double> softcap = 30.0) {
@@ -262,12 +270,6 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
     }
     return k;
   };
-  auto decision = [](const plan::Program &p, const std::string &what) {
-    for (const std::string &d : p.decisions)
-      if (d.find(what) != std::string::npos)
-        return d;
-    return std::string();
-  };
   for (std::optional<double> softcap : {std::optional<double>(), std::optional<double>(30.0)}) {
     auto g = lceFused(4096, 128256, DType::BF16, softcap);
     plan::PlanOptions o = wgmmaOptions(8192);
@@ -375,12 +377,6 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
 /// dW's after the loop (inside the row-blocked steps). Exact precision, f32 inputs and
 /// LCEJIT_TARGET_RESIDUAL=0 have none; a bf16 dW gets dA's part only, and the plan says so.
 TEST(Planner, TargetResidualWhereDzIsOneBf16Operand) {
-  auto decision = [](const plan::Program &p, const std::string &what) {
-    for (const std::string &d : p.decisions)
-      if (d.find(what) != std::string::npos)
-        return d;
-    return std::string();
-  };
   auto g = lceFused(4096, 128256, DType::BF16, 30.0);
   for (plan::Mainloop m : {plan::Mainloop::MmaSync, plan::Mainloop::Auto})
     for (auto b : {plan::PlanOptions::Backward::Recompute,
@@ -525,6 +521,47 @@ TEST(Planner, WorkspaceFitsBudgetForEveryN) {
       EXPECT_LT(s.rowsPerBlock * (s.rowBlocks - 1), std::max<int64_t>(n, 1)) << s.describe();
     }
   EXPECT_GE(checked, 30);
+}
+
+/// [Note: dA tile width] as a table: (rows of a block, k = D) -> the dA tile width on 132
+/// SMs; then the planner applies it to a materialized Program (the Gemma-2 head: a block
+/// of 1024 rows) and says so, and leaves the Llama-3 head's 256.
+TEST(Planner, LhsTileWidthTable) {
+  struct Row {
+    int64_t rows, k;
+    int32_t want;
+    const char *why;
+  };
+  const std::vector<Row> table = {
+      {2048, 4096, 256, "16 x 16 = 256 tiles: 97 % of two waves"},
+      {1024, 2304, 192, "8 x 12 = 96 tiles (73 %) against 8 x 9 = 72 (55 %)"},
+      {1024, 8192, 256, "8 x 32 = 256 tiles"},
+      {1408, 4096, 192, "11 x 22 = 242 tiles (92 % x 0.97 = 89 %) against 11 x 16 = 176 (67 %)"},
+      {128, 4096, 128, "one wave either way: 32 tiles keep 24 % of the SMs busy (x 0.93), 16 "
+                       "keep 12 %"},
+      {512, 2304, 128, "4 x 18 = 72 tiles x 0.93 (51 %) against 4 x 9 = 36 (27 %), 4 x 12 = 48"},
+  };
+  for (const Row &r : table)
+    EXPECT_EQ(plan::chooseLhsTileWidth(r.rows, r.k, 132), r.want)
+        << r.rows << " rows, k = " << r.k << ": " << r.why;
+
+  auto widthOf = [](const plan::Program &p) {
+    for (const plan::Kernel &k : p.kernels)
+      if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&k.body))
+        return d->tile.bn;
+    return 0;
+  };
+  plan::PlanOptions o = wgmmaOptions(8192);
+  o.workspaceBudgetBytes = int64_t(512) << 20;
+  plan::Program gemma = lceFused(2304, 256000, DType::BF16, 30.0)->plan(o);
+  ASSERT_EQ(gemma.runSchedule(8192).rowsPerBlock, 1024) << gemma.runSchedule(8192).describe();
+  EXPECT_EQ(widthOf(gemma), 192);
+  EXPECT_NE(decision(gemma, "dA tile: 128x192x64 instead of 128x256: a row block of 1024 rows "
+                            "makes 96 tiles"),
+            "");
+  plan::Program llama = lceFused(4096, 128256, DType::BF16, std::nullopt)->plan(o);
+  EXPECT_EQ(widthOf(llama), 256);
+  EXPECT_EQ(decision(llama, "dA tile:"), "");
 }
 
 /// [Note: column splits per call] as a table: the Llama-3 head on the wgmma path (ping-
