@@ -35,16 +35,17 @@ DeviceBuffer::DeviceBuffer(int64_t bytes) : bytes_(bytes) {
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (ptr_)
+  if (ptr_ && owned_)
     runtime::cudaDriver().memFree(ptr_);
 }
 
 DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
   if (this != &o) {
-    if (ptr_)
+    if (ptr_ && owned_)
       runtime::cudaDriver().memFree(ptr_);
     ptr_ = o.ptr_;
     bytes_ = o.bytes_;
+    owned_ = o.owned_;
     o.ptr_ = 0;
   }
   return *this;

@@ -12,13 +12,24 @@
 
 namespace lcejit::gputest {
 
-/// Owning device allocation.
+/// Owning device allocation (or, made by view(), a non-owning one over memory someone else
+/// owns: lcejit-bench --check hands its buffers to the reference this way).
 class DeviceBuffer {
 public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(int64_t bytes);
   ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer &&o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0; }
+  DeviceBuffer(DeviceBuffer &&o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_), owned_(o.owned_) {
+    o.ptr_ = 0;
+  }
+  /// A buffer over [ptr, ptr + bytes) that is not freed with it.
+  static DeviceBuffer view(CUdeviceptr ptr, int64_t bytes) {
+    DeviceBuffer b;
+    b.ptr_ = ptr;
+    b.bytes_ = bytes;
+    b.owned_ = false;
+    return b;
+  }
   DeviceBuffer &operator=(DeviceBuffer &&o) noexcept;
   DeviceBuffer(const DeviceBuffer &) = delete;
   DeviceBuffer &operator=(const DeviceBuffer &) = delete;
@@ -38,6 +49,7 @@ public:
 private:
   CUdeviceptr ptr_ = 0;
   int64_t bytes_ = 0;
+  bool owned_ = true;
 };
 
 /// Errors of one output against the fp64 reference.

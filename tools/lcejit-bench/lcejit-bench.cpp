@@ -2,12 +2,20 @@
 //
 //   lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]
 //                [--case A,B,C,Q,S,L,W | all] [--precision fast|exact] [--budget-mb M]
-//                [--json FILE] [--series] [--forward]
+//                [--json FILE] [--series] [--forward] [--check]
 //                [--gemm-only [--gemm-config BN,STAGES,GROUP[,pp]/...]]
 //
 // (llvm::cl: `--help` lists every option with its default; tools/ToolOptions.h.)
 //
 // --forward: forward() (the loss only, 2·N·D·V) against the one cuBLAS GEMM Z = H·Wᵀ.
+//
+// --check: after timing, one more call on the same inputs (outputs poisoned with NaN) is
+// compared with the fp64 reference of the GPU suite (tests/gpu/GpuSupport.h: the logits,
+// loss and gradients from the definition, in fp64 on the device): the loss's relative
+// error, dH against the error of rounding the reference to bf16 (its floor) and the f32
+// dW against the bf16 floor, as the suite reports them. The reference holds the f64
+// logits (8·N·V bytes) and multiplies in plain fp64, so cases above N·V·D = 2e13 (L) say
+// "skipped". It runs between the timed loops and moves the clocks: time without it.
 //
 // --series: the 20-N series of issue 5 (20 random N in [4096, 33768], seed 2026, D = 4096,
 // V = 128256): each N once through the op (synchronous, host-timed, compiles included)
@@ -32,6 +40,7 @@
 #include "runtime/CudaDriver.h"
 #include "runtime/Module.h"
 #include "runtime/Nvrtc.h"
+#include "tests/gpu/GpuSupport.h"
 #include "tools/ToolOptions.h"
 
 #include <cublas_api.h>
@@ -122,6 +131,7 @@ struct Args {
   bool series = false;
   bool gemmOnly = false;
   bool forward = false; ///< --forward: the loss only (forward()) against the one cuBLAS GEMM Z
+  bool check = false;   ///< --check: errors against the fp64 reference
   /// --gemm-config BN,STAGES,GROUP[,pp]/...: the 4th value is 1 for ping-pong consumers.
   std::vector<std::array<int, 4>> gemmConfigs{{256, 4, 8, 0}};
 };
@@ -146,6 +156,9 @@ struct Result {
   double opMs = 0, blasMs = 0;
   int64_t workspace = 0;
   std::string schedule;
+  /// --check: errors against the fp64 reference (negative: not checked).
+  double lossErr = -1, dhErr = -1, dhFloor = -1, dwErr = -1, dwBf16Floor = -1;
+  std::string checkNote; ///< why a case was not checked
 };
 
 namespace cl = llvm::cl;
@@ -198,6 +211,10 @@ cl::opt<bool> seriesOpt("series",
 cl::opt<bool> forwardOpt("forward",
                          cl::desc("forward() (the loss only) against the one cuBLAS GEMM Z = H*W^T"),
                          cl::cat(kCategory));
+cl::opt<bool> checkOpt("check",
+                       cl::desc("also compare one call per case with the fp64 reference "
+                                "(loss, dH, dW errors; cases up to N*V*D = 2e13)"),
+                       cl::cat(kCategory));
 cl::opt<bool> gemmOnlyOpt("gemm-only",
                           cl::desc("the three GEMMs on the generated sm_90a mainloop next to "
                                    "cuBLAS"),
@@ -258,6 +275,7 @@ Args parse(int argc, char **argv) {
   a.series = seriesOpt;
   a.gemmOnly = gemmOnlyOpt;
   a.forward = forwardOpt;
+  a.check = checkOpt;
   if (gemmConfigOpt.getNumOccurrences()) {
     a.gemmConfigs.clear();
     llvm::SmallVector<llvm::StringRef, 8> configs;
@@ -402,6 +420,43 @@ LinearCrossEntropyOptions benchOptions(const Args &a, int64_t d, int64_t v,
   return o;
 }
 
+/// --check: one more call with poisoned outputs, against the fp64 reference.
+void checkCase(const Args &a, const CaseShape &cs, LinearCrossEntropy &op, const Mem &h,
+               const Mem &w, const Mem &y, const Mem &dh, const Mem &dw, const Mem &loss,
+               Result &r) {
+  const long long N = cs.n, D = cs.d, V = cs.v;
+  if (double(N) * double(V) * double(D) > 2e13) {
+    r.checkNote = fmt::format("skipped: N*V*D = {:.1e} (the f64 logits alone are {:.0f} GB)",
+                              double(N) * double(V) * double(D), 8e-9 * double(N) * double(V));
+    return;
+  }
+  using gputest::DeviceBuffer;
+  const auto &d = runtime::cudaDriver();
+  cu(d.memsetD8Async(dh.p, 0xFF, size_t(N * D) * 2, nullptr), "poison dH");
+  cu(d.memsetD8Async(dw.p, 0xFF, size_t(V * D) * 4, nullptr), "poison dW");
+  op.enqueue({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
+             {y.data(), DType::I64, {N}, {}}, {loss.data(), DType::F32, {}, {}},
+             {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), DType::F32, {V, D}, {}}, nullptr);
+  op.checkDeviceErrors();
+  float l = 0;
+  cu(d.memcpyDtoH(&l, loss.p, 4), "loss");
+  const LinearCrossEntropyOptions o = benchOptions(a, D, V, cs.softcap);
+  gputest::GpuReference ref =
+      gputest::gpuReference(o, DeviceBuffer::view(h.p, N * D * 2),
+                            DeviceBuffer::view(w.p, V * D * 2), DeviceBuffer::view(y.p, N * 8), N);
+  gputest::RefKernels &k = gputest::RefKernels::get();
+  const gputest::Comparison ch = k.compare(DeviceBuffer::view(dh.p, N * D * 2), DType::BF16, ref.dH, N * D);
+  const gputest::Comparison cw = k.compare(DeviceBuffer::view(dw.p, V * D * 4), DType::F32, ref.dW, V * D);
+  r.lossErr = std::abs(double(l) - ref.loss) / std::max(std::abs(ref.loss), 1e-30);
+  r.dhErr = ch.relError;
+  r.dhFloor = ch.floor;
+  r.dwErr = cw.relError;
+  r.dwBf16Floor = cw.bf16Floor;
+  if (ch.nonFinite || cw.nonFinite)
+    r.checkNote = fmt::format("NON-FINITE: dH {} dW {} elements (unwritten poison?)",
+                              ch.nonFinite, cw.nonFinite);
+}
+
 Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *blas) {
   const auto &d = runtime::cudaDriver();
   const long long N = cs.n, D = cs.d, V = cs.v;
@@ -445,6 +500,8 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *b
                {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), DType::F32, {V, D}, {}}, s);
   });
   op.checkDeviceErrors();
+  if (a.check)
+    checkCase(a, cs, op, h, w, y, dh, dw, loss, r);
   if (blas) {
     Mem z(size_t(N * V) * 2), dwb(size_t(V * D) * 2);
     fill.bf16(z, N * V, 3, 1e-3f);
@@ -690,22 +747,40 @@ int main(int argc, char **argv) {
       results.push_back(r);
     }
     fmt::print("\n| case | N | D | V | softcap | lcejit ms | TFLOP/s | cuBLAS ms | TFLOP/s | ratio | "
-               "workspace MiB |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "workspace MiB |{}\n|---|---|---|---|---|---|---|---|---|---|---|{}\n",
+               a.check ? " loss rel err | dH rel err (x bf16 floor) | dW rel err (x bf16 floor) |"
+                       : "",
+               a.check ? "---|---|---|" : "");
     std::string json = "[";
     for (const Result &r : results) {
       double flops = (a.forward ? 2.0 : 6.0) * double(r.n) * double(r.d) * double(r.v);
       double ratio = r.blasMs > 0 ? r.opMs / r.blasMs : 0.0;
-      fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {:.0f} | {:.1f} | {:.0f} | {:.2f} | {:.0f} |\n",
+      std::string errs;
+      if (a.check)
+        errs = r.lossErr < 0
+                   ? fmt::format(" {} | | |", r.checkNote)
+                   : fmt::format(" {:.2g} | {:.3g} (x{:.2f}) | {:.3g} (x{:.2f}) |{}", r.lossErr,
+                                 r.dhErr, r.dhErr / r.dhFloor, r.dwErr, r.dwErr / r.dwBf16Floor,
+                                 r.checkNote.empty() ? "" : " " + r.checkNote);
+      fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {:.0f} | {:.1f} | {:.0f} | {:.2f} | {:.0f} |{}\n",
                  r.name, r.n, r.d, r.v, r.softcap ? fmt::format("{}", *r.softcap) : "-", r.opMs,
                  flops / (r.opMs * 1e-3) / 1e12, r.blasMs,
                  r.blasMs > 0 ? flops / (r.blasMs * 1e-3) / 1e12 : 0.0, ratio,
-                 double(r.workspace) / (1 << 20));
+                 double(r.workspace) / (1 << 20), errs);
+      std::string check;
+      if (r.lossErr >= 0)
+        check = fmt::format(", \"loss_rel_err\": {:.3e}, \"dh_rel_err\": {:.4e}, "
+                            "\"dh_floor\": {:.4e}, \"dw_rel_err\": {:.4e}, "
+                            "\"dw_bf16_floor\": {:.4e}",
+                            r.lossErr, r.dhErr, r.dhFloor, r.dwErr, r.dwBf16Floor);
+      if (!r.checkNote.empty())
+        check += fmt::format(", \"check\": \"{}\"", r.checkNote);
       json += fmt::format("{}{{\"case\": \"{}\", \"n\": {}, \"d\": {}, \"v\": {}, \"softcap\": {}, "
                           "\"lcejit_ms\": {:.4f}, \"cublas_ms\": {:.4f}, \"ratio\": {:.4f}, "
-                          "\"workspace_bytes\": {}, \"schedule\": \"{}\"}}",
+                          "\"workspace_bytes\": {}, \"schedule\": \"{}\"{}}}",
                           json.size() > 1 ? ", " : "", r.name, r.n, r.d, r.v,
                           r.softcap ? fmt::format("{}", *r.softcap) : "null", r.opMs, r.blasMs,
-                          ratio, r.workspace, r.schedule);
+                          ratio, r.workspace, r.schedule, check);
     }
     json += "]\n";
     if (!a.json.empty()) {
