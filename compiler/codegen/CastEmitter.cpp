@@ -119,4 +119,32 @@ void emitTargetCorrectionKernel(CodeWriter &w, const KernelContext &ctx) {
          k.cols);
 }
 
+void emitRowDotKernel(CodeWriter &w, const KernelContext &ctx) {
+  const auto &k = std::get<plan::RowDotKernel>(ctx.kernel().body);
+  const char *tag = gemmElemTag(k.abType);
+  LCEJIT_CHECK(tag != nullptr && k.k > 0 && k.cols > 0 &&
+                   (k.targetType == DType::I32 || k.targetType == DType::I64),
+               "row_dot kernel '{}': operands of {} (bf16, f16 or f32), k = {}, cols = {}, "
+               "targets of {} (i32 or i64)",
+               ctx.name(), dtypeName(k.abType), k.k, k.cols, dtypeName(k.targetType));
+  ParamRoles roles;
+  roles.add(ctx.bufferName(k.a), fmt::format("A {} [N, {}]", dtypeName(k.abType), k.k));
+  roles.add(ctx.bufferName(k.b), fmt::format("B {} [{}, {}]", dtypeName(k.abType), k.cols, k.k));
+  roles.add(ctx.bufferName(k.target), fmt::format("{} [N] target column", dtypeName(k.targetType)));
+  roles.add(ctx.bufferName(k.out), "f32 [N] A[r]·B[t_r], summed in f64");
+  std::vector<std::string> about = {
+      "[Note: the exact target logit] (Program.h): the target logit again, with f64 "
+      "accumulation, for the loss of a peaked row",
+      fmt::format("out[r] = f32(sum_j f64(A[r][j]) * f64(B[t_r][j])), j < {}, for 0 <= t_r < {}; "
+                  "0 otherwise",
+                  k.k, k.cols),
+      "block 256, one warp per row, grid-stride"};
+  emitKernelHeader(w, ctx, about, roles);
+  auto kb = openKernel(w, ctx, 256);
+  w.line("lcejit::row_dot_kernel<{}, {}>({}, {}, {}, {}, {}, {}LL, {}LL);", tag,
+         k.targetType == DType::I32 ? "int" : "long long", ctx.bufferName(k.a),
+         ctx.bufferName(k.b), ctx.bufferName(k.target), ctx.bufferName(k.out),
+         ctx.scalarParamName(Param::Kind::N), k.k, k.cols);
+}
+
 } // namespace lcejit::codegen::detail

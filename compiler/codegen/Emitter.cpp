@@ -48,6 +48,9 @@ void emitKernel(CodeWriter &w, const plan::Program &program, int32_t index) {
   case plan::KernelKind::TargetCorrection:
     detail::emitTargetCorrectionKernel(w, ctx);
     break;
+  case plan::KernelKind::RowDot:
+    detail::emitRowDotKernel(w, ctx);
+    break;
 
   }
 }

@@ -102,6 +102,7 @@ void emitGemmKernel(CodeWriter &w, const KernelContext &ctx);
 void emitCastKernel(CodeWriter &w, const KernelContext &ctx);
 void emitDzFormKernel(CodeWriter &w, const KernelContext &ctx);
 void emitTargetCorrectionKernel(CodeWriter &w, const KernelContext &ctx);
+void emitRowDotKernel(CodeWriter &w, const KernelContext &ctx);
 
 /// True for a C identifier: [A-Za-z_][A-Za-z0-9_]*.
 bool isCIdentifier(const std::string &s);

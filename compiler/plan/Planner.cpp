@@ -329,6 +329,26 @@ private:
     return false;
   }
 
+  struct PartialsRef {
+    int32_t kernel;
+    int32_t slot;
+    ReduceKind kind;
+    BufferRef buf;
+    int32_t result = -1; ///< the GemmReduce epilogue result it reduces
+  };
+  /// The row operand reading a GemmReduce result (or one part of its logsumexp pair).
+  static Operand partialsOperand(const PartialsRef &p, Operand::Component c) {
+    Operand o;
+    o.kind = Operand::Kind::Partials;
+    o.buf = p.buf;
+    o.slot = p.slot;
+    o.reduce = static_cast<int32_t>(p.kind);
+    o.partialsOf = p.kernel;
+    o.dtype = DType::F32;
+    o.component = c;
+    return o;
+  }
+
   /// Row kernel under construction for one level.
   struct RowBuild {
     int64_t level = 0;
@@ -456,8 +476,144 @@ private:
       return -1;
     int32_t m = part(Operand::Component::Max);
     int32_t t = part(Operand::Component::RestSum);
+    if (int32_t r = exactTargetLoss(rb, p, sub.getRhs(), m, t, y); r >= 0)
+      return r;
     return fb.op(ScalarOp::Add, DType::F32, fb.op(ScalarOp::Sub, DType::F32, m, y),
                  fb.op(ScalarOp::Log1p, DType::F32, t));
+  }
+
+  /// [Note: the exact target logit] (Program.h): when y is the same forward's pick of the
+  /// logsumexp's value v at a target column t (a sum of select(col == t, v, 0)), the row
+  /// loss is log1p(exp(y − v_y)·S'), S' = expm1(m − y) + exp(m − y)·t, with v_y the value
+  /// chain applied to A[r]·B[t_r] summed in f64 by a RowDotKernel. Returns -1 when the
+  /// pattern does not apply (another pick, a value that reads per-column operands, or
+  /// PlanOptions::exactTargetLogit off).
+  int32_t exactTargetLoss(RowBuild &rb, const PartialsRef &lse, Value rhs, int32_t m, int32_t t,
+                          int32_t y) {
+    if (!opt_.exactTargetLogit || !isa_and_nonnull<tx::GemmReduceOp>(rhs.getDefiningOp()) ||
+        !partials_.count(rhs))
+      return -1;
+    const PartialsRef &pick = partials_[rhs];
+    if (pick.kernel != lse.kernel || pick.kind != ReduceKind::Sum || lse.result < 0 ||
+        pick.result < 0)
+      return -1;
+    // Copies: rowDotFor adds a kernel, which moves prog_.kernels.
+    const auto &F = std::get<GemmReduceKernel>(prog_.kernels[static_cast<size_t>(lse.kernel)].body);
+    const ScalarFunc f = F.gemm.epilogue;
+    const std::vector<Operand> args = F.gemm.args;
+    auto inst = [&](int32_t i) -> const ScalarInst & { return f.insts[static_cast<size_t>(i)]; };
+    const int32_t x = f.results[static_cast<size_t>(lse.result)];
+    const ScalarInst &sel = inst(f.results[static_cast<size_t>(pick.result)]);
+    const TargetColumn tc = findTargetColumn(f, args, [](const Operand &) { return true; });
+    if (!tc.found() || sel.op != ScalarOp::Select)
+      return -1;
+    auto isZero = [&](int32_t i) {
+      return inst(i).op == ScalarOp::Const && inst(i).type == DType::F32 && inst(i).fValue == 0.0;
+    };
+    auto isColIndex = [&](int32_t i) {
+      if (inst(i).op == ScalarOp::Cast)
+        i = inst(i).operands[0];
+      return inst(i).op == ScalarOp::Arg &&
+             args[static_cast<size_t>(inst(i).argIndex)].kind == Operand::Kind::ColIndex;
+    };
+    const ScalarInst &cond = inst(sel.operands[0]);
+    const bool colVsT =
+        (cond.operands[0] == tc.value && isColIndex(cond.operands[1])) ||
+        (cond.operands[1] == tc.value && isColIndex(cond.operands[0]));
+    const bool picks = (cond.op == ScalarOp::CmpEq && sel.operands[1] == x && isZero(sel.operands[2])) ||
+                       (cond.op == ScalarOp::CmpNe && isZero(sel.operands[1]) && sel.operands[2] == x);
+    if (!colVsT || !picks)
+      return -1;
+    // v's chain, read again per row: the accumulator becomes the RowDot's value, the column
+    // index the target; row and scalar operands are the row kernel's own.
+    const Operand target = args[static_cast<size_t>(tc.arg)];
+    std::vector<bool> need(f.insts.size(), false); // the instructions v depends on
+    need[static_cast<size_t>(x)] = true;
+    for (int32_t i = x; i >= 0; --i)
+      if (need[static_cast<size_t>(i)])
+        for (int32_t o : inst(i).operands)
+          if (o >= 0)
+            need[static_cast<size_t>(o)] = true;
+    for (int32_t i = 0; i <= x; ++i)
+      if (need[static_cast<size_t>(i)] && inst(i).op == ScalarOp::Arg) {
+        const Operand::Kind k = args[static_cast<size_t>(inst(i).argIndex)].kind;
+        if (k != Operand::Kind::Acc && k != Operand::Kind::ColIndex &&
+            k != Operand::Kind::Row && k != Operand::Kind::Scalar)
+          return -1;
+      }
+    FuncBuilder &fb = rb.fb;
+    Operand dotOp;
+    dotOp.kind = Operand::Kind::Row;
+    dotOp.buf = rowDotFor(lse.kernel, target);
+    dotOp.dtype = DType::F32;
+    Operand tOp;
+    tOp.kind = Operand::Kind::Row;
+    tOp.buf = target.buf;
+    tOp.dtype = target.dtype;
+    std::vector<int32_t> map(f.insts.size(), -1);
+    for (int32_t i = 0; i <= x; ++i) {
+      if (!need[static_cast<size_t>(i)])
+        continue;
+      const ScalarInst &in = inst(i);
+      int32_t r = -1;
+      if (in.op == ScalarOp::Arg) {
+        const Operand &o = args[static_cast<size_t>(in.argIndex)];
+        if (o.kind == Operand::Kind::Acc) {
+          r = fb.arg(dotOp, DType::F32);
+        } else if (o.kind == Operand::Kind::ColIndex) {
+          r = fb.arg(tOp, tOp.dtype);
+          if (fb.typeOf(r) != in.type)
+            r = fb.op(ScalarOp::Cast, in.type, r);
+        } else {
+          r = fb.arg(o, in.type);
+        }
+      } else if (in.op == ScalarOp::Const) {
+        r = in.type == DType::F32 ? fb.constF(in.fValue) : fb.constI(in.iValue, in.type);
+      } else {
+        int32_t ops[3] = {-1, -1, -1};
+        for (int k = 0; k < 3; ++k)
+          if (in.operands[k] >= 0)
+            ops[k] = map[static_cast<size_t>(in.operands[k])];
+        r = fb.op(in.op, in.type, ops[0], ops[1], ops[2]);
+      }
+      map[static_cast<size_t>(i)] = r;
+    }
+    const int32_t vy = map[static_cast<size_t>(x)];
+    const int32_t d = fb.op(ScalarOp::Sub, DType::F32, m, y);
+    const int32_t rest = fb.op(ScalarOp::Add, DType::F32, fb.op(ScalarOp::Expm1, DType::F32, d),
+                               fb.op(ScalarOp::Mul, DType::F32,
+                                     fb.op(ScalarOp::Exp, DType::F32, d), t));
+    const int32_t shift = fb.op(ScalarOp::Exp, DType::F32, fb.op(ScalarOp::Sub, DType::F32, y, vy));
+    return fb.op(ScalarOp::Log1p, DType::F32, fb.op(ScalarOp::Mul, DType::F32, shift, rest));
+  }
+
+  /// The RowDotKernel of GemmReduce `kernel` and target row operand `target` (one per
+  /// pair), launched at this point of the steps (before the row kernel being built).
+  BufferRef rowDotFor(int32_t kernel, const Operand &target) {
+    for (const auto &[key, buf] : rowDots_)
+      if (key.first == kernel && key.second == target.buf)
+        return buf;
+    const auto &g = std::get<GemmReduceKernel>(prog_.kernels[static_cast<size_t>(kernel)].body).gemm;
+    RowDotKernel k;
+    k.a = g.a;
+    k.b = g.b;
+    k.abType = g.abType;
+    k.target = target.buf;
+    k.targetType = target.dtype;
+    k.k = g.k;
+    k.cols = g.cols;
+    k.out = addWorkspace(fmt::format("target_logit{}", rowDots_.size()), 4, 0);
+    const BufferRef out = k.out;
+    const int64_t depth = k.k;
+    const std::string name = fmt::format("{}_zy{}", opt_.name, rowDots_.size());
+    addKernel(name, std::move(k)); // (moves prog_.kernels: g is not used after this)
+    rowDots_.push_back({{kernel, target.buf}, out});
+    prog_.decisions.push_back(fmt::format(
+        "loss: {} sums the target logit again in f64 (N*{} multiply-adds) for the row loss "
+        "log1p(exp(z_y - v_y)*S'): on a peaked row the f32 GEMM's own z_y error would be a "
+        "relative error of the loss ([Note: the exact target logit])",
+        name, depth));
+    return out;
   }
 
   /// Emits the row kernel of `level` if it has any sink.
@@ -784,7 +940,8 @@ private:
     int32_t idx = addKernel(fmt::format("{}_fwd{}", opt_.name, fwdCount_++), std::move(k));
     const auto &kk = std::get<GemmReduceKernel>(prog_.kernels[static_cast<size_t>(idx)].body);
     for (auto [i, r] : llvm::enumerate(op.getResults()))
-      partials_[r] = PartialsRef{idx, kk.slotOf(static_cast<int32_t>(i)), kk.reductions[i], kk.partials};
+      partials_[r] = PartialsRef{idx, kk.slotOf(static_cast<int32_t>(i)), kk.reductions[i],
+                                 kk.partials, static_cast<int32_t>(i)};
     return true;
   }
 
@@ -1254,30 +1411,13 @@ private:
                       : fmt::format("; {} hold one block's rows", fmt::join(local, ", "))));
   }
 
-  struct PartialsRef {
-    int32_t kernel;
-    int32_t slot;
-    ReduceKind kind;
-    BufferRef buf;
-  };
-  /// The row operand reading a GemmReduce result (or one part of its logsumexp pair).
-  static Operand partialsOperand(const PartialsRef &p, Operand::Component c) {
-    Operand o;
-    o.kind = Operand::Kind::Partials;
-    o.buf = p.buf;
-    o.slot = p.slot;
-    o.reduce = static_cast<int32_t>(p.kind);
-    o.partialsOf = p.kernel;
-    o.dtype = DType::F32;
-    o.component = c;
-    return o;
-  }
-
   struct GlobalRef {
     int32_t slot;
     bool mean;
   };
 
+  /// RowDotKernels made so far: (GemmReduce kernel, target buffer) -> their output.
+  std::vector<std::pair<std::pair<int32_t, BufferRef>, BufferRef>> rowDots_;
   func::FuncOp func_;
   PlanOptions opt_;
   Program prog_;

@@ -85,6 +85,7 @@ const char *kernelKindName(KernelKind k) {
   case KernelKind::Cast: return "cast";
   case KernelKind::DzForm: return "dz_form";
   case KernelKind::TargetCorrection: return "target_correction";
+  case KernelKind::RowDot: return "row_dot";
   }
   return "?";
 }
@@ -266,6 +267,11 @@ static json kernelBodyJson(const Kernel &k) {
         } else if constexpr (std::is_same_v<T, TargetCorrectionKernel>) {
           j = json{{"residual", toJ(b.residual)}, {"a", toJ(b.a)},
                    {"a_type", std::string(dtypeName(b.aType))}, {"out", toJ(b.out)},
+                   {"k", b.k}, {"cols", b.cols}};
+        } else if constexpr (std::is_same_v<T, RowDotKernel>) {
+          j = json{{"a", toJ(b.a)}, {"b", toJ(b.b)}, {"ab_type", std::string(dtypeName(b.abType))},
+                   {"target", toJ(b.target)},
+                   {"target_type", std::string(dtypeName(b.targetType))}, {"out", toJ(b.out)},
                    {"k", b.k}, {"cols", b.cols}};
         } else if constexpr (std::is_same_v<T, CastKernel>) {
           j = json{{"in", toJ(b.in)}, {"out", toJ(b.out)},
@@ -478,6 +484,15 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.residual.target);
     pl.addBuffer(k.a);
     pl.addBuffer(k.out); // grid-stride over rows: any launch shape is correct
+    pl.add(Param::Kind::N, "n");
+    break;
+  }
+  case KernelKind::RowDot: {
+    const auto &k = std::get<RowDotKernel>(kernel.body);
+    pl.addBuffer(k.a);
+    pl.addBuffer(k.b);
+    pl.addBuffer(k.target);
+    pl.addBuffer(k.out); // grid-stride over rows
     pl.add(Param::Kind::N, "n");
     break;
   }
@@ -744,7 +759,8 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
     d.grid[0] = std::min<int64_t>(ceilDiv(n * (k.cols / 8), 256 * 2), int64_t(132) * 16);
     break;
   }
-  case KernelKind::TargetCorrection: {
+  case KernelKind::TargetCorrection:
+  case KernelKind::RowDot: {
     // One warp per row of the launch (grid-stride), 8 warps a block.
     d.block = 256;
     d.grid[0] = std::min<int64_t>(ceilDiv(n, 8), int64_t(132) * 8);
@@ -830,6 +846,11 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             f(b.residual.buf);
             f(b.residual.target);
             f(b.a);
+            f(b.out);
+          } else if constexpr (std::is_same_v<T, RowDotKernel>) {
+            f(b.a);
+            f(b.b);
+            f(b.target);
             f(b.out);
           } else if constexpr (std::is_same_v<T, GemmDLhsKernel>) {
             f(b.dz);

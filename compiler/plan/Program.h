@@ -386,6 +386,31 @@ struct TargetCorrectionKernel {
   bool operator==(const TargetCorrectionKernel &) const = default;
 };
 
+/// [Note: the exact target logit] The row loss of a cross entropy is lse − z_y, formed from
+/// the forward's (max m, rest sum t) pair and the target logit z_y^g that the same
+/// epilogue picks ([Note: lse minus a logit] in Planner.cpp): its terms are
+/// exp(z_c − z_y), so every error of z_y^g is a relative error of the loss. On a peaked
+/// row (p_y → 1, a loss ~ 1e-3) the f32 accumulation of z_y^g itself dominates: |z_y| ≈ 25
+/// summed over D = 4096 products is off by ~4e-5 absolute, the loss by as much relative
+/// (measured 6.8e-5 on the H200). The kernel below computes x_y = A[r]·B[t_r] again with
+/// f64 accumulation (N·D work, a gather of B's target rows); the loss's row function
+/// applies the epilogue's value chain to it (v_y^e = f(x_y)) and uses it only where the
+/// common error of z_y^g enters:
+///   S'  = Σ_{c≠y} exp(z_c^g − z_y^g) = expm1(m − z_y^g) + exp(m − z_y^g)·t
+///   loss = log(1 + exp(z_y^g − v_y^e)·S')
+/// (each term then carries only the error of its own z_c; S' is exact in form when y is
+/// the argmax, where m − z_y^g = 0). Rows whose target is outside [0, cols) get 0.
+struct RowDotKernel {
+  BufferRef a; ///< [N, k] of abType (the GEMM's A)
+  BufferRef b; ///< [cols, k] of abType (the GEMM's B)
+  DType abType = DType::BF16;
+  BufferRef target; ///< [N] t_r (a Row operand buffer of the GEMM)
+  DType targetType = DType::I64;
+  BufferRef out; ///< f32 [N]: f32(Σ_k f64(a[r][k])·f64(b[t_r][k]))
+  int64_t k = 0, cols = 0;
+  bool operator==(const RowDotKernel &) const = default;
+};
+
 struct CastKernel {
   BufferRef in;  ///< f32 [rows, k]
   BufferRef out;
@@ -397,7 +422,7 @@ struct CastKernel {
 
 using KernelBody =
     std::variant<RowKernel, GemmReduceKernel, GemmDzKernel, GemmDLhsKernel, GemmDRhsKernel,
-                 CastKernel, DzFormKernel, TargetCorrectionKernel>;
+                 CastKernel, DzFormKernel, TargetCorrectionKernel, RowDotKernel>;
 
 enum class KernelKind : uint8_t {
   Row,
@@ -408,6 +433,7 @@ enum class KernelKind : uint8_t {
   Cast,
   DzForm,
   TargetCorrection,
+  RowDot,
 };
 /// The four GEMM kinds (the others are elementwise or per row).
 inline bool isGemmKind(KernelKind k) {

@@ -677,6 +677,8 @@ private:
             dzForm(k.name, body);
           else if constexpr (std::is_same_v<T, TargetCorrectionKernel>)
             targetCorrection(k.name, body);
+          else if constexpr (std::is_same_v<T, RowDotKernel>)
+            rowDot(k.name, body);
 
         },
         k.body);
@@ -983,6 +985,22 @@ private:
       for (int64_t j = 0; j < k.k; ++j)
         element(k.out, t * k.k + j, DType::F32, site) +=
             res * read(k.a, r * k.k + j, k.aType, site);
+    }
+  }
+
+  /// [Note: the exact target logit]: out[r] = A[r]·B[t_r] (fp64 here, as every sum), 0
+  /// for rows whose target is outside [0, cols).
+  void rowDot(const std::string &name, const RowDotKernel &k) {
+    Site site{name, "the target logit's dot product"};
+    if (k.k <= 0 || k.cols <= 0)
+      badProgram(name, fmt::format("k = {}, cols = {}", k.k, k.cols));
+    for (int64_t r = 0; r < rows_; ++r) {
+      const int64_t t = static_cast<int64_t>(read(k.target, r, k.targetType, site));
+      double s = 0.0;
+      if (t >= 0 && t < k.cols)
+        for (int64_t j = 0; j < k.k; ++j)
+          s += read(k.a, r * k.k + j, k.abType, site) * read(k.b, t * k.k + j, k.abType, site);
+      element(k.out, r, DType::F32, site) = s;
     }
   }
 

@@ -38,6 +38,7 @@ constexpr std::string_view kMainloop = "LCEJIT_MAINLOOP";
 constexpr std::string_view kBackward = "LCEJIT_BACKWARD";
 constexpr std::string_view kTargetResidual = "LCEJIT_TARGET_RESIDUAL";
 constexpr std::string_view kTmaStore = "LCEJIT_TMA_STORE";
+constexpr std::string_view kExactTarget = "LCEJIT_EXACT_TARGET";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -61,6 +62,7 @@ struct Values {
   std::string backward = "materialized";
   bool targetResidual = true;
   bool tmaStore = true;
+  bool exactTarget = true;
 };
 
 /// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
@@ -232,6 +234,7 @@ std::unique_ptr<Values> readAll() {
   }
   v->targetResidual = parseBool(kTargetResidual, readEnv(kTargetResidual), true);
   v->tmaStore = parseBool(kTmaStore, readEnv(kTmaStore), true);
+  v->exactTarget = parseBool(kExactTarget, readEnv(kExactTarget), true);
   return v;
 }
 
@@ -333,6 +336,7 @@ const std::string &mainloop() { return current().mainloop; }
 const std::string &backward() { return current().backward; }
 bool targetResidual() { return current().targetResidual; }
 bool tmaStore() { return current().tmaStore; }
+bool exactTarget() { return current().exactTarget; }
 
 namespace {
 std::atomic<int64_t> gGeneration{0};

@@ -103,6 +103,11 @@ bool targetResidual();
 /// what that buys.
 bool tmaStore();
 
+/// LCEJIT_EXACT_TARGET (boolean, default on): the row loss takes the target logit summed
+/// again in f64 ([Note: the exact target logit] in plan/Program.h); off only to measure
+/// what that buys.
+bool exactTarget();
+
 /// Makes the next accessor call read the environment again. For tests only.
 void reloadForTesting();
 

@@ -95,6 +95,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
                                                    : plan::PlanOptions::Backward::Recompute;
   p.targetResidual = knobs::targetResidual();
   p.tmaStore = knobs::tmaStore();
+  p.exactTargetLogit = knobs::exactTarget();
   if (forwardOnly_)
     p.outputTypes = {DType::F32};
   else
@@ -121,6 +122,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += "|no-target-residual";
   if (!knobs::tmaStore())
     tile += "|no-tma-store";
+  if (!knobs::exactTarget())
+    tile += "|no-exact-target";
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice.
   static_assert(sizeof(plan::Target) == 3 * sizeof(int32_t),

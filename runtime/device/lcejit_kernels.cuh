@@ -18,6 +18,7 @@
 //   cast_kernel<OutElem>               CastKernel
 //   dz_form_kernel<TargetT>            DzFormKernel
 //   target_correction_kernel<A, T>     TargetCorrectionKernel
+//   row_dot_kernel<A, T>               RowDotKernel
 //
 // What a GEMM epilogue functor Epi provides (generated, see docs/codegen.md):
 //   struct Row, struct Col            operand values loaded once per row / per
@@ -563,6 +564,39 @@ target_correction_kernel(const void *residual, const void *target, const void *a
           o[t * k + j] += acc[c];
       }
     }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// RowDotKernel ([Note: the exact target logit] in plan/Program.h): out[r] =
+// f32(sum over j < k of f64(a[r][j]) * f64(b[t_r][j])) for the rows r < n with
+// 0 <= t_r < cols, 0 for the others. Block 256, one warp per row (grid-stride):
+// each lane sums its columns in f64 (a product of two bf16 or f16 values is exact
+// there), then the warp adds the lanes' sums by a fixed butterfly, so the result
+// does not depend on scheduling.
+//===----------------------------------------------------------------------===//
+
+template <class AElem, class TargetT>
+__device__ __forceinline__ void row_dot_kernel(const void *a, const void *b, const void *target,
+                                               void *out, i64 n, i64 k, i64 cols) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const i64 warps = static_cast<i64>(gridDim.x) * (blockDim.x / 32);
+  float *o = static_cast<float *>(out);
+  for (i64 r = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < n;
+       r += warps) {
+    const i64 t = target_of<TargetT>::at(target, r);
+    double s = 0.0;
+    if (t >= 0 && t < cols) { // the same for the whole warp
+#pragma unroll 4
+      for (i64 j = lane; j < k; j += 32)
+        s += static_cast<double>(load_f32<AElem>(a, r * k + j)) *
+             static_cast<double>(load_f32<AElem>(b, t * k + j));
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+      s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0)
+      o[r] = static_cast<float>(s);
   }
 }
 

@@ -166,7 +166,7 @@ TEST_P(LceGpuAccumulate, AddsTheGradientsToPrefilledBuffers) {
   const Comparison fh = k.compare(dH, c.dtype, ref.dH, nd);
   const Comparison fw = k.compare(dW, c.gradWeight, ref.dW, vd);
   EXPECT_LE(std::abs(double(loss0) - ref.loss),
-            (peaked ? kPeakedLossTolerance : kLossTolerance) * std::abs(ref.loss));
+            (peaked ? peakedLossTolerance(c.d) : kLossTolerance) * std::abs(ref.loss));
   EXPECT_EQ(fh.nonFinite, 0);
   EXPECT_EQ(fw.nonFinite, 0);
   EXPECT_LE(fh.relError, hiddenGradTolerance(c.dtype, exact, peaked, fh.floor, fh.bf16Floor)) << "fresh dH";

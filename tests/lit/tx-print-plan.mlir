@@ -75,14 +75,16 @@
 // CHECK-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
 // CHECK-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // CHECK-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
+// [Note: the exact target logit]: the row loss takes the target logit summed again in f64.
+// CHECK-NEXT: // decision: loss: lce_zy0 sums the target logit again in f64 (N*64 multiply-adds) for the row loss log1p(exp(z_y - v_y)*S'): on a peaked row the f32 GEMM's own z_y error would be a relative error of the loss ([Note: the exact target logit]){{$}}
 // CHECK-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'){{$}}
 // CHECK-NEXT: // decision: dZ residual: the target column's bf16 rounding of dZ, added back as a rank-1 update in f32 (darg0[r] += res[r]*arg1[t_r] in dA's last chunk, darg1[t_r] += res[r]*arg0[r] after the chunk loop, summed per target in row order){{$}}
 // CHECK-NEXT: // decision: backward: materialized schedule not taken: the GEMMs are not on the wgmma mainloop
 // The forward's partials and the row values that only the blocked steps read hold one
 // block's rows.
-// CHECK-NEXT: // decision: rows: steps 1..4 may run per block of rows (at least 1024 rows) when the budget needs it; partials0, row_l1_2, row_l1_3, row_l1_4, dz_residual0 hold one block's rows{{$}}
+// CHECK-NEXT: // decision: rows: steps 1..5 may run per block of rows (at least 1024 rows) when the budget needs it; partials0, row_l1_2, row_l1_3, row_l1_4, target_logit0, dz_residual0 hold one block's rows{{$}}
 // CHECK-NEXT: // decision: run schedule (example): N = 4097: 1 row block of 4097 rows, 1 chunk of 1024 columns; workspace 8.5 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
-// CHECK-NEXT: // decision: run schedule (example): N = 16384: 1 row block of 16384 rows, 1 chunk of 1024 columns; workspace 33.9 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
+// CHECK-NEXT: // decision: run schedule (example): N = 16384: 1 row block of 16384 rows, 1 chunk of 1024 columns; workspace 34.0 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // CHECK-NEXT: {
 // CHECK-NEXT: "bucket": {
 // CHECK-NEXT: "high": 16384,
@@ -96,10 +98,14 @@
 // CHECK-NEXT: ]
 // CHECK: "kind": "gemm_reduce",
 // CHECK-NEXT: "name": "lce_fwd0"
-// The row loss lse − z_y reads the logsumexp pair: (m − z_y) + log1p(t) ([Note: lse
-// minus a logit] in Planner.cpp).
+// [Note: the exact target logit]: the target logit again, from the forward's operands.
+// CHECK: "kind": "row_dot",
+// CHECK-NEXT: "name": "lce_zy0"
+// The row loss lse − z_y reads the logsumexp pair: log1p(exp(z_y − v_y)·(expm1(m − z_y) +
+// exp(m − z_y)·t)) ([Note: lse minus a logit] in Planner.cpp).
 // CHECK: "component": "max",
 // CHECK: "component": "rest_sum",
+// CHECK: "op": "expm1"
 // CHECK: "op": "log1p"
 // CHECK: "kind": "row",
 // CHECK-NEXT: "name": "lce_row1"
@@ -122,7 +128,7 @@
 // CHECK: "schedule": {
 // CHECK-NEXT: "blocked_steps": [
 // CHECK-NEXT: 1,
-// CHECK-NEXT: 4
+// CHECK-NEXT: 5
 // CHECK-NEXT: ],
 // CHECK-NEXT: "budget_bytes": 536870912,
 // CHECK: "splits": 8,
@@ -132,6 +138,9 @@
 // CHECK-NEXT: },
 // CHECK-NEXT: {
 // CHECK-NEXT: "launch": "lce_fwd0"
+// CHECK-NEXT: },
+// CHECK-NEXT: {
+// CHECK-NEXT: "launch": "lce_zy0"
 // CHECK-NEXT: },
 // CHECK-NEXT: {
 // CHECK-NEXT: "launch": "lce_row1"
@@ -168,6 +177,7 @@
 // CHECK-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
 // CHECK-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // CHECK-NEXT: // decision: forward GEMM: tile 64x64x16 (8 warps, 2 stages, simt.f32), 16 column tiles; 65 row blocks at N = 4097 (bucket low) -> 5 column splits to fill 132 SMs twice
+// CHECK-NEXT: // decision: loss: simt_zy0 sums the target logit again in f64
 // CHECK-NEXT: // decision: backward: vocab-chunked recompute; dZ as f32 (f32 operands, SIMT backward); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'){{$}}
 // CHECK: "format": "f32",
 // CHECK: "math": "simt.f32",
@@ -181,6 +191,7 @@
 // T100: // decision: bucket: N in [0, 256] (powers of four from 256)
 // T100-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // T100-NEXT: // decision: forward GEMM: tile 64x128x32 (4 warps, 3 stages, mma.sync.bf16), 8 column tiles; 1 row blocks at N = 1 (bucket low) -> 8 column splits to fill 132 SMs twice
+// T100-NEXT: // decision: loss: lce_zy0
 // T100-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16
 // T100: // decision: run schedule (example): N = 1: 1 row block of 1 rows, 1 chunk of 1024 columns; workspace 0.0 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // T100: "high": 256,
@@ -191,6 +202,7 @@
 // T5000: // decision: bucket: N in [4097, 16384] (powers of four from 256)
 // T5000-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // T5000-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 33 row blocks at N = 4097 (bucket low) -> 8 column splits to fill 132 SMs twice
+// T5000-NEXT: // decision: loss: lce_zy0
 // T5000-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16
 
 // tokens=100000: enough row blocks that one split fills the GPU (smaller partials); at
@@ -199,8 +211,8 @@
 // T100K: // decision: bucket: N in [65537, 262144] (powers of four from 256)
 // T100K-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // T100K-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 513 row blocks at N = 65537 (bucket low) -> 1 column splits to fill 132 SMs twice
-// T100K: // decision: run schedule (example): N = 65537: 1 row block of 65537 rows, 1 chunk of 1024 columns; workspace 130.3 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
-// T100K-NEXT: // decision: run schedule (example): N = 262144: 2 row blocks of 131072 rows, 1 chunk of 1024 columns; workspace 261.8 MiB of the 512.0 MiB budget; rows blocked to leave room for wide chunks
+// T100K: // decision: run schedule (example): N = 65537: 1 row block of 65537 rows, 1 chunk of 1024 columns; workspace 130.6 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
+// T100K-NEXT: // decision: run schedule (example): N = 262144: 2 row blocks of 131072 rows, 1 chunk of 1024 columns; workspace 262.3 MiB of the 512.0 MiB budget; rows blocked to leave room for wide chunks
 // T100K: "splits": 1,
 // T100K: "bytes_per_row": 12,
 // T100K-NEXT: "bytes_per_row_col": 0,
@@ -245,6 +257,8 @@
 // BF16OUT-NEXT: // decision: dZ residual: the target column's bf16 rounding of dZ, added back as a rank-1 update in f32 (darg0[r] += res[r]*arg1[t_r] in dA's last chunk); darg1 is bf16, written once per chunk: its target rows keep the rounded dZ{{$}}
 // BF16OUT-NEXT: // decision: backward: materialized schedule not taken: the GEMMs are not on the wgmma mainloop
 // BF16OUT-NEXT: // decision: rows: never blocked: kernel 'lce_drhs{{[0-9]+}}' writes a bf16 gradient
+// (Past the RowDot kernel, whose "out" is the target logit.)
+// BF16OUT: "kind": "row_dot",
 // BF16OUT: "out": {
 // BF16OUT-NEXT: "index": [[ACC:[0-9]+]],
 // BF16OUT-NEXT: "space": "workspace"

@@ -2,7 +2,7 @@
 //
 //   lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]
 //                [--case A,B,C,Q,S,L,W | all] [--precision fast|exact] [--budget-mb M]
-//                [--json FILE] [--series] [--forward] [--check]
+//                [--json FILE] [--series] [--forward] [--check] [--mode default|lean]
 //                [--gemm-only [--gemm-config BN,STAGES,GROUP[,pp]/...]]
 //
 // (llvm::cl: `--help` lists every option with its default; tools/ToolOptions.h.)
@@ -202,6 +202,16 @@ cl::opt<Precision> precisionOpt(
 cl::opt<int64_t> budgetMbOpt("budget-mb", cl::value_desc("M"),
                              cl::desc("workspace budget in MiB (default: 0, the op's default)"),
                              cl::init(0), cl::cat(kCategory));
+/// --mode lean: the lean schedule of issue 5, the planner's choice under a 64 MiB workspace
+/// budget (the vocab-chunked recompute with row blocks); --budget-mb sets another budget.
+enum class ModeArg { Default, Lean };
+cl::opt<ModeArg> modeOpt("mode", cl::desc("schedule (default: the op's, under its budget)"),
+                         cl::values(clEnumValN(ModeArg::Default, "default",
+                                               "the op's default budget (512 MiB)"),
+                                    clEnumValN(ModeArg::Lean, "lean",
+                                               "a 64 MiB budget unless --budget-mb says "
+                                               "otherwise: the lean recompute schedule")),
+                         cl::init(ModeArg::Default), cl::cat(kCategory));
 cl::opt<std::string> jsonOpt("json", cl::value_desc("FILE"),
                              cl::desc("write the results as JSON here"), cl::cat(kCategory));
 cl::opt<bool> seriesOpt("series",
@@ -271,6 +281,8 @@ Args parse(int argc, char **argv) {
   }
   a.precision = precisionOpt;
   a.budgetMb = budgetMbOpt;
+  if (modeOpt == ModeArg::Lean && !budgetMbOpt.getNumOccurrences())
+    a.budgetMb = 64;
   a.json = jsonOpt;
   a.series = seriesOpt;
   a.gemmOnly = gemmOnlyOpt;

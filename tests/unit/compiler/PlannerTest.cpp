@@ -277,10 +277,12 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
     o.backward = plan::PlanOptions::Backward::Materialized;
     plan::Program p = g->plan(o);
     EXPECT_NE(decision(p, "backward: materialized:"), "") << p.toJson(2);
+    // (The RowDot of [Note: the exact target logit] sums the target logit for the loss.)
     const std::vector<KernelKind> want = {
-        KernelKind::Row,      KernelKind::GemmReduce,       KernelKind::Row,
-        KernelKind::Row,      KernelKind::DzForm,           KernelKind::GemmDLhs,
-        KernelKind::GemmDRhs, KernelKind::TargetCorrection, KernelKind::Row};
+        KernelKind::Row,      KernelKind::GemmReduce, KernelKind::RowDot,
+        KernelKind::Row,      KernelKind::Row,        KernelKind::DzForm,
+        KernelKind::GemmDLhs, KernelKind::GemmDRhs,   KernelKind::TargetCorrection,
+        KernelKind::Row};
     EXPECT_EQ(kinds(p), want);
     const plan::GemmReduceKernel *f = nullptr;
     const plan::DzFormKernel *z = nullptr;
@@ -369,6 +371,71 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
   spec.targetType = DType::I32;
   auto i32 = pipeline::compileGraph(*fe::buildLceGraph(spec));
   EXPECT_NE(decision(i32->plan(asked(wgmmaOptions(1500))), "backward: materialized:"), "");
+}
+
+/// [Note: the exact target logit]: the loss's row kernel reads the target logit summed
+/// again in f64 by a RowDotKernel launched between the forward and it (per row block with
+/// the forward), over the forward's own operands and target; with softcap the row function
+/// applies the value chain (tanh) to it. Off (LCEJIT_EXACT_TARGET=0): no such kernel.
+TEST(Planner, ExactTargetLogitForTheRowLoss) {
+  for (std::optional<double> softcap : {std::optional<double>(), std::optional<double>(30.0)}) {
+    auto g = lceFused(4096, 128256, DType::BF16, softcap);
+    plan::Program p = g->plan(wgmmaOptions(8192));
+    int fwd = -1, dot = -1, fwdStep = -1, dotStep = -1, loss = -1, lossStep = -1;
+    for (size_t i = 0; i < p.kernels.size(); ++i) {
+      if (p.kernels[i].kind() == KernelKind::GemmReduce)
+        fwd = static_cast<int>(i);
+      if (p.kernels[i].kind() == KernelKind::RowDot)
+        dot = static_cast<int>(i);
+    }
+    ASSERT_GE(fwd, 0);
+    ASSERT_GE(dot, 0) << p.toJson(2);
+    const auto &F = std::get<plan::GemmReduceKernel>(p.kernels[static_cast<size_t>(fwd)].body);
+    const auto &D = std::get<plan::RowDotKernel>(p.kernels[static_cast<size_t>(dot)].body);
+    EXPECT_EQ(D.a, F.gemm.a);
+    EXPECT_EQ(D.b, F.gemm.b);
+    EXPECT_EQ(D.abType, DType::BF16);
+    EXPECT_EQ(D.k, 4096);
+    EXPECT_EQ(D.cols, 128256);
+    EXPECT_EQ(D.targetType, DType::I64);
+    // The target is the Row operand the forward compares its column with.
+    bool targetIsForwardOperand = false;
+    for (const plan::Operand &o : F.gemm.args)
+      targetIsForwardOperand |= o.kind == plan::Operand::Kind::Row && o.buf == D.target;
+    EXPECT_TRUE(targetIsForwardOperand);
+    for (size_t si = 0; si < p.steps.size(); ++si) {
+      const plan::Step &st = p.steps[si];
+      if (st.kind != plan::Step::Kind::Launch)
+        continue;
+      if (st.kernel == fwd)
+        fwdStep = static_cast<int>(si);
+      if (st.kernel == dot)
+        dotStep = static_cast<int>(si);
+      if (const auto *r = std::get_if<plan::RowKernel>(&p.kernels[static_cast<size_t>(st.kernel)].body))
+        for (const plan::Operand &o : r->args)
+          if (o.kind == plan::Operand::Kind::Row && o.buf == D.out) {
+            loss = st.kernel;
+            lossStep = static_cast<int>(si);
+          }
+    }
+    EXPECT_LT(fwdStep, dotStep);
+    ASSERT_GE(loss, 0) << "a row kernel reads the RowDot's output";
+    EXPECT_LT(dotStep, lossStep);
+    EXPECT_LE(dotStep, p.schedule.lastBlockedStep) << "it runs per row block with the forward";
+    const auto &R = std::get<plan::RowKernel>(p.kernels[static_cast<size_t>(loss)].body);
+    auto has = [&](plan::ScalarOp op) {
+      return std::any_of(R.func.insts.begin(), R.func.insts.end(),
+                         [&](const plan::ScalarInst &in) { return in.op == op; });
+    };
+    EXPECT_TRUE(has(plan::ScalarOp::Expm1) && has(plan::ScalarOp::Log1p)) << "log1p(exp(d)*S')";
+    EXPECT_EQ(has(plan::ScalarOp::Tanh), softcap.has_value()) << "v_y = softcap(x_y)";
+    EXPECT_NE(decision(p, "loss: lce_zy0 sums the target logit again in f64 (N*4096"), "");
+
+    plan::PlanOptions off = wgmmaOptions(8192);
+    off.exactTargetLogit = false;
+    for (const plan::Kernel &k : g->plan(off).kernels)
+      EXPECT_NE(k.kind(), KernelKind::RowDot) << k.name;
+  }
 }
 
 /// [Note: the target-column residual]: where dZ is one bf16 operand and the loss has a
@@ -771,6 +838,8 @@ TEST(Planner, KernelParamsOrder) {
       want = {PK::N, PK::ChunkBegin, PK::ChunkCols, PK::RowBlock};
       break;
     case KernelKind::Cast: want = {PK::N}; break;
+    case KernelKind::RowDot: want = {PK::N}; break;
+    default: ADD_FAILURE() << k.name << ": a kernel kind this test does not expect"; break;
     }
     // A kernel that writes an output takes the run's accumulate mask last ([Note:
     // accumulating outputs]): here the dRhs GEMM (dW) and the cast (dH); the dLhs GEMM
@@ -806,13 +875,18 @@ TEST(Planner, KernelParamsOrder) {
         }
       }
     }
-    // Every kernel with a launch contract (all but the grid-stride Cast) gets the error
-    // word: row kernels for their device checks too, GEMMs for launch_ok alone.
-    EXPECT_EQ(hasBuf({plan::Space::Workspace, plan::kErrorBuffer}), k.kind() != KernelKind::Cast)
+    if (auto *r = std::get_if<plan::RowDotKernel>(&k.body)) {
+      EXPECT_TRUE(hasBuf(r->a) && hasBuf(r->b) && hasBuf(r->target) && hasBuf(r->out)) << k.name;
+    }
+    // Every kernel with a launch contract (all but the grid-stride Cast and RowDot) gets
+    // the error word: row kernels for their device checks too, GEMMs for launch_ok alone.
+    EXPECT_EQ(hasBuf({plan::Space::Workspace, plan::kErrorBuffer}),
+              k.kind() != KernelKind::Cast && k.kind() != KernelKind::RowDot)
         << k.name;
   }
   for (KernelKind kk : {KernelKind::Row, KernelKind::GemmReduce, KernelKind::GemmDz,
-                        KernelKind::GemmDLhs, KernelKind::GemmDRhs, KernelKind::Cast})
+                        KernelKind::GemmDLhs, KernelKind::GemmDRhs, KernelKind::Cast,
+                        KernelKind::RowDot})
     EXPECT_TRUE(seen.count(kk)) << plan::kernelKindName(kk);
 }
 

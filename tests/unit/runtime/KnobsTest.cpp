@@ -208,6 +208,18 @@ TEST_F(KnobsTest, TmaStore) {
   EXPECT_NE(msg.find("'sometimes'"), std::string::npos) << msg;
 }
 
+TEST_F(KnobsTest, ExactTarget) {
+  EXPECT_TRUE(knobs::exactTarget()) << "on by default";
+  env.set("LCEJIT_EXACT_TARGET", "0");
+  EXPECT_FALSE(knobs::exactTarget());
+  env.set("LCEJIT_EXACT_TARGET", "yes");
+  EXPECT_TRUE(knobs::exactTarget());
+  env.set("LCEJIT_EXACT_TARGET", "2");
+  std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::exactTarget(); });
+  EXPECT_NE(msg.find("LCEJIT_EXACT_TARGET"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'2'"), std::string::npos) << msg;
+}
+
 TEST_F(KnobsTest, ReadOnceUntilReload) {
   env.set("LCEJIT_ALWAYS_COMPILE", "1");
   EXPECT_TRUE(knobs::alwaysCompile());

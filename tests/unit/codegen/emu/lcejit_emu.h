@@ -109,6 +109,7 @@ struct Warp {
   float shfl[2][32];
   unsigned vote[2][32];
   long long shfl64[2][32];
+  double shfld[2][32];
   unsigned a[2][32][4];
   unsigned b[2][32][2];
   const unsigned char *ldsm[2][32];
@@ -202,6 +203,15 @@ inline float __shfl_xor_sync(unsigned, float v, int mask) {
   w.shfl[p][t.lane] = v;
   w.bar.wait();
   return w.shfl[p][t.lane ^ mask];
+}
+
+inline double __shfl_xor_sync(unsigned, double v, int mask) {
+  lcejit_emu::ThreadState &t = lcejit_emu::tls;
+  lcejit_emu::Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
+  const unsigned p = t.shfl_phase++ & 1u;
+  w.shfld[p][t.lane] = v;
+  w.bar.wait();
+  return w.shfld[p][t.lane ^ mask];
 }
 
 /// Warp votes and an indexed shuffle: every lane of the warp takes part (as the device
