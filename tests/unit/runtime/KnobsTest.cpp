@@ -184,40 +184,34 @@ TEST_F(KnobsTest, Mainloop) {
   }
 }
 
-TEST_F(KnobsTest, TargetResidual) {
-  EXPECT_TRUE(knobs::targetResidual()) << "on by default";
-  env.set("LCEJIT_TARGET_RESIDUAL", "0");
-  EXPECT_FALSE(knobs::targetResidual());
-  env.set("LCEJIT_TARGET_RESIDUAL", "on");
-  EXPECT_TRUE(knobs::targetResidual());
-  env.set("LCEJIT_TARGET_RESIDUAL", "maybe");
-  std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::targetResidual(); });
-  EXPECT_NE(msg.find("LCEJIT_TARGET_RESIDUAL"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'maybe'"), std::string::npos) << msg;
-}
-
-TEST_F(KnobsTest, TmaStore) {
-  EXPECT_TRUE(knobs::tmaStore()) << "on by default";
-  env.set("LCEJIT_TMA_STORE", "off");
-  EXPECT_FALSE(knobs::tmaStore());
-  env.set("LCEJIT_TMA_STORE", "1");
-  EXPECT_TRUE(knobs::tmaStore());
-  env.set("LCEJIT_TMA_STORE", "sometimes");
-  std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::tmaStore(); });
-  EXPECT_NE(msg.find("LCEJIT_TMA_STORE"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'sometimes'"), std::string::npos) << msg;
-}
-
-TEST_F(KnobsTest, ExactTarget) {
-  EXPECT_TRUE(knobs::exactTarget()) << "on by default";
-  env.set("LCEJIT_EXACT_TARGET", "0");
-  EXPECT_FALSE(knobs::exactTarget());
-  env.set("LCEJIT_EXACT_TARGET", "yes");
-  EXPECT_TRUE(knobs::exactTarget());
-  env.set("LCEJIT_EXACT_TARGET", "2");
-  std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::exactTarget(); });
-  EXPECT_NE(msg.find("LCEJIT_EXACT_TARGET"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'2'"), std::string::npos) << msg;
+/// The boolean switches that are on by default and off only for comparisons: each reads
+/// 0/off and 1/on/yes, and names itself and the value it rejects.
+TEST_F(KnobsTest, DefaultOnSwitches) {
+  struct Switch {
+    const char *name;
+    bool (*get)();
+  };
+  const Switch switches[] = {{"LCEJIT_TARGET_RESIDUAL", knobs::targetResidual},
+                             {"LCEJIT_TMA_STORE", knobs::tmaStore},
+                             {"LCEJIT_EXACT_TARGET", knobs::exactTarget}};
+  for (const Switch &sw : switches) {
+    SCOPED_TRACE(sw.name);
+    env.set(sw.name, std::nullopt);
+    EXPECT_TRUE(sw.get()) << "on by default";
+    for (const char *off : {"0", "off"}) {
+      env.set(sw.name, off);
+      EXPECT_FALSE(sw.get()) << off;
+    }
+    for (const char *on : {"1", "on", "yes"}) {
+      env.set(sw.name, on);
+      EXPECT_TRUE(sw.get()) << on;
+    }
+    env.set(sw.name, "maybe");
+    std::string msg = expectError(ErrorKind::InvalidArgument, [&] { sw.get(); });
+    EXPECT_NE(msg.find(sw.name), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'maybe'"), std::string::npos) << msg;
+    env.set(sw.name, std::nullopt);
+  }
 }
 
 TEST_F(KnobsTest, ReadOnceUntilReload) {

@@ -196,22 +196,27 @@ inline long long __double2ll_rz(double x) {
 }
 inline int __double2int_rz(double x) { return emu_trunc_sat<int>(x); }
 
-inline float __shfl_xor_sync(unsigned, float v, int mask) {
-  lcejit_emu::ThreadState &t = lcejit_emu::tls;
-  lcejit_emu::Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
+namespace lcejit_emu {
+/// One warp-wide exchange: every lane publishes v in `slots` (double-buffered by phase)
+/// and, after the warp's barrier, reads the value of lane from(its lane).
+template <class T, class From>
+inline T warp_exchange(T (Warp::*slots)[2][32], T v, From from) {
+  ThreadState &t = tls;
+  Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
   const unsigned p = t.shfl_phase++ & 1u;
-  w.shfl[p][t.lane] = v;
+  (w.*slots)[p][t.lane] = v;
   w.bar.wait();
-  return w.shfl[p][t.lane ^ mask];
+  return (w.*slots)[p][from(t.lane) & 31];
 }
+} // namespace lcejit_emu
 
+inline float __shfl_xor_sync(unsigned, float v, int mask) {
+  return lcejit_emu::warp_exchange(&lcejit_emu::Warp::shfl, v,
+                                   [mask](int lane) { return lane ^ mask; });
+}
 inline double __shfl_xor_sync(unsigned, double v, int mask) {
-  lcejit_emu::ThreadState &t = lcejit_emu::tls;
-  lcejit_emu::Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
-  const unsigned p = t.shfl_phase++ & 1u;
-  w.shfld[p][t.lane] = v;
-  w.bar.wait();
-  return w.shfld[p][t.lane ^ mask];
+  return lcejit_emu::warp_exchange(&lcejit_emu::Warp::shfld, v,
+                                   [mask](int lane) { return lane ^ mask; });
 }
 
 /// Warp votes and an indexed shuffle: every lane of the warp takes part (as the device
@@ -229,12 +234,7 @@ inline unsigned __ballot_sync(unsigned, bool pred) {
 }
 inline bool __any_sync(unsigned mask, bool pred) { return __ballot_sync(mask, pred) != 0; }
 inline long long __shfl_sync(unsigned, long long v, int src) {
-  lcejit_emu::ThreadState &t = lcejit_emu::tls;
-  lcejit_emu::Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
-  const unsigned p = t.shfl_phase++ & 1u;
-  w.shfl64[p][t.lane] = v;
-  w.bar.wait();
-  return w.shfl64[p][src & 31];
+  return lcejit_emu::warp_exchange(&lcejit_emu::Warp::shfl64, v, [src](int) { return src; });
 }
 inline int __ffs(int x) { return x == 0 ? 0 : __builtin_ctz(static_cast<unsigned>(x)) + 1; }
 
