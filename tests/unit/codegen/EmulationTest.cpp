@@ -533,6 +533,69 @@ TEST(Emulation, PlannedProgramRowBlocksAndChunks) {
     }
   }
 }
+/// [Note: the exact target logit] on the CPU: a planned Program's generated CUDA (the
+/// RowDot kernel and the loss's row function) under the host emulation, on peaked rows
+/// (each row's target logit raised by 20 over the rest, as in the GPU suite), against
+/// fp64. The emulated GEMM accumulates in f32 as the device does, so without the f64
+/// target logit its own error in z_y (|z_y| ~ 20 over 1024 products) is a relative error
+/// of the row losses of order 1e-6; with it the loss is several times closer to fp64
+/// (the host's f32 adds round to nearest, so the gap is smaller than the device's).
+TEST(Emulation, PeakedLossTakesTheExactTargetLogit) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  double err[2] = {0, 0};
+  for (bool exactTarget : {true, false}) {
+    LceOptions o = smallLce();
+    o.d = 1024;
+    o.dwType = DType::F32;
+    o.dhType = DType::BF16;
+    fe::LceSpec spec;
+    spec.hidden = o.d;
+    spec.vocab = o.v;
+    spec.dtype = DType::BF16;
+    spec.ignoreIndex = -100;
+    auto fg = pipeline::compileGraph(*fe::buildLceGraph(spec));
+    plan::PlanOptions po;
+    po.name = exactTarget ? "peaked_exact" : "peaked_f32";
+    po.tokens = 100;
+    po.mainloop = plan::Mainloop::MmaSync; // the host emulation runs the portable mainloop
+    po.outputTypes = {DType::F32, o.dhType, o.dwType};
+    po.exactTargetLogit = exactTarget;
+    Program p = fg->plan(po);
+    bool hasRowDot = false;
+    for (const plan::Kernel &k : p.kernels)
+      hasRowDot |= k.kind() == plan::KernelKind::RowDot;
+    ASSERT_EQ(hasRowDot, exactTarget);
+    HostModule module(p);
+    const int64_t n = 8;
+    LceRun r(p, o, n);
+    // Peak: h[i] += 20 · w[y_i] / |w[y_i]|² (bf16-rounded, as the kernels read it).
+    void *hp = r.hb.as<char>();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = r.y[static_cast<size_t>(i)];
+      if (t < 0)
+        continue;
+      double norm2 = 0;
+      for (int64_t k = 0; k < o.d; ++k)
+        norm2 += r.w[static_cast<size_t>(t * o.d + k)] * r.w[static_cast<size_t>(t * o.d + k)];
+      for (int64_t k = 0; k < o.d; ++k) {
+        const size_t idx = static_cast<size_t>(i * o.d + k);
+        r.h[idx] = storeAs(o.abType, hp, idx,
+                           r.h[idx] + 20.0 * r.w[static_cast<size_t>(t * o.d + k)] / norm2);
+      }
+    }
+    r.run(module);
+    Reference ref = reference(o, n, r.h, r.w, r.y);
+    ASSERT_LT(ref.loss, 1e-3) << "the rows are peaked";
+    err[exactTarget ? 0 : 1] = std::fabs(r.loss.as<float>()[0] - ref.loss) / ref.loss;
+    EXPECT_EQ(r.errorWord(p)[0], 0);
+  }
+  std::cout << fmt::format("    peaked loss rel err: exact target {:.2e}, f32 pick {:.2e}\n",
+                           err[0], err[1]);
+  // Measured: 2.7e-8 with the f64 target logit, 3.5e-6 without it.
+  EXPECT_LT(err[0], 2e-7);
+  EXPECT_GT(err[1], 10 * err[0]) << "the f64 target logit must matter on peaked rows";
+}
+
 /// Gradient accumulation ([Note: accumulating outputs] in Program.h): planned Programs'
 /// generated CUDA, run under the host emulation with row blocks (f32 dW) and vocabulary
 /// chunks, with the output mask of a run that accumulates into dH, dW or both. Each
