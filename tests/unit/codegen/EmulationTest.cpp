@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 using namespace lcejit;
@@ -306,6 +307,25 @@ void runCase(const Case &c) {
                    << " and " << LCEJIT_TEST_EMU_DIR;                          \
   } while (0)
 
+/// The frontend's LCE (ignore_index -100) for o's D and V with operands of `ab`, planned
+/// for the portable mainloop (the one the host emulation runs) with o's output types;
+/// `options` sets the rest (name, precision, ...) before planning.
+Program plannedLce(const LceOptions &o, DType ab,
+                   const std::function<void(plan::PlanOptions &)> &options) {
+  fe::LceSpec spec;
+  spec.hidden = o.d;
+  spec.vocab = o.v;
+  spec.dtype = ab;
+  spec.ignoreIndex = -100;
+  auto fg = pipeline::compileGraph(*fe::buildLceGraph(spec));
+  plan::PlanOptions po;
+  po.tokens = 100;
+  po.mainloop = plan::Mainloop::MmaSync;
+  po.outputTypes = {DType::F32, o.dhType, o.dwType};
+  options(po);
+  return fg->plan(po);
+}
+
 LceOptions smallLce() {
   LceOptions o;
   o.name = "emu";
@@ -480,19 +500,11 @@ TEST(Emulation, PlannedProgramRowBlocksAndChunks) {
     LceOptions o = smallLce();
     o.dwType = DType::F32; // row blocks accumulate dW in f32
     o.dhType = DType::BF16;
-    fe::LceSpec spec;
-    spec.hidden = o.d;
-    spec.vocab = o.v;
-    spec.dtype = DType::BF16;
-    spec.ignoreIndex = -100;
-    auto fg = pipeline::compileGraph(*fe::buildLceGraph(spec));
-    plan::PlanOptions po;
-    po.name = exact ? "planned_exact" : "planned_fast";
-    po.tokens = 100;
-    po.exactGradients = exact;
-    po.mainloop = plan::Mainloop::MmaSync; // the host emulation runs the portable mainloop
-    po.outputTypes = {DType::F32, o.dhType, o.dwType};
-    Program p = fg->plan(po);
+    const std::string name = exact ? "planned_exact" : "planned_fast";
+    Program p = plannedLce(o, DType::BF16, [&](plan::PlanOptions &po) {
+      po.name = name;
+      po.exactGradients = exact;
+    });
     ASSERT_GE(p.schedule.firstBlockedStep, 0) << "the LCE Program's rows are blockable";
     // Blocks of 32 rows and chunks of at most 128 columns.
     p.schedule.minBlockRows = 32;
@@ -504,7 +516,7 @@ TEST(Emulation, PlannedProgramRowBlocksAndChunks) {
     ASSERT_GT(s.rowBlocks, 1) << s.describe();
     ASSERT_GT(s.chunks, 1) << s.describe();
     HostModule module(p);
-    SCOPED_TRACE(fmt::format("{}: {}", po.name, s.describe()));
+    SCOPED_TRACE(fmt::format("{}: {}", name, s.describe()));
     LceRun r(p, o, n);
     r.run(module);
     Reference ref = reference(o, n, r.h, r.w, r.y);
@@ -548,19 +560,10 @@ TEST(Emulation, PeakedLossTakesTheExactTargetLogit) {
     o.d = 1024;
     o.dwType = DType::F32;
     o.dhType = DType::BF16;
-    fe::LceSpec spec;
-    spec.hidden = o.d;
-    spec.vocab = o.v;
-    spec.dtype = DType::BF16;
-    spec.ignoreIndex = -100;
-    auto fg = pipeline::compileGraph(*fe::buildLceGraph(spec));
-    plan::PlanOptions po;
-    po.name = exactTarget ? "peaked_exact" : "peaked_f32";
-    po.tokens = 100;
-    po.mainloop = plan::Mainloop::MmaSync; // the host emulation runs the portable mainloop
-    po.outputTypes = {DType::F32, o.dhType, o.dwType};
-    po.exactTargetLogit = exactTarget;
-    Program p = fg->plan(po);
+    Program p = plannedLce(o, DType::BF16, [&](plan::PlanOptions &po) {
+      po.name = exactTarget ? "peaked_exact" : "peaked_f32";
+      po.exactTargetLogit = exactTarget;
+    });
     bool hasRowDot = false;
     for (const plan::Kernel &k : p.kernels)
       hasRowDot |= k.kind() == plan::KernelKind::RowDot;
@@ -620,19 +623,10 @@ TEST(Emulation, AccumulateAddsTheGradientsToWhatTheOutputsHold) {
     o.abType = pc.ab;
     o.dhType = pc.dh;
     o.dwType = pc.dw;
-    fe::LceSpec spec;
-    spec.hidden = o.d;
-    spec.vocab = o.v;
-    spec.dtype = pc.ab;
-    spec.ignoreIndex = -100;
-    auto fg = pipeline::compileGraph(*fe::buildLceGraph(spec));
-    plan::PlanOptions po;
-    po.name = "accumulate";
-    po.tokens = 100;
-    po.exactGradients = pc.exact;
-    po.mainloop = plan::Mainloop::MmaSync; // the host emulation runs the portable mainloop
-    po.outputTypes = {DType::F32, o.dhType, o.dwType};
-    Program p = fg->plan(po);
+    Program p = plannedLce(o, pc.ab, [&](plan::PlanOptions &po) {
+      po.name = "accumulate";
+      po.exactGradients = pc.exact;
+    });
     ASSERT_EQ(plan::accumulableOutputs(p), 6u) << pc.name;
     p.schedule.minBlockRows = 32;
     p.schedule.rowAlign = 32;

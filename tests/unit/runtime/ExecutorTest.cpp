@@ -13,6 +13,7 @@
 #include "runtime/Executor.h"
 #include "compiler/plan/SchedulePolicy.h"
 #include "runtime/KernelCache.h"
+#include "runtime/TensorMap.h"
 
 #include <fmt/format.h>
 
@@ -215,6 +216,7 @@ TEST(ExecutorPlanTest, ArgumentsFollowKernelParamsExactly) {
         break;
       case Param::Kind::TensorMapA:
       case Param::Kind::TensorMapB:
+      case Param::Kind::TensorMapOut:
         ADD_FAILURE() << "these test Programs run mma.sync: no tensor maps";
         break;
       case Param::Kind::RowBlock:
@@ -777,3 +779,24 @@ TEST(ExecutorGpuTest, RunsAProgramEndToEnd) {
 }
 
 } // namespace
+
+/// The sm90 tensor maps reject what TMA cannot copy before the driver is asked (so this
+/// runs without one), naming the field: operand rows not 16-byte aligned, and for the f32
+/// output map of the TMA store epilogue ([Note: sm90 output map]) an ld that is not a
+/// multiple of 4 elements or smaller than k.
+TEST(TensorMapArgs, BadOperandsAreNamedBeforeTheDriver) {
+  runtime::Sm90Operand bf{0x10000, true, 64, 64, 68, 128};
+  std::string msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::encodeSm90Operand(bf); });
+  EXPECT_NE(msg.find("ld = 68"), std::string::npos) << msg;
+  runtime::Sm90Operand out{0x10000, true, 64, 32, 30, 64};
+  out.f32Out = true;
+  msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::encodeSm90Operand(out); });
+  EXPECT_NE(msg.find("f32 output ld = 30"), std::string::npos) << msg;
+  out.ld = 28; // a multiple of 4, but less than k
+  msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::encodeSm90Operand(out); });
+  EXPECT_NE(msg.find("f32 output ld = 28"), std::string::npos) << msg;
+  out.ld = 32;
+  out.data = 0x10004;
+  msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::encodeSm90Operand(out); });
+  EXPECT_NE(msg.find("not 16-byte aligned"), std::string::npos) << msg;
+}
