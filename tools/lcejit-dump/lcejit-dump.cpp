@@ -34,6 +34,7 @@
 #include <iostream>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 using namespace lcejit;
@@ -241,10 +242,22 @@ private:
   int count_ = 0;
 };
 
+/// cuobjdump from the CUDA toolkit, else the first one on PATH (e.g. the PyPI wheel
+/// nvidia-cuda-cuobjdump, on a machine with NVRTC but no toolkit).
 std::string findCuobjdump() {
   for (const char *p : {"/usr/local/cuda/bin/cuobjdump", "/usr/bin/cuobjdump"})
     if (fs::exists(p))
       return p;
+  if (const char *path = std::getenv("PATH")) {
+    std::string_view rest(path);
+    while (!rest.empty()) {
+      const size_t colon = rest.find(':');
+      const fs::path dir(std::string(rest.substr(0, colon)));
+      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+      if (!dir.empty() && fs::exists(dir / "cuobjdump"))
+        return (dir / "cuobjdump").string();
+    }
+  }
   return {};
 }
 
