@@ -134,8 +134,9 @@ std::vector<Sm90Operand> wgmmaOperands(const Program &program, const BufferResol
   switch (kernel.kind()) {
   case plan::KernelKind::GemmReduce: {
     const auto &g = std::get<plan::GemmReduceKernel>(kernel.body).gemm;
+    // [Note: sm90 multicast]: with clusterM = 2 B is copied in halves of bn / 2 rows.
     return {Sm90Operand{at(g.a), true, rows, g.k, g.k, 128},
-            Sm90Operand{at(g.b), true, g.cols, g.k, g.k, bn}};
+            Sm90Operand{at(g.b), true, g.cols, g.k, g.k, bn / g.tile.clusterM}};
   }
   case plan::KernelKind::GemmDz: {
     const auto &g = std::get<plan::GemmDzKernel>(kernel.body).gemm;
@@ -193,6 +194,9 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
                    g[1] <= 65535 && g[2] > 0 && g[2] <= 65535,
                "kernel '{}': grid ({}, {}, {}) is out of the CUDA limits", kernel.name, g[0],
                g[1], g[2]);
+  LCEJIT_CHECK(rec.dims.cluster >= 1 && g[0] % rec.dims.cluster == 0,
+               "kernel '{}': grid x {} is not a multiple of its cluster size {}", kernel.name,
+               g[0], rec.dims.cluster);
   LCEJIT_CHECK(rec.dims.block > 0 && rec.dims.block <= 1024 && rec.dims.sharedBytes >= 0,
                "kernel '{}': block {} shared {}", kernel.name, rec.dims.block,
                rec.dims.sharedBytes);
@@ -592,14 +596,24 @@ void Executor::launch(const PreparedRun &r, CUstream stream) const {
     cfg.blockDimZ = 1;
     cfg.sharedMemBytes = static_cast<unsigned>(l.dims.sharedBytes);
     cfg.hStream = stream;
+    CUlaunchAttribute cluster{};
+    if (l.dims.cluster > 1) {
+      // [Note: sm90 multicast]: consecutive CTAs along x form one cluster.
+      cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      cluster.value.clusterDim.x = static_cast<unsigned>(l.dims.cluster);
+      cluster.value.clusterDim.y = 1;
+      cluster.value.clusterDim.z = 1;
+      cfg.attrs = &cluster;
+      cfg.numAttrs = 1;
+    }
     CUresult res = d.launchKernelEx(&cfg, f, params, nullptr);
     if (res != CUDA_SUCCESS) {
       const plan::Kernel &k = program_.kernels[static_cast<size_t>(l.kernel)];
       std::string what = fmt::format(
           "cuLaunchKernelEx of kernel '{}' (row block {}, chunk {}, grid ({}, {}, {}), block {}, {} bytes "
-          "dynamic shared)",
+          "dynamic shared, clusters of {})",
           k.name, l.rowBlock, l.chunk, l.dims.grid[0], l.dims.grid[1], l.dims.grid[2],
-          l.dims.block, l.dims.sharedBytes);
+          l.dims.block, l.dims.sharedBytes, l.dims.cluster);
       throwCudaError(res, what.c_str(), __FILE__, __LINE__);
     }
   }

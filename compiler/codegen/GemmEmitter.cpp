@@ -110,6 +110,9 @@ void checkShape(const GemmShape &s, const std::string &what) {
     LCEJIT_CHECK(t.stages >= 2 && t.stages <= 8, "{}: {} stages (2 to 8)", what, t.stages);
     LCEJIT_CHECK(!t.tmaStore || !t.pingpong,
                  "{}: the TMA store epilogue runs on cooperative consumers only", what);
+    LCEJIT_CHECK(t.clusterM == 1 || (t.clusterM == 2 && s.bKMajor),
+                 "{}: clusterM = {} (1, or 2 with a K-major B: [Note: sm90 multicast])", what,
+                 t.clusterM);
     LCEJIT_CHECK(plan::wgmmaSharedBytes(t) <= 232448,
                  "{}: {} bytes of shared memory for bn = {} and {} stages", what,
                  plan::wgmmaSharedBytes(t), t.bn, t.stages);
@@ -163,6 +166,10 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
                                ctx.kernel().kind() == plan::KernelKind::GemmDRhs),
                "kernel '{}': only a wgmma GemmDRhs writes its output through TMA (tmaStore)",
                ctx.name());
+  LCEJIT_CHECK(t.clusterM == 1 || (s.math == MathMode::WgmmaBF16 &&
+                                     ctx.kernel().kind() == plan::KernelKind::GemmReduce),
+               "kernel '{}': only a wgmma GemmReduce runs as clusters (clusterM = {})",
+               ctx.name(), t.clusterM);
   if (s.math == MathMode::WgmmaBF16) {
     w.line("#if !defined(LCEJIT_SM90)");
     w.line("#error \"kernel {} runs the sm_90a mainloop: compile with "
@@ -171,7 +178,12 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
     w.line("#endif");
     w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}{}> {};", t.bn,
            t.stages, s.aKMajor ? "K_MAJOR" : "MN_MAJOR", s.bKMajor ? "K_MAJOR" : "MN_MAJOR",
-           t.tmaStore ? ", 0, 1" : t.pingpong ? ", 1" : "", cfg);
+           t.clusterM > 1 ? fmt::format(", {}, {}, {}", t.pingpong ? 1 : 0, t.tmaStore ? 1 : 0,
+                                        t.clusterM)
+           : t.tmaStore ? ", 0, 1"
+           : t.pingpong ? ", 1"
+                        : "",
+           cfg);
     w.line("static_assert({}::SMEM_BYTES == {}, \"shared-memory layout must match "
            "plan::wgmmaSharedBytes\");",
            cfg, ctx.launchDims().sharedBytes);
@@ -196,10 +208,15 @@ std::string tileText(const GemmShape &s) {
   const TileConfig &t = s.tile;
   if (s.math == MathMode::WgmmaBF16)
     return fmt::format("math {}, tile {}x{}x{}, 384 threads (TMA producer warpgroup + 2 "
-                       "wgmma consumer warpgroups, {}), {} stages{}",
+                       "wgmma consumer warpgroups, {}), {} stages{}{}",
                        plan::mathModeName(s.math), t.bm, t.bn, t.bk,
                        t.pingpong ? "ping-pong: alternate tiles" : "cooperative", t.stages,
-                       t.tmaStore ? "; f32 tiles out through shared memory and TMA" : "");
+                       t.tmaStore ? "; f32 tiles out through shared memory and TMA" : "",
+                       t.clusterM > 1 ? fmt::format("; clusters of {} along the rows share "
+                                                    "each B tile by TMA multicast when the "
+                                                    "row tiles pair up",
+                                                    t.clusterM)
+                                      : "");
   return fmt::format(
       "math {}, tile {}x{}x{}, warps {}x{} ({} threads), {} stages",
       plan::mathModeName(s.math), t.bm, t.bn, t.bk, t.warpsM, t.warpsN,

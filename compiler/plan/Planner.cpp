@@ -857,6 +857,10 @@ private:
       if (wgmmaFor(g.k, g.cols)) {
         g.math = MathMode::WgmmaBF16;
         g.tile = wgmmaPingPongTile();
+        // [Note: sm90 multicast]: the forward reduce's CTAs walk the same column tiles
+        // in pairs of row tiles; the persistent dZ GEMM's CTAs do not.
+        if (opt_.multicast && isa<tx::GemmReduceOp>(op))
+          g.tile.clusterM = 2;
       } else {
         g.math = MathMode::TensorCoreBF16;
         g.tile = tcTile();
@@ -980,10 +984,14 @@ private:
       prog_.decisions.push_back(fmt::format(
           "forward GEMM: tile {}x{}x{} ({}, {} stages, 384 threads{}), {} column tiles -> {} "
           "column splits of about {} tiles, one CTA per (row tile, split); {} partial "
-          "entries per row",
+          "entries per row; {}",
           g.tile.bm, g.tile.bn, g.tile.bk, mathModeName(g.math), g.tile.stages,
           g.tile.pingpong ? ", ping-pong consumers" : "", tiles, prog_.splits / (g.tile.pingpong ? 2 : 1),
-          perSplit, prog_.splits));
+          perSplit, prog_.splits,
+          g.tile.clusterM > 1
+              ? "CTAs of row tiles 2i and 2i + 1 as clusters of 2 sharing each W tile by TMA "
+                "multicast when a call's row tiles pair up"
+              : opt_.multicast ? "no clusters" : "no clusters (LCEJIT_MULTICAST=0)"));
       return;
     }
     int64_t rowBlocks = std::max<int64_t>(1, (std::max<int64_t>(bucketLow_, 1) + g.tile.bm - 1) / g.tile.bm);

@@ -57,6 +57,10 @@ struct PlanOptions {
   /// wgmma: dB's f32 output tiles leave through shared memory and TMA ([Note: sm90 TMA
   /// store] in lcejit_sm90.cuh). Off only for comparisons (LCEJIT_TMA_STORE=0).
   bool tmaStore = true;
+  /// wgmma: the forward GEMM's CTAs run in clusters of 2 on adjacent row tiles and share
+  /// each B tile through TMA multicast ([Note: sm90 multicast] in lcejit_sm90.cuh). Off
+  /// only for comparisons (LCEJIT_MULTICAST=0).
+  bool multicast = true;
   /// > 0: a fixed chunk width instead of the budget's (tests).
   int64_t fixedChunkCols = 0;
   /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).

@@ -178,6 +178,8 @@ static json toJ(const TileConfig &t) {
     j["pingpong"] = true;
   if (t.tmaStore)
     j["tma_store"] = true;
+  if (t.clusterM != 1)
+    j["cluster_m"] = t.clusterM;
   return j;
 }
 
@@ -701,6 +703,10 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
       // One CTA per (row tile, split), grouped order; with ping-pong each CTA split fills
       // two partial entries (one per consumer), so it has splits / 2 of them.
       d.grid[0] = ceilDiv(n, 128) * (t.pingpong ? splits / 2 : splits);
+      // [Note: sm90 multicast]: pairs of CTAs on row tiles (2i, 2i + 1) of one split,
+      // which the grouped order makes consecutive when the row tiles are even in number.
+      if (t.clusterM > 1 && ceilDiv(n, 128) % t.clusterM == 0)
+        d.cluster = t.clusterM;
       return d;
     case KernelKind::GemmDz: rows = n; cols = cc; break;
     case KernelKind::GemmDLhs: rows = n; cols = std::get<GemmDLhsKernel>(kernel.body).k; break;

@@ -192,6 +192,12 @@ struct TileConfig {
   /// consumers go on to the next tile while the copies drain ([Note: sm90 TMA store] in
   /// lcejit_sm90.cuh). GemmDRhs only.
   bool tmaStore = false;
+  /// WgmmaBF16 GemmReduce (ping-pong) only: 2 = the CTAs of adjacent row tiles of one
+  /// column split run as a thread-block cluster of 2, each loading half of every B tile
+  /// and multicasting it to both ([Note: sm90 multicast] in lcejit_sm90.cuh); launched
+  /// as clusters when the call's row tiles pair up (Program::launchDims), else one CTA
+  /// loads both halves. B's TMA box is then bn / clusterM rows.
+  int32_t clusterM = 1;
   int32_t threads() const { return 32 * warpsM * warpsN; }
   bool operator==(const TileConfig &) const = default;
 };
@@ -516,6 +522,7 @@ struct LaunchDims {
   int64_t grid[3] = {1, 1, 1};
   int32_t block = 128;
   int32_t sharedBytes = 0;
+  int32_t cluster = 1; ///< CTAs per thread-block cluster along x (TileConfig::clusterM)
 };
 
 /// [Note: the run schedule] A Program is planned once per bucket, but how a call with N

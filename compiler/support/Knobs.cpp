@@ -39,6 +39,7 @@ constexpr std::string_view kBackward = "LCEJIT_BACKWARD";
 constexpr std::string_view kTargetResidual = "LCEJIT_TARGET_RESIDUAL";
 constexpr std::string_view kTmaStore = "LCEJIT_TMA_STORE";
 constexpr std::string_view kExactTarget = "LCEJIT_EXACT_TARGET";
+constexpr std::string_view kMulticast = "LCEJIT_MULTICAST";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -63,6 +64,7 @@ struct Values {
   bool targetResidual = true;
   bool tmaStore = true;
   bool exactTarget = true;
+  bool multicast = true;
 };
 
 /// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
@@ -235,6 +237,7 @@ std::unique_ptr<Values> readAll() {
   v->targetResidual = parseBool(kTargetResidual, readEnv(kTargetResidual), true);
   v->tmaStore = parseBool(kTmaStore, readEnv(kTmaStore), true);
   v->exactTarget = parseBool(kExactTarget, readEnv(kExactTarget), true);
+  v->multicast = parseBool(kMulticast, readEnv(kMulticast), true);
   return v;
 }
 
@@ -337,6 +340,7 @@ const std::string &backward() { return current().backward; }
 bool targetResidual() { return current().targetResidual; }
 bool tmaStore() { return current().tmaStore; }
 bool exactTarget() { return current().exactTarget; }
+bool multicast() { return current().multicast; }
 
 namespace {
 std::atomic<int64_t> gGeneration{0};

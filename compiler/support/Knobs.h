@@ -108,6 +108,11 @@ bool tmaStore();
 /// what that buys.
 bool exactTarget();
 
+/// LCEJIT_MULTICAST (boolean, default on): the wgmma forward GEMM runs its CTAs in pairs
+/// (thread-block clusters of 2) that share each W tile through TMA multicast ([Note: sm90
+/// multicast] in lcejit_sm90.cuh); off only to measure what that buys.
+bool multicast();
+
 /// Makes the next accessor call read the environment again. For tests only.
 void reloadForTesting();
 

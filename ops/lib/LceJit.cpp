@@ -96,6 +96,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.targetResidual = knobs::targetResidual();
   p.tmaStore = knobs::tmaStore();
   p.exactTargetLogit = knobs::exactTarget();
+  p.multicast = knobs::multicast();
   if (forwardOnly_)
     p.outputTypes = {DType::F32};
   else
@@ -124,6 +125,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += "|no-tma-store";
   if (!knobs::exactTarget())
     tile += "|no-exact-target";
+  if (!knobs::multicast())
+    tile += "|no-multicast";
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice.
   static_assert(sizeof(plan::Target) == 3 * sizeof(int32_t),

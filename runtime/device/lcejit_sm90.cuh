@@ -21,11 +21,12 @@
 // k-block, both reading the same B stage. Per stage s there are two
 // mbarriers: full[s] (1 arrival: the producer's expect_tx; the TMA bytes
 // complete it) and empty[s] (8 arrivals: lane 0 of every consumer warp, once
-// the wgmma reading the stage has retired). Stage index and phase run on
-// across tiles; the producer waits empty with the opposite parity, so the
-// first pass over the ring does not block. A consumer keeps one wgmma group in
-// flight: after committing k-block kb it waits until at most one group is
-// pending and only then releases the stage of kb - 1.
+// the wgmma reading the stage has retired; 16 in a cluster pair, whose
+// consumers free each stage in both CTAs: [Note: sm90 multicast]). Stage index
+// and phase run on across tiles; the producer waits empty with the opposite
+// parity, so the first pass over the ring does not block. A consumer keeps one
+// wgmma group in flight: after committing k-block kb it waits until at most one
+// group is pending and only then releases the stage of kb - 1.
 //
 // [Note: sm90 shared memory] Dynamic shared memory, aligned up to 1024 bytes
 // (TMA swizzles on absolute address bits): STAGES stages of [A: BM x BK][B: BN
@@ -96,6 +97,22 @@ __device__ __forceinline__ void mbar_arrive_if(u32 bar, u32 pred) {
                "r"(pred)
                : "memory");
 }
+/// [Note: sm90 multicast] Arrives (when `pred`) on this CTA's barrier at `bar` and (when
+/// `pred_peer`) on the barrier at the same offset in cluster CTA `peer`: the peer's
+/// producer may then overwrite this CTA's stage. The stage was read by wgmma (the async
+/// proxy), which has retired, and nothing here wrote it: the default semantics suffice.
+/// `.release.cluster` would put a MEMBAR.ALL.GPU before every arrive, waiting for the
+/// epilogue's outstanding global stores. Predicates inside the asm, as for mbar_arrive_if.
+__device__ __forceinline__ void mbar_arrive_pair_if(u32 bar, u32 pred, u32 peer,
+                                                    u32 pred_peer) {
+  asm volatile("{\n.reg .pred p, q;\n.reg .b32 remote;\n"
+               "setp.ne.b32 p, %1, 0;\nsetp.ne.b32 q, %3, 0;\n"
+               "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+               "mapa.shared::cluster.u32 remote, %0, %2;\n"
+               "@q mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+               "r"(pred), "r"(peer), "r"(pred_peer)
+               : "memory");
+}
 __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
   u32 ok;
   asm volatile("{\n.reg .pred p;\n"
@@ -109,6 +126,26 @@ __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
 __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
   while (!mbar_try_wait(bar, parity)) {
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Thread-block clusters
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ u32 cluster_ctarank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ u32 cluster_nctarank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
+/// Every thread of every CTA of the cluster arrives, then waits for all of them (also a
+/// barrier of the CTA's own threads).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
 //===----------------------------------------------------------------------===//
@@ -126,6 +163,16 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap *map,
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
                "complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
                "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y)
+               : "memory");
+}
+/// tma_load_2d into every CTA of the cluster named in `mask` (bit r: rank r): the box
+/// lands at offset `dst` of each one's shared memory and completes its bytes on each
+/// one's barrier at offset `bar` ([Note: sm90 multicast]).
+__device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TensorMap *map,
+                                                      u32 bar, int x, int y, u16 mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
+               "complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+               "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "h"(mask)
                : "memory");
 }
 
@@ -180,6 +227,15 @@ __device__ __forceinline__ u64 sw128_desc(u32 addr, u32 lbo, u32 sbo) {
   return static_cast<u64>((addr & 0x3FFFF) >> 4) |
          (static_cast<u64>((lbo >> 4) & 0x3FFF) << 16) |
          (static_cast<u64>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+/// The descriptor of the shared memory `units16` x 16 bytes further: the start address
+/// is the low 14 bits of the low word, and every operand lies below 256 KB, so the add
+/// never carries into the other fields ([Note: sm90 descriptor arithmetic]).
+__device__ __forceinline__ u64 desc_advance(u64 desc, u32 units16) {
+  const u32 lo = static_cast<u32>(desc) + units16;
+  const u32 hi = static_cast<u32>(desc >> 32);
+  return (static_cast<u64>(hi) << 32) | lo;
 }
 
 __device__ __forceinline__ void wgmma_fence() {
@@ -375,7 +431,7 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[BN / 2], u64 desc_a,
 //===----------------------------------------------------------------------===//
 
 template <int BN_, int STAGES_, int MAJOR_A_, int MAJOR_B_, int PINGPONG_ = 0,
-          int TMA_STORE_ = 0>
+          int TMA_STORE_ = 0, int CLUSTER_M_ = 1>
 struct GemmConfig {
   static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
   static constexpr int MAJOR_A = MAJOR_A_, MAJOR_B = MAJOR_B_;
@@ -386,6 +442,9 @@ struct GemmConfig {
   /// [Note: sm90 TMA store] 1: an f32 output tile leaves through shared memory
   /// and TMA (two 8 KB boxes per consumer after the stages).
   static constexpr int TMA_STORE = TMA_STORE_;
+  /// [Note: sm90 multicast] 2: B arrives in two halves of BN / 2 rows, each loaded by one
+  /// CTA of a cluster pair and multicast to both (one CTA alone loads both halves).
+  static constexpr int CLUSTER_M = CLUSTER_M_;
   static constexpr int SLICES = PINGPONG ? 2 : 1; ///< 64-row slices per consumer
   static constexpr int THREADS = 384;
   static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
@@ -406,6 +465,8 @@ struct GemmConfig {
   static_assert(!TMA_STORE || (!PINGPONG && BN % 32 == 0),
                 "sm90 GEMM: the TMA store epilogue runs on cooperative consumers");
   static_assert(SMEM_BYTES <= 232448, "sm90 GEMM: shared memory over 227 KB");
+  static_assert(CLUSTER_M == 1 || (CLUSTER_M == 2 && MAJOR_B == K_MAJOR),
+                "sm90 GEMM: clusters of 2 along M, with a K-major B (halves of BN / 2 rows)");
 };
 
 /// Tiles in groups of `group` tile rows: within a group, consecutive tiles walk
@@ -471,25 +532,40 @@ template <class Cfg, class Tiles, class Epi>
 __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
                                            const TensorMap &map_b,
                                            const Tiles &tiles, Epi &epi,
-                                           i64 k) {
+                                           i64 k, u32 pair = 1) {
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
   const u32 base = smem_base();
   const u32 full = base + Cfg::BAR_OFFSET;
   const u32 empty = full + STAGES * 8;
-  const int wg = static_cast<int>(threadIdx.x) / 128;
+  // Warp-uniform by construction (a shuffle from lane 0, as CUTLASS's
+  // canonical_warp_group_idx): ptxas may then keep what derives from it, the stage
+  // index and the descriptors, in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   const int t = static_cast<int>(threadIdx.x) % 128;
+  // [Note: sm90 multicast] With CLUSTER_M = 2 and a cluster launch the CTA pair (ranks 0
+  // and 1) walks the same column tiles over adjacent row tiles: each producer loads its
+  // own A and half r of B, multicast into both CTAs' stage (the full barrier expects the
+  // whole stage either way), and every consumer warp frees a stage in both CTAs, so that
+  // empty[s] counts both CTAs' consumers before either producer overwrites stage s in
+  // both. Launched without a cluster (row tiles that do not pair up) the CTA loads both
+  // halves itself.
+  constexpr bool MC = Cfg::CLUSTER_M > 1;
+  const u32 cn = MC ? pair : 1u; // CTAs sharing B: 2 in a cluster pair, else 1
+  const u32 rank = MC && cn > 1 ? cluster_ctarank() : 0u;
 
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, Cfg::EMPTY_ARRIVALS);
+      mbar_init(empty + 8 * s, Cfg::EMPTY_ARRIVALS * cn);
     }
     mbar_fence_init();
     tma_prefetch(&map_a);
     tma_prefetch(&map_b);
   }
   __syncthreads();
+  if (MC && cn > 1)
+    cluster_sync(); // the peer's barriers exist before anything reaches them
 
   const i64 kblocks = (k + BK - 1) / BK;
 
@@ -516,7 +592,16 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
             for (int j = 0; j < BM / 64; ++j)
               tma_load_2d(a_dst + j * 8192, &map_a, bar, m0 + 64 * j, k0);
           }
-          if (Cfg::MAJOR_B == K_MAJOR) {
+          if (MC) {
+            constexpr int HALF = BN / 2; // rows; 128 bytes each
+            if (cn > 1) {
+              tma_load_2d_multicast(b_dst + rank * HALF * 128, &map_b, bar, k0,
+                                    n0 + static_cast<int>(rank) * HALF, u16(3));
+            } else {
+              tma_load_2d(b_dst, &map_b, bar, k0, n0);
+              tma_load_2d(b_dst + HALF * 128, &map_b, bar, k0, n0 + HALF);
+            }
+          } else if (Cfg::MAJOR_B == K_MAJOR) {
             tma_load_2d(b_dst, &map_b, bar, k0, n0);
           } else {
 #pragma unroll
@@ -534,6 +619,15 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     setmaxnreg_inc<232>();
     const int g = wg - 1;
     const u32 warp_leader = (t & 31) == 0 ? 1u : 0u;
+    // Frees stage `st` here and, in a cluster pair, in the peer CTA.
+    const u32 peer = cn > 1 ? (rank ^ 1u) : rank;
+    const u32 leader_peer = cn > 1 ? warp_leader : 0u;
+    auto release = [&](int st) {
+      if (MC)
+        mbar_arrive_pair_if(empty + 8 * st, warp_leader, peer, leader_peer);
+      else
+        mbar_arrive_if(empty + 8 * st, warp_leader);
+    };
     constexpr int TA = Cfg::MAJOR_A == K_MAJOR ? 0 : 1;
     constexpr int TB = Cfg::MAJOR_B == K_MAJOR ? 0 : 1;
     constexpr u32 A_STEP = TA ? 2048u : 32u;
@@ -545,21 +639,31 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     // One k-block: wait for its stage, issue its BK / 16 wgmma per slice, commit.
     // Cooperative: consumer g's slice is rows 64 g.. of the stage's A; ping-pong:
     // slice j is rows 64 j.. (both layouts keep 64 rows at 8192 bytes).
+    // [Note: sm90 descriptor arithmetic] The descriptors of stage 0 are made once; a
+    // k-block's are those plus the stage's offset, and each wgmma's plus a constant,
+    // all in the descriptor's low word (the start address >> 4: 14 bits, far from
+    // overflowing at 227 KB). Building each of a k-block's 12 descriptors from its
+    // address (mask, shift, or, 64-bit move) cost ~100 instructions per k-block, which
+    // one issuing warp per scheduler could not keep ahead of the 512 tensor-core cycles
+    // of a ping-pong k-block while the other consumer's epilogue shared the scheduler
+    // (ncu, Gemma-2 forward: 127 instructions per k-block, 68 % tensor pipe).
+    const u64 desc_a0 = sw128_desc(base + (SL == 1 ? g * 8192 : 0), TA ? 8192u : 16u, 1024u);
+    const u64 desc_b0 = sw128_desc(base + Cfg::A_BYTES, TB ? 8192u : 16u, 1024u);
     auto issue = [&](bool first) {
       mbar_wait(full + 8 * s, phase);
-      const u32 a_s = base + s * Cfg::STAGE_BYTES + (SL == 1 ? g * 8192 : 0);
-      const u32 b_s = base + s * Cfg::STAGE_BYTES + Cfg::A_BYTES;
+      const u32 stage16 = static_cast<u32>(s) * (Cfg::STAGE_BYTES >> 4);
+      const u64 da_s = desc_advance(desc_a0, stage16);
+      const u64 db_s = desc_advance(desc_b0, stage16);
 #pragma unroll
       for (int j = 0; j < SL; ++j)
         fence_acc(acc[j]);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk) {
-        const u64 db = sw128_desc(b_s + kk * B_STEP, TB ? 8192u : 16u, 1024u);
+        const u64 db = desc_advance(db_s, (kk * B_STEP) >> 4);
 #pragma unroll
         for (int j = 0; j < SL; ++j) {
-          const u64 da =
-              sw128_desc(a_s + j * 8192 + kk * A_STEP, TA ? 8192u : 16u, 1024u);
+          const u64 da = desc_advance(da_s, (j * 8192 + kk * A_STEP) >> 4);
           wgmma_bf16<BN, TA, TB>(acc[j], da, db, (first && kk == 0) ? 0 : 1);
         }
       }
@@ -611,7 +715,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
 #pragma unroll
           for (int j = 0; j < SL; ++j)
             fence_acc(acc[j]);
-          mbar_arrive_if(empty + 8 * prev, warp_leader);
+          release(prev);
           prev = s;
           advance();
         }
@@ -619,7 +723,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
 #pragma unroll
         for (int j = 0; j < SL; ++j)
           fence_acc(acc[j]);
-        mbar_arrive_if(empty + 8 * prev, warp_leader);
+        release(prev);
       }
       // Let the other consumer run the next tile's mainloop under this epilogue.
       if (Cfg::PINGPONG && tile + tiles.stride() < tiles.end())
@@ -630,6 +734,9 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     }
     epi.finish(g, t);
   }
+  // No CTA of a pair leaves while the other may still arrive on its barriers.
+  if (MC && cn > 1)
+    cluster_sync();
 }
 
 /// A plain GEMM over an m x n output (persistent tiles).
@@ -911,13 +1018,24 @@ gemm_reduce_kernel(const TensorMap &map_a, const TensorMap &map_b,
   const TileOrder order{row_tiles, static_cast<i64>(cta_splits), 16};
   i64 row_tile, split64;
   order.tile(static_cast<i64>(blockIdx.x), row_tile, split64);
+  // [Note: sm90 multicast] A cluster pair shares B only when it walks the same column
+  // tiles: the host launches clusters when the row tiles are even in number, so that
+  // every group of the order is, and CTAs 2i and 2i + 1 are row tiles 2j and 2j + 1 of
+  // one split. Both CTAs test the same thing, so a pair that does not share (a
+  // launch outside that contract) runs as two single CTAs instead of hanging.
+  u32 pair = 1;
+  if (Cfg::CLUSTER_M > 1 && cluster_nctarank() > 1) {
+    i64 peer_row, peer_split;
+    order.tile(static_cast<i64>(blockIdx.x ^ 1u), peer_row, peer_split);
+    pair = peer_split == split64 ? 2u : 1u;
+  }
   const int split = static_cast<int>(split64);
   const i64 tiles = (cols + Cfg::BN - 1) / Cfg::BN;
   const i64 per = (tiles + cta_splits - 1) / cta_splits;
   const i64 t_begin = min_i64(static_cast<i64>(split) * per, tiles);
   const i64 t_end = min_i64(t_begin + per, tiles);
   ReduceEpilogue<Cfg, Epi> e{epi, partials, n, cols, row_tile, splits, split};
-  gemm_tiles<Cfg>(map_a, map_b, RowOfTiles{row_tile, t_begin, t_end}, e, k);
+  gemm_tiles<Cfg>(map_a, map_b, RowOfTiles{row_tile, t_begin, t_end}, e, k, pair);
 }
 
 /// GemmDz: dz[row][c] = Epi::value(acc) for the columns of one chunk, bf16

@@ -38,12 +38,13 @@
 // WGMMA-LABEL: // plan @lce{{$}}
 // WGMMA-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
 // WGMMA-NEXT: // decision: mainloop: wgmma for bf16 GEMMs whose K and column count are multiples of 8 (TMA operands, producer + 2 consumer warpgroups): forward and dZ 128x128x64, 6 stages, ping-pong; dA and dB 128x256x64, 4 stages, cooperative
-// WGMMA-NEXT: // decision: forward GEMM: tile 128x128x64 (wgmma.bf16, 6 stages, 384 threads, ping-pong consumers), 8 column tiles -> 1 column splits of about 32 tiles, one CTA per (row tile, split); 2 partial entries per row
+// WGMMA-NEXT: // decision: forward GEMM: tile 128x128x64 (wgmma.bf16, 6 stages, 384 threads, ping-pong consumers), 8 column tiles -> 1 column splits of about 32 tiles, one CTA per (row tile, split); 2 partial entries per row; CTAs of row tiles 2i and 2i + 1 as clusters of 2 sharing each W tile by TMA multicast when a call's row tiles pair up
 // WGMMA: "math": "wgmma.bf16",
 // WGMMA-NEXT: "tile": {
 // WGMMA-NEXT: "bk": 64,
 // WGMMA-NEXT: "bm": 128,
 // WGMMA-NEXT: "bn": 128,
+// WGMMA-NEXT: "cluster_m": 2,
 // WGMMA-NEXT: "pingpong": true,
 // WGMMA-NEXT: "stages": 6,
 // WGMMA-NEXT: "warps_m": 3,
@@ -51,6 +52,7 @@
 // WGMMA: "kind": "gemm_reduce",
 // WGMMA-NEXT: "name": "lce_fwd0"
 // WGMMA: "math": "wgmma.bf16",
+// WGMMA-NOT: "cluster_m"
 // WGMMA: "pingpong": true,
 // WGMMA: "kind": "gemm_dz",
 // WGMMA: "math": "wgmma.bf16",

@@ -199,9 +199,18 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
     // The function-evaluating kinds ping-pong; dA and dB are cooperative 128x256, and
     // dB's f32 dW leaves through shared memory and TMA ([Note: sm90 TMA store]).
     const bool drhs = kernel.kind() == KernelKind::GemmDRhs;
-    plan::TileConfig coop{128, 256, 64, 3, 4, 4};
-    coop.tmaStore = drhs;
-    EXPECT_EQ(t, fused ? pingpong : coop) << kernel.name;
+    const plan::TileConfig coop{128, 256, 64, 3, 4, 4};
+    plan::TileConfig db = coop;
+    db.tmaStore = true;
+    // The forward's CTAs pair up in clusters ([Note: sm90 multicast]); the persistent dZ
+    // GEMM's do not.
+    plan::TileConfig fwd = pingpong;
+    fwd.clusterM = 2;
+    EXPECT_EQ(t, kernel.kind() == KernelKind::GemmReduce ? fwd
+                 : fused                                 ? pingpong
+                 : drhs                                  ? db
+                                                         : coop)
+        << kernel.name;
     std::vector<plan::Param> params = plan::kernelParams(kernel);
     ASSERT_GE(params.size(), 2u);
     EXPECT_EQ(params[0].kind, plan::Param::Kind::TensorMapA) << kernel.name;
@@ -215,9 +224,28 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
     if (kernel.kind() == KernelKind::GemmReduce) {
       EXPECT_EQ(d.grid[0], 64 * 32) << "one CTA per (row tile, split)";
       EXPECT_EQ(d.grid[1], 1);
+      EXPECT_EQ(d.cluster, 2) << "64 row tiles pair up";
+      // Row tiles that do not pair up launch single CTAs (each loads all of B); a call of
+      // one row tile too.
+      EXPECT_EQ(p.launchDims(k, 8192 - 128, 8192).cluster, 1);
+      EXPECT_EQ(p.launchDims(k, 8192 - 127, 8192).cluster, 2) << "64 row tiles, the last partial";
+      EXPECT_EQ(p.launchDims(k, 100, 8192).cluster, 1);
+      EXPECT_EQ(p.launchDims(k, 200, 8192).cluster, 2);
     } else {
       EXPECT_EQ(d.grid[0], 132) << kernel.name << ": persistent, one CTA per SM";
+      EXPECT_EQ(d.cluster, 1) << kernel.name;
     }
+  }
+  // LCEJIT_MULTICAST=0: no clusters.
+  {
+    plan::PlanOptions o = recompute;
+    o.multicast = false;
+    plan::Program q = llama->plan(o);
+    for (int32_t k = 0; k < static_cast<int32_t>(q.kernels.size()); ++k)
+      if (plan::isGemmKind(q.kernels[static_cast<size_t>(k)].kind())) {
+        EXPECT_EQ(plan::gemmTile(q.kernels[static_cast<size_t>(k)]).clusterM, 1);
+        EXPECT_EQ(q.launchDims(k, 8192, 8192).cluster, 1);
+      }
   }
   // LCEJIT_TMA_STORE=0: dB stores from registers; a bf16 dW never takes the TMA store.
   for (bool bf16dW : {false, true}) {

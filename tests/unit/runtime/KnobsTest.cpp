@@ -193,7 +193,8 @@ TEST_F(KnobsTest, DefaultOnSwitches) {
   };
   const Switch switches[] = {{"LCEJIT_TARGET_RESIDUAL", knobs::targetResidual},
                              {"LCEJIT_TMA_STORE", knobs::tmaStore},
-                             {"LCEJIT_EXACT_TARGET", knobs::exactTarget}};
+                             {"LCEJIT_EXACT_TARGET", knobs::exactTarget},
+                             {"LCEJIT_MULTICAST", knobs::multicast}};
   for (const Switch &sw : switches) {
     SCOPED_TRACE(sw.name);
     env.set(sw.name, std::nullopt);
