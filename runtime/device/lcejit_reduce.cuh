@@ -179,23 +179,47 @@ partials_row(const void *buf, i64 row, int splits, int slots, int slot) {
   return static_cast<const float *>(buf) + (row * splits) * slots + slot;
 }
 
+/// Calls f(x0, x1) for the entries i = 0 .. splits - 1 of a row in order (x0 = entry i's
+/// value at `slot`, x1 its next slot's, or 0 when W = 1), loading 8 entries ahead:
+/// the combines stay in split order (the same results as one entry at a time), but a
+/// row's loads are no longer one L2 round trip each. (A row kernel thread reads its row's
+/// 2 x 33 entries of the Gemma-2 forward three times: 60 us per 1024-row block before.)
+template <int W, class F>
+__device__ __forceinline__ void partials_each(const void *buf, i64 row, int splits,
+                                              int slots, int slot, const F &f) {
+  const float *p = partials_row(buf, row, splits, slots, slot);
+  constexpr int AHEAD = 8;
+  int i = 0;
+  for (; i + AHEAD <= splits; i += AHEAD) {
+    float x0[AHEAD], x1[AHEAD];
+#pragma unroll
+    for (int j = 0; j < AHEAD; ++j) {
+      x0[j] = p[static_cast<i64>(i + j) * slots];
+      x1[j] = W > 1 ? p[static_cast<i64>(i + j) * slots + 1] : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < AHEAD; ++j)
+      f(x0[j], x1[j]);
+  }
+  for (; i < splits; ++i)
+    f(p[static_cast<i64>(i) * slots], W > 1 ? p[static_cast<i64>(i) * slots + 1] : 0.f);
+}
+
 __device__ __forceinline__ float partials_sum(const void *buf, i64 row,
                                               int splits, int slots, int slot) {
-  const float *p = partials_row(buf, row, splits, slots, slot);
   float s;
   sum_init(s);
-  for (int i = 0; i < splits; ++i)
-    sum_combine(s, p[(i64)i * slots]);
+  partials_each<1>(buf, row, splits, slots, slot,
+                   [&](float x, float) { sum_combine(s, x); });
   return s;
 }
 
 __device__ __forceinline__ float partials_max(const void *buf, i64 row,
                                               int splits, int slots, int slot) {
-  const float *p = partials_row(buf, row, splits, slots, slot);
   float s;
   max_init(s);
-  for (int i = 0; i < splits; ++i)
-    max_combine(s, p[(i64)i * slots]);
+  partials_each<1>(buf, row, splits, slots, slot,
+                   [&](float x, float) { max_combine(s, x); });
   return s;
 }
 
@@ -204,10 +228,9 @@ __device__ __forceinline__ void partials_lse_pair(const void *buf, i64 row,
                                                   int splits, int slots,
                                                   int slot, float &m,
                                                   float &t) {
-  const float *p = partials_row(buf, row, splits, slots, slot);
   lse_init(m, t);
-  for (int i = 0; i < splits; ++i)
-    lse_combine(m, t, p[(i64)i * slots], p[(i64)i * slots + 1]);
+  partials_each<2>(buf, row, splits, slots, slot,
+                   [&](float m2, float t2) { lse_combine(m, t, m2, t2); });
 }
 
 __device__ __forceinline__ float
