@@ -323,6 +323,71 @@ TEST(LceGpuForward, LossMatchesTheReferenceAndForwardBackward) {
   }
 }
 
+/// [Note: sm90 multicast]: the forward's cluster pairs share each W tile through TMA
+/// multicast. That changes where a stage's bytes come from, not the arithmetic, so the
+/// loss and both gradients must be bit-identical to single CTAs (LCEJIT_MULTICAST=0), for
+/// row tiles that pair up (N = 256, 1000) and that do not (N = 384: launched without
+/// clusters), with softcap on the materialized schedule. A wrong half, stage or barrier
+/// in the pair's protocol changes bits here (or hangs, which the suite's timeout reports).
+TEST(LceGpuClusters, MulticastChangesNoBit) {
+  for (int64_t n : {256, 384, 1000}) {
+    SCOPED_TRACE(fmt::format("N = {}", n));
+    LinearCrossEntropyOptions o;
+    o.hidden = 256;
+    o.vocab = 32000; // a multiple of 8 (wgmma) and of 128 (materialized)
+    o.dtype = DType::BF16;
+    o.softcap = 30.0;
+    o.ignoreIndex = -100;
+    RefKernels &k = RefKernels::get();
+    DeviceBuffer h(n * o.hidden * 2), w(o.vocab * o.hidden * 2), y(n * 8),
+        dH(n * o.hidden * 2), dW(o.vocab * o.hidden * 4);
+    const double scale = 2.0 / std::pow(double(o.hidden), 0.25);
+    k.fillRandom(h, o.dtype, n * o.hidden, 71, scale);
+    k.fillRandom(w, o.dtype, o.vocab * o.hidden, 72, scale);
+    k.fillTargets(y, DType::I64, n, 73, o.vocab, -100, 9);
+    struct Result {
+      float loss;
+      std::vector<uint16_t> dH;
+      std::vector<uint32_t> dW;
+    };
+    auto run = [&](bool multicast) {
+      lcejit::testing::ScopedEnv knob;
+      knob.set("LCEJIT_MULTICAST", multicast ? "1" : "0");
+      LinearCrossEntropy op(o);
+      dH.poison();
+      dW.poison();
+      Result r;
+      r.loss = op.forwardBackward(
+          TensorRef{h.data(), o.dtype, {n, o.hidden}, {}},
+          TensorRef{w.data(), o.dtype, {o.vocab, o.hidden}, {}},
+          TensorRef{y.data(), DType::I64, {n}, {}},
+          MutableTensorRef{dH.data(), o.dtype, {n, o.hidden}, {}},
+          MutableTensorRef{dW.data(), DType::F32, {o.vocab, o.hidden}, {}});
+      r.dH = dH.download<uint16_t>();
+      r.dW = dW.download<uint32_t>();
+      return r;
+    };
+    const Result pairs = run(true), single = run(false);
+    ASSERT_TRUE(std::isfinite(pairs.loss));
+    uint32_t a, b;
+    std::memcpy(&a, &pairs.loss, 4);
+    std::memcpy(&b, &single.loss, 4);
+    EXPECT_EQ(a, b) << "loss " << pairs.loss << " vs " << single.loss;
+    size_t dHDiff = 0, dWDiff = 0, poisoned = 0;
+    for (size_t i = 0; i < pairs.dH.size(); ++i) {
+      dHDiff += pairs.dH[i] != single.dH[i];
+      poisoned += (pairs.dH[i] & 0x7FFF) > 0x7F80; // a bf16 NaN: an element never written
+    }
+    for (size_t i = 0; i < pairs.dW.size(); ++i) {
+      dWDiff += pairs.dW[i] != single.dW[i];
+      poisoned += (pairs.dW[i] & 0x7FFFFFFFu) > 0x7F800000u;
+    }
+    EXPECT_EQ(poisoned, 0u);
+    EXPECT_EQ(dHDiff, 0u) << "of " << pairs.dH.size() << " dH elements";
+    EXPECT_EQ(dWDiff, 0u) << "of " << pairs.dW.size() << " dW elements";
+  }
+}
+
 /// GradScale (issue 7): a host value or a device pointer multiplies dH and dW, not the
 /// loss. Scales that are powers of two are exact in floating point, so the scaled
 /// gradients must equal the unscaled ones times the scale bit for bit; 0.37 within bf16
