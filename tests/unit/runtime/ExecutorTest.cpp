@@ -550,8 +550,9 @@ TEST(ExecutorPlanTest, RowBlocksOffsetRowBuffersAndPassBlockRows) {
     bool blocked = r.kernel >= 1 && r.kernel <= 5;
     int64_t begin = blocked ? r.rowBlock * s.rowsPerBlock : 0;
     int64_t rows = blocked ? std::min(s.rowsPerBlock, n - begin) : n;
-    if (!blocked)
+    if (!blocked) {
       EXPECT_EQ(r.rowBlock, 0) << k.name;
+    }
     if (r.kernel == 1)
       blocksSeen.push_back(r.rowBlock);
     std::vector<Param> params = kernelParams(k);
