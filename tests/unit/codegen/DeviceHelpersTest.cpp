@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -206,6 +207,64 @@ TEST(DeviceHelpers, PartialsCombineSplitsInOrder) {
   EXPECT_EQ(lcejit::partials_sum(buf.data(), 1, splits, slots, 2), 6.f);
   EXPECT_EQ(lcejit::partials_max(buf.data(), 1, splits, slots, 2),
             4.f); // max of -1, 4, 3
+}
+
+/// partials_each loads 8 entries ahead: with 19 splits (two batches and a remainder of 3,
+/// the Gemma-2 forward has 66 entries) every partial_* answer must equal, bit for bit, the
+/// combine of the entries one at a time in split order: the order is what makes a row's
+/// result deterministic, and the suite's tolerances would not see a reordering.
+TEST(DeviceHelpers, PartialsLoadedAheadKeepSplitOrderBitForBit) {
+  const int splits = 19, slots = 3, rows = 4;
+  std::vector<float> buf(static_cast<size_t>(rows * splits * slots));
+  uint32_t state = 12345;
+  auto next = [&] { // a fixed LCG: values of mixed magnitude and sign
+    state = state * 1664525u + 1013904223u;
+    return (static_cast<float>(state >> 8) / 16777216.f - 0.5f) * 40.f;
+  };
+  for (int r = 0; r < rows; ++r)
+    for (int s = 0; s < splits; ++s) {
+      float *p = &buf[static_cast<size_t>((r * splits + s) * slots)];
+      lcejit::lse_init(p[0], p[1]);
+      lcejit::sum_init(p[2]);
+      for (int e = 0; e < 1 + (s + r) % 4; ++e) {
+        const float x = next();
+        lcejit::lse_add(p[0], p[1], x);
+        lcejit::sum_add(p[2], x);
+      }
+    }
+  auto bits = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u;
+  };
+  for (int r = 0; r < rows; ++r) {
+    SCOPED_TRACE(r);
+    float m, t, sum, mx;
+    lcejit::lse_init(m, t);
+    lcejit::sum_init(sum);
+    lcejit::max_init(mx);
+    for (int s = 0; s < splits; ++s) {
+      const float *p = &buf[static_cast<size_t>((r * splits + s) * slots)];
+      lcejit::lse_combine(m, t, p[0], p[1]);
+      lcejit::sum_combine(sum, p[2]);
+      lcejit::max_combine(mx, p[2]);
+    }
+    EXPECT_EQ(bits(lcejit::partials_logsumexp(buf.data(), r, splits, slots, 0)),
+              bits(lcejit::lse_value(m, t)));
+    EXPECT_EQ(bits(lcejit::partials_logsumexp_max(buf.data(), r, splits, slots, 0)), bits(m));
+    EXPECT_EQ(bits(lcejit::partials_logsumexp_rest(buf.data(), r, splits, slots, 0)), bits(t));
+    EXPECT_EQ(bits(lcejit::partials_sum(buf.data(), r, splits, slots, 2)), bits(sum));
+    EXPECT_EQ(bits(lcejit::partials_max(buf.data(), r, splits, slots, 2)), bits(mx));
+  }
+  // Fewer entries than one batch, and none.
+  float m, t;
+  lcejit::partials_lse_pair(buf.data(), 0, 0, slots, 0, m, t);
+  float m0, t0;
+  lcejit::lse_init(m0, t0);
+  EXPECT_EQ(bits(m), bits(m0));
+  EXPECT_EQ(bits(t), bits(t0));
+  EXPECT_EQ(lcejit::partials_sum(buf.data(), 0, 2, slots, 2),
+            buf[2] + buf[static_cast<size_t>(slots) + 2]);
 }
 
 TEST(DeviceHelpers, ElementConversionsRoundToNearestEven) {
