@@ -2,6 +2,7 @@
 //------------------===//
 
 #include "compiler/codegen/KernelEmitters.h"
+#include "compiler/codegen/ScalarEmitter.h"
 #include "compiler/support/Check.h"
 
 namespace lcejit::codegen::detail {
@@ -81,7 +82,7 @@ void emitDzFormKernel(CodeWriter &w, const KernelContext &ctx) {
   emitKernelHeader(w, ctx, about, roles);
   auto kb = openKernel(w, ctx, 256);
   w.line("lcejit::dz_form_kernel<{}>({}, {}, {}, {}, {}, {}, {}, {}LL, {}, {});",
-         !k.target.valid() ? "void" : k.targetType == DType::I32 ? "int" : "long long",
+         !k.target.valid() ? "void" : valueCType(k.targetType),
          ctx.bufferName(k.dz), ctx.bufferName(k.tileMax), ctx.bufferName(k.lse),
          ctx.bufferName(k.scale), ctx.bufferName(k.targetDz),
          k.target.valid() ? ctx.bufferName(k.target) : std::string("nullptr"),
@@ -113,7 +114,7 @@ void emitTargetCorrectionKernel(CodeWriter &w, const KernelContext &ctx) {
   emitKernelHeader(w, ctx, about, roles);
   auto kb = openKernel(w, ctx, 256);
   w.line("lcejit::target_correction_kernel<{}, {}>({}, {}, {}, {}, {}, {}LL, {}LL);", aTag,
-         k.residual.targetType == DType::I32 ? "int" : "long long",
+         valueCType(k.residual.targetType),
          ctx.bufferName(k.residual.buf), ctx.bufferName(k.residual.target),
          ctx.bufferName(k.a), ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
          k.cols);
@@ -142,7 +143,7 @@ void emitRowDotKernel(CodeWriter &w, const KernelContext &ctx) {
   emitKernelHeader(w, ctx, about, roles);
   auto kb = openKernel(w, ctx, 256);
   w.line("lcejit::row_dot_kernel<{}, {}>({}, {}, {}, {}, {}, {}LL, {}LL);", tag,
-         k.targetType == DType::I32 ? "int" : "long long", ctx.bufferName(k.a),
+         valueCType(k.targetType), ctx.bufferName(k.a),
          ctx.bufferName(k.b), ctx.bufferName(k.target), ctx.bufferName(k.out),
          ctx.scalarParamName(Param::Kind::N), k.k, k.cols);
 }

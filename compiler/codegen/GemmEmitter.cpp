@@ -956,7 +956,7 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
       w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}, true, {}>(map_a, map_b, {}, {}, "
              "{}LL, {}, {}, {}, {}, {}, {}LL, {} + {} == {}LL);",
              ctx.name(), elemTag(k.outType),
-             k.residual.targetType == DType::I32 ? "int" : "long long", ctx.bufferName(k.out),
+             valueCType(k.residual.targetType), ctx.bufferName(k.out),
              ctx.scalarParamName(Param::Kind::N), k.k, cc, accumulate,
              ctx.bufferName(k.residual.buf), ctx.bufferName(k.residual.target),
              ctx.bufferName(k.b), k.cols, cb, cc, k.cols);
@@ -972,7 +972,7 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
     w.line("lcejit::gemm_dlhs_kernel<{}_config, {}, true, {}>({}, {}, {}, {}, {}, {}LL, {}, "
            "{}, {}, {}, {}, {}LL);",
            ctx.name(), elemTag(k.outType),
-           k.residual.targetType == DType::I32 ? "int" : "long long", ctx.bufferName(k.dz),
+           valueCType(k.residual.targetType), ctx.bufferName(k.dz),
            split ? ctx.bufferName(k.dzLo) : "nullptr", ctx.bufferName(k.b),
            ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
            ctx.scalarParamName(Param::Kind::ChunkBegin),
