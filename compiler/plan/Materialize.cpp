@@ -195,20 +195,34 @@ struct Fail {
 } // namespace
 
 namespace {
-std::string materialize(Program &p, const std::string &name);
-} // namespace
+/// What materialize() does with the dZ function it has taken apart: the whole
+/// materialized schedule, or only the target column's dZ of the recompute schedule
+/// ([Note: the target column's dZ] in Program.h).
+enum class Rewrite { Materialize, TargetOnly };
+std::string materialize(Program &p, const std::string &name, Rewrite mode, bool exactTarget);
 
-std::string materializeBackward(Program &program, const std::string &name) {
+std::string rewriteCopy(Program &program, const std::string &name, Rewrite mode,
+                        bool exactTarget) {
   // Work on a copy: a refusal half-way leaves the Program as it was.
   Program p = program;
-  std::string why = materialize(p, name);
+  std::string why = materialize(p, name, mode, exactTarget);
   if (why.empty())
     program = std::move(p);
   return why;
 }
+} // namespace
+
+std::string materializeBackward(Program &program, const std::string &name, bool exactTarget) {
+  return rewriteCopy(program, name, Rewrite::Materialize, exactTarget);
+}
+
+std::string targetColumnDz(Program &program, const std::string &name) {
+  return rewriteCopy(program, name, Rewrite::TargetOnly, true);
+}
 
 namespace {
-std::string materialize(Program &p, const std::string &name) {
+std::string materialize(Program &p, const std::string &name, Rewrite mode, bool exactTarget) {
+  const bool full = mode == Rewrite::Materialize;
   // 1. The shape of the Program: one forward reduce, one chunk loop led by a GemmDz.
   int32_t fi = -1, loopStep = -1, fStep = -1;
   for (int32_t s = 0; s < static_cast<int32_t>(p.steps.size()); ++s) {
@@ -232,14 +246,14 @@ std::string materialize(Program &p, const std::string &name) {
     return "the gradient loop does not start with a dZ GEMM";
   auto &F = std::get<GemmReduceKernel>(p.kernels[static_cast<size_t>(fi)].body);
   const auto &Z = std::get<GemmDzKernel>(p.kernels[static_cast<size_t>(zi)].body);
-  if (F.gemm.math != MathMode::WgmmaBF16 || Z.gemm.math != MathMode::WgmmaBF16)
+  if (full && (F.gemm.math != MathMode::WgmmaBF16 || Z.gemm.math != MathMode::WgmmaBF16))
     return "the GEMMs are not on the wgmma mainloop";
-  if (Z.format != DzFormat::BF16)
+  if (full && Z.format != DzFormat::BF16)
     return "dZ is not one bf16 operand (exact precision keeps the recompute)";
   if (!(F.gemm.a == Z.gemm.a) || !(F.gemm.b == Z.gemm.b) || F.gemm.k != Z.gemm.k ||
       F.gemm.cols != Z.gemm.cols)
     return "the forward and dZ GEMMs multiply different operands";
-  if (F.gemm.cols % F.gemm.tile.bn != 0)
+  if (full && F.gemm.cols % F.gemm.tile.bn != 0)
     return fmt::format("the vocabulary ({}) is not a multiple of the {}-column tile",
                        F.gemm.cols, F.gemm.tile.bn);
   int32_t lseResult = -1;
@@ -251,7 +265,7 @@ std::string materialize(Program &p, const std::string &name) {
   }
   if (lseResult < 0)
     return "the forward reduces no logsumexp";
-  for (size_t k = 1; k < loop.loopKernels.size(); ++k) {
+  for (size_t k = 1; full && k < loop.loopKernels.size(); ++k) {
     const Kernel &kk = p.kernels[static_cast<size_t>(loop.loopKernels[k])];
     if (auto *d = std::get_if<GemmDRhsKernel>(&kk.body); d && d->outType != DType::F32)
       return fmt::format("d{} is {} (row blocks accumulate it in f32 only)",
@@ -444,7 +458,9 @@ std::string materialize(Program &p, const std::string &name) {
         throw Fail{"dZ's factor mixes per-element and per-row values other than by a product"};
       }
     };
-    auto [aElem, aRow] = factor(aIdx);
+    int32_t aElem = -1, aRow = -1;
+    if (full)
+      std::tie(aElem, aRow) = factor(aIdx);
 
     // 6. b vanishes off the target column.
     const TargetColumn tcol = findTargetColumn(f, args, isEarly);
@@ -505,6 +521,8 @@ std::string materialize(Program &p, const std::string &name) {
     if (bIdx >= 0 && !zeroOff(bIdx))
       return "the rest of dZ (besides the exp term) is not zero off a target column";
     const bool hasTarget = bIdx >= 0;
+    if (!full && (!hasTarget || targetVal < 0))
+      return "dZ has no target column";
 
     // 7. The per-element factor as a function of G: recover G's chain.
     std::map<int32_t, std::function<int32_t(Expr &, int32_t)>> spine; // f inst -> from v
@@ -555,7 +573,7 @@ std::string materialize(Program &p, const std::string &name) {
     accOp.kind = Operand::Kind::Acc;
     const int32_t vArg = fwdArg(accOp);
     ScalarFunc factorFn;
-    {
+    if (full) {
       Extract ex(x.f);
       ex.argMap = [&](int32_t a) { return fwdArg(args[static_cast<size_t>(a)]); };
       int32_t vInst = -1;
@@ -675,13 +693,15 @@ std::string materialize(Program &p, const std::string &name) {
       return BufferRef{Space::Workspace, static_cast<int32_t>(p.workspace.size()) - 1};
     };
     StoredTile st;
-    st.values = Z.dz;
-    st.tileCols = F.gemm.tile.bn;
-    st.tileMax = addBuf("tile_max0", int64_t(4) * (F.gemm.cols / F.gemm.tile.bn), true);
-    st.lseResult = lseResult;
-    st.factor = std::move(factorFn);
-    if (hasTarget)
-      st.excludeArg = fwdArg(args[static_cast<size_t>(x.at(targetArg).argIndex)]);
+    if (full) {
+      st.values = Z.dz;
+      st.tileCols = F.gemm.tile.bn;
+      st.tileMax = addBuf("tile_max0", int64_t(4) * (F.gemm.cols / F.gemm.tile.bn), true);
+      st.lseResult = lseResult;
+      st.factor = std::move(factorFn);
+      if (hasTarget)
+        st.excludeArg = fwdArg(args[static_cast<size_t>(x.at(targetArg).argIndex)]);
+    }
 
     // 9. The row kernel: L, a_row and dZ on the target column.
     RowKernel rk;
@@ -748,11 +768,160 @@ std::string materialize(Program &p, const std::string &name) {
         }
         return -2;
       };
-      const int32_t lI = ex.take(li);
-      const int32_t sI = aRow < 0 ? ex.out().constF(1.0) : ex.take(aRow);
-      const int32_t tI = hasTarget ? ex.take(f.results[0]) : ex.out().constF(0.0);
-      rk.func = ex.out().f;
-      rk.func.results = {lI, sI, tI};
+      // [Note: the target column's dZ] (Program.h): f = a·E + b at the target column as
+      // a·expm1(−ℓ) + (a + b), ℓ = lse' − v_y from the forward's (m, t) pair and pick
+      // and, where the Program sums it, the f64 target logit.
+      auto targetDz = [&]() -> int32_t {
+        Expr &o = ex.out();
+        auto argInst = [&](const Operand &op) {
+          ScalarInst a;
+          a.op = ScalarOp::Arg;
+          a.type = DType::F32;
+          a.argIndex = rowArg(op);
+          return o.add(a);
+        };
+        const int32_t aT = ex.take(aIdx);
+        const int32_t bT = ex.take(bIdx);
+        const int32_t v = ex.take(gi); // G at the target: the forward's pick
+        Operand lse;
+        lse.kind = Operand::Kind::Partials;
+        lse.buf = F.partials;
+        lse.slot = F.slotOf(lseResult);
+        lse.reduce = static_cast<int32_t>(ReduceKind::LogSumExp);
+        lse.partialsOf = fi;
+        lse.dtype = DType::F32;
+        lse.component = Operand::Component::Max;
+        const int32_t m = argInst(lse);
+        lse.component = Operand::Component::RestSum;
+        const int32_t t = argInst(lse);
+        // v_y: G's chain on the RowDot's f64 target logit, where the Program has one for
+        // this forward and target and the chain reads per-row values only.
+        int32_t vy = v;
+        const Operand &to = args[static_cast<size_t>(x.at(targetArg).argIndex)];
+        BufferRef dot;
+        for (const Kernel &k : p.kernels)
+          if (const auto *d = std::get_if<RowDotKernel>(&k.body);
+              d && d->target == to.buf && d->a == F.gemm.a && d->b == F.gemm.b)
+            dot = d->out;
+        const std::vector<bool> gCone = [&] {
+          std::vector<bool> need(f.insts.size(), false);
+          need[static_cast<size_t>(gi)] = true;
+          for (int32_t i = gi; i >= 0; --i)
+            if (need[static_cast<size_t>(i)])
+              for (int32_t op : f.insts[static_cast<size_t>(i)].operands)
+                if (op >= 0)
+                  need[static_cast<size_t>(op)] = true;
+          return need;
+        }();
+        bool rowOnly = true;
+        for (int32_t i = 0; i <= gi; ++i) {
+          const ScalarInst &in = f.insts[static_cast<size_t>(i)];
+          if (gCone[static_cast<size_t>(i)] && in.op == ScalarOp::Arg) {
+            const Operand::Kind k = args[static_cast<size_t>(in.argIndex)].kind;
+            rowOnly = rowOnly && (k == Operand::Kind::Acc || k == Operand::Kind::Row ||
+                                  k == Operand::Kind::Scalar);
+          }
+        }
+        if (dot.valid() && rowOnly) {
+          Operand dotOp;
+          dotOp.kind = Operand::Kind::Row;
+          dotOp.buf = dot;
+          dotOp.dtype = DType::F32;
+          std::vector<int32_t> map(f.insts.size(), -1);
+          for (int32_t i = 0; i <= gi; ++i) {
+            if (!gCone[static_cast<size_t>(i)])
+              continue;
+            ScalarInst in = f.insts[static_cast<size_t>(i)];
+            if (in.op == ScalarOp::Arg) {
+              const Operand &op = args[static_cast<size_t>(in.argIndex)];
+              in.argIndex = rowArg(op.kind == Operand::Kind::Acc ? dotOp : op);
+            }
+            for (int32_t &op : in.operands)
+              if (op >= 0)
+                op = map[static_cast<size_t>(op)];
+            map[static_cast<size_t>(i)] = o.add(in);
+          }
+          vy = map[static_cast<size_t>(gi)];
+        }
+        const int32_t d = o.op(ScalarOp::Sub, DType::F32, m, v);
+        const int32_t rest =
+            o.op(ScalarOp::Add, DType::F32, o.op(ScalarOp::Expm1, DType::F32, d),
+                 o.op(ScalarOp::Mul, DType::F32, o.op(ScalarOp::Exp, DType::F32, d), t));
+        const int32_t big = o.op(ScalarOp::Mul, DType::F32,
+                                 o.op(ScalarOp::Exp, DType::F32, o.op(ScalarOp::Sub, DType::F32, v, vy)),
+                                 rest);
+        const int32_t em1 = o.op(ScalarOp::Expm1, DType::F32,
+                                 o.op(ScalarOp::Neg, DType::F32, o.op(ScalarOp::Log1p, DType::F32, big)));
+        return o.op(ScalarOp::Add, DType::F32, o.op(ScalarOp::Mul, DType::F32, aT, em1),
+                    o.op(ScalarOp::Add, DType::F32, aT, bT));
+      };
+      const int32_t tI = !hasTarget    ? ex.out().constF(0.0)
+                         : exactTarget ? targetDz()
+                                       : ex.take(f.results[0]);
+      if (full) {
+        const int32_t lI = ex.take(li);
+        const int32_t sI = aRow < 0 ? ex.out().constF(1.0) : ex.take(aRow);
+        rk.func = ex.out().f;
+        rk.func.results = {lI, sI, tI};
+      } else {
+        rk.func = ex.out().f;
+        rk.func.results = {tI};
+      }
+    }
+    if (!full) {
+      // The recompute schedule: a row kernel before the loop stores the target column's
+      // dZ, and the dZ GEMM's epilogue takes it there.
+      const BufferRef tdz = addBuf("target_dz0", 4, false);
+      RowKernel::Sink sk;
+      sk.kind = RowKernel::Sink::Kind::StoreRow;
+      sk.result = 0;
+      sk.buf = tdz;
+      sk.dtype = DType::F32;
+      rk.sinks.push_back(sk);
+      auto &Zm = std::get<GemmDzKernel>(p.kernels[static_cast<size_t>(zi)].body);
+      ScalarFunc &fz = Zm.gemm.epilogue;
+      const std::vector<Operand> &za = Zm.gemm.args;
+      auto isColArg = [&](int32_t i) {
+        if (fz.insts[static_cast<size_t>(i)].op == ScalarOp::Cast)
+          i = fz.insts[static_cast<size_t>(i)].operands[0];
+        const ScalarInst &c = fz.insts[static_cast<size_t>(i)];
+        return c.op == ScalarOp::Arg &&
+               za[static_cast<size_t>(c.argIndex)].kind == Operand::Kind::ColIndex;
+      };
+      int32_t cmp = -1;
+      for (int32_t i = 0; i < static_cast<int32_t>(fz.insts.size()) && cmp < 0; ++i) {
+        const ScalarInst &in = fz.insts[static_cast<size_t>(i)];
+        if ((in.op == ScalarOp::CmpEq || in.op == ScalarOp::CmpNe) &&
+            ((isColArg(in.operands[0]) && in.operands[1] == targetVal) ||
+             (isColArg(in.operands[1]) && in.operands[0] == targetVal)))
+          cmp = i;
+      }
+      if (cmp < 0)
+        return "internal: no column compare with the target in dZ";
+      const bool eq = fz.insts[static_cast<size_t>(cmp)].op == ScalarOp::CmpEq;
+      Operand tdzOp;
+      tdzOp.kind = Operand::Kind::Row;
+      tdzOp.buf = tdz;
+      tdzOp.dtype = DType::F32;
+      Zm.gemm.args.push_back(tdzOp);
+      ScalarInst a;
+      a.op = ScalarOp::Arg;
+      a.type = DType::F32;
+      a.argIndex = static_cast<int32_t>(Zm.gemm.args.size()) - 1;
+      fz.insts.push_back(a);
+      const int32_t aI = static_cast<int32_t>(fz.insts.size()) - 1;
+      ScalarInst sel;
+      sel.op = ScalarOp::Select;
+      sel.type = DType::F32;
+      sel.operands[0] = cmp;
+      sel.operands[1] = eq ? aI : fz.results[0];
+      sel.operands[2] = eq ? fz.results[0] : aI;
+      fz.insts.push_back(sel);
+      fz.results[0] = static_cast<int32_t>(fz.insts.size()) - 1;
+      p.kernels.push_back(Kernel{name + "_dzt0", std::move(rk)});
+      p.steps.insert(p.steps.begin() + loopStep,
+                     Step{Step::Kind::Launch, static_cast<int32_t>(p.kernels.size()) - 1, {}});
+      return "";
     }
     DzFormKernel dzf;
     dzf.dz = Z.dz;

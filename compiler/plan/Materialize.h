@@ -15,7 +15,16 @@ namespace lcejit::plan {
 /// the forward GEMM stores its fp16 per-element part of dZ, a row kernel and a DzForm
 /// kernel replace the dZ GEMM, and the backward GEMMs run over one chunk of all columns
 /// per row block. Returns "" when it did; otherwise the reason it could not (the Program
-/// is then unchanged). `name` prefixes the new kernels' names.
-std::string materializeBackward(Program &program, const std::string &name);
+/// is then unchanged). `name` prefixes the new kernels' names. With `exactTarget` the
+/// row kernel forms the target column's dZ as [Note: the target column's dZ] says.
+std::string materializeBackward(Program &program, const std::string &name,
+                                bool exactTarget = true);
+
+/// [Note: the target column's dZ] for the recompute schedule: a row kernel before the
+/// chunk loop stores each row's dZ at its target column (from the forward's (m, t) pair,
+/// its pick and the f64 target logit where the Program sums one), and the dZ GEMM's
+/// epilogue selects it at that column. Returns "" when it did; otherwise the reason (the
+/// Program is then unchanged).
+std::string targetColumnDz(Program &program, const std::string &name);
 
 } // namespace lcejit::plan

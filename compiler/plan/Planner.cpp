@@ -1251,14 +1251,17 @@ private:
     if (!err_.empty())
       return false;
     if (prog_.hasChunkLoop()) {
+      bool materialized = false;
       if (opt_.backward == PlanOptions::Backward::Recompute) {
         // The default: no decision line (the recompute's own line says what it does).
       } else if (opt_.fixedChunkCols > 0) {
         prog_.decisions.push_back("backward: materialized schedule not taken: a fixed chunk "
                                   "width was given");
-      } else if (std::string why = materializeBackward(prog_, opt_.name); !why.empty()) {
+      } else if (std::string why = materializeBackward(prog_, opt_.name, opt_.exactTargetLogit);
+                 !why.empty()) {
         prog_.decisions.push_back("backward: materialized schedule not taken: " + why);
       } else {
+        materialized = true;
         // One backward line: the materialized one replaces the recompute's.
         std::erase_if(prog_.decisions, [](const std::string &d) {
           return d.rfind(kRecomputeDecision, 0) == 0;
@@ -1273,10 +1276,27 @@ private:
         prog_.decisions.push_back(
             "backward: materialized: the forward GEMM stores fp16 factor(v)*exp(v - tile max) "
             "per element (the dZ buffer) and the tile maxima; a row kernel and an elementwise "
-            "pass form dZ as one bf16 operand (the target column from the f32 target logit); "
-            "dA and dB run over one chunk of all columns per row block: 6*N*D*V of GEMM "
+            "pass form dZ as one bf16 operand (the target column " +
+            std::string(opt_.exactTargetLogit
+                            ? "as a*expm1(-log1p(X)) + (a + b) from the forward's (max, rest) "
+                              "pair and the target logit: [Note: the target column's dZ]"
+                            : "from the f32 target logit") +
+            "); dA and dB run over one chunk of all columns per row block: 6*N*D*V of GEMM "
             "work" +
             lhs);
+      }
+      if (!materialized && opt_.exactTargetLogit) {
+        if (std::string why = targetColumnDz(prog_, opt_.name); why.empty())
+          prog_.decisions.push_back(fmt::format(
+              "backward: {}_dzt0 forms dZ at each row's target column as "
+              "a*expm1(-log1p(X)) + (a + b), X = the other columns' exp(z - z_y) summed from "
+              "the forward's (max, rest) pair and the target logit; the dZ GEMM takes it "
+              "there: no cancellation in p_y - 1 on a peaked row ([Note: the target column's "
+              "dZ])",
+              opt_.name));
+        else
+          prog_.decisions.push_back("backward: the target column's dZ stays exp(z - lse) "
+                                    "- 1 in the dZ GEMM: " + why);
       }
     }
     decideRowBlocks();

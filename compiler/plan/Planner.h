@@ -51,8 +51,8 @@ struct PlanOptions {
   /// comparisons (LCEJIT_TARGET_RESIDUAL=0).
   bool targetResidual = true;
   /// The row loss of a peaked softmax from the target logit summed again in f64 ([Note:
-  /// the exact target logit] in Program.h). Off only for comparisons
-  /// (LCEJIT_EXACT_TARGET=0).
+  /// the exact target logit] in Program.h), and dZ's target column from the same terms
+  /// ([Note: the target column's dZ]). Off only for comparisons (LCEJIT_EXACT_TARGET=0).
   bool exactTargetLogit = true;
   /// wgmma: dB's f32 output tiles leave through shared memory and TMA ([Note: sm90 TMA
   /// store] in lcejit_sm90.cuh). Off only for comparisons (LCEJIT_TMA_STORE=0).

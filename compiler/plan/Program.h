@@ -406,6 +406,23 @@ struct TargetCorrectionKernel {
 ///   loss = log(1 + exp(z_y^g − v_y^e)·S')
 /// (each term then carries only the error of its own z_c; S' is exact in form when y is
 /// the argmax, where m − z_y^g = 0). Rows whose target is outside [0, cols) get 0.
+/// [Note: the target column's dZ] The cross entropy's dZ is f = a·E + b per element, E =
+/// exp(G(x) − L) with L the row's logsumexp, b the one-hot's part (−a at the target column,
+/// 0 elsewhere; Materialize.cpp finds a and b by algebra). At the target column of a
+/// peaked row p_y = E → 1 and f = a·(E − 1) cancels: E carries the f32 rounding of L
+/// (|L| ≈ 25: ~1e-6 absolute) and of exp, and 1 − p_y ≈ the row loss (~1e-3), so the
+/// target's gradient kept ~1e-3 relative (exact precision's peaked f32 dW: 5.5e-4, its
+/// own bound 1e-4). The target column is instead formed per row from what the loss uses
+/// ([Note: the exact target logit]):
+///   X   = Σ_{c≠y} exp(z_c − v_y) = exp(z_y^g − v_y)·S',  S' = expm1(m − z_y^g) + exp(m − z_y^g)·t
+///   f_y = a·expm1(−log1p(X)) + (a + b)        (p_y − 1 = 1/(1 + X) − 1; a + b = 0 for the LCE)
+/// with (m, t) the forward's logsumexp pair, z_y^g its pick and v_y the f64 target logit
+/// through G's chain where the Program has a RowDot for it (else v_y = z_y^g). Every
+/// factor keeps its relative precision, and the gradient is the one of the loss as
+/// computed (lse' − v_y). The materialized schedule's row kernel stores it for DzForm; in
+/// the recompute schedule a row kernel (`<name>_dzt0`) stores it before the chunk loop and
+/// the dZ GEMM's epilogue selects it at the target column. PlanOptions::exactTargetLogit
+/// (LCEJIT_EXACT_TARGET=0) keeps `a·E + b` in f32, for comparisons.
 struct RowDotKernel {
   BufferRef a; ///< [N, k] of abType (the GEMM's A)
   BufferRef b; ///< [cols, k] of abType (the GEMM's B)

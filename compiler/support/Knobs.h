@@ -104,7 +104,8 @@ bool targetResidual();
 bool tmaStore();
 
 /// LCEJIT_EXACT_TARGET (boolean, default on): the row loss takes the target logit summed
-/// again in f64 ([Note: the exact target logit] in plan/Program.h); off only to measure
+/// again in f64 ([Note: the exact target logit] in plan/Program.h), and dZ's target column
+/// is formed from the same terms ([Note: the target column's dZ]); off only to measure
 /// what that buys.
 bool exactTarget();
 

@@ -237,6 +237,8 @@ INSTANTIATE_TEST_SUITE_P(
              DType::I64, true, Precision::Fast, Logits::Peaked},
         Case{"bf16_exact_peaked_n1000_d512_v32003", BF, 1000, 512, 32003, {}, 0, R::Mean, F32,
              DType::I64, true, Precision::Exact, Logits::Peaked},
+        Case{"bf16_exact_peaked_n2048_d4096_v128256_softcap", BF, 2048, 4096, 128256, 30.0, 0,
+             R::Mean, F32, DType::I64, true, Precision::Exact, Logits::Peaked},
         Case{"bf16_saturating_softcap_n2048_d2304_v256000", BF, 2048, 2304, 256000, 30.0, 0,
              R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Saturating},
         // Bucket edges: 1024 | 1025 and 16384 | 16385.

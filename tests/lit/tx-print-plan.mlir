@@ -82,9 +82,12 @@
 // CHECK-NEXT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'){{$}}
 // CHECK-NEXT: // decision: dZ residual: the target column's bf16 rounding of dZ, added back as a rank-1 update in f32 (darg0[r] += res[r]*arg1[t_r] in dA's last chunk, darg1[t_r] += res[r]*arg0[r] after the chunk loop, summed per target in row order){{$}}
 // CHECK-NEXT: // decision: backward: materialized schedule not taken: the GEMMs are not on the wgmma mainloop
+// [Note: the target column's dZ]: a row kernel before the chunk loop forms dZ at the target
+// column from the loss's terms; the dZ GEMM selects it there.
+// CHECK-NEXT: // decision: backward: lce_dzt0 forms dZ at each row's target column as a*expm1(-log1p(X)) + (a + b), {{.*}}([Note: the target column's dZ]){{$}}
 // The forward's partials and the row values that only the blocked steps read hold one
 // block's rows.
-// CHECK-NEXT: // decision: rows: steps 1..5 may run per block of rows (at least 1024 rows) when the budget needs it; partials0, row_l1_2, row_l1_3, row_l1_4, target_logit0, dz_residual0 hold one block's rows{{$}}
+// CHECK-NEXT: // decision: rows: steps 1..6 may run per block of rows (at least 1024 rows) when the budget needs it; partials0, row_l1_2, row_l1_3, row_l1_4, target_logit0, dz_residual0, target_dz0 hold one block's rows{{$}}
 // CHECK-NEXT: // decision: run schedule (example): N = 4097: 1 row block of 4097 rows, 1 chunk of 1024 columns; workspace 8.5 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // CHECK-NEXT: // decision: run schedule (example): N = 16384: 1 row block of 16384 rows, 1 chunk of 1024 columns; workspace 34.0 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // CHECK-NEXT: {
@@ -130,7 +133,7 @@
 // CHECK: "schedule": {
 // CHECK-NEXT: "blocked_steps": [
 // CHECK-NEXT: 1,
-// CHECK-NEXT: 5
+// CHECK-NEXT: 6
 // CHECK-NEXT: ],
 // CHECK-NEXT: "budget_bytes": 536870912,
 // CHECK: "splits": 8,
@@ -146,6 +149,9 @@
 // CHECK-NEXT: },
 // CHECK-NEXT: {
 // CHECK-NEXT: "launch": "lce_row1"
+// CHECK-NEXT: },
+// CHECK-NEXT: {
+// CHECK-NEXT: "launch": "lce_dzt0"
 // CHECK-NEXT: },
 // CHECK-NEXT: {
 // CHECK-NEXT: "chunk_loop": [
@@ -213,8 +219,8 @@
 // T100K: // decision: bucket: N in [65537, 262144] (powers of four from 256)
 // T100K-NEXT: // decision: mainloop: mma.sync (asked for by the caller)
 // T100K-NEXT: // decision: forward GEMM: tile 128x128x64 (8 warps, 3 stages, mma.sync.bf16), 8 column tiles; 513 row blocks at N = 65537 (bucket low) -> 1 column splits to fill 132 SMs twice
-// T100K: // decision: run schedule (example): N = 65537: 1 row block of 65537 rows, 1 chunk of 1024 columns; workspace 130.6 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
-// T100K-NEXT: // decision: run schedule (example): N = 262144: 2 row blocks of 131072 rows, 1 chunk of 1024 columns; workspace 262.3 MiB of the 512.0 MiB budget; rows blocked to leave room for wide chunks
+// T100K: // decision: run schedule (example): N = 65537: 1 row block of 65537 rows, 1 chunk of 1024 columns; workspace 130.8 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
+// T100K-NEXT: // decision: run schedule (example): N = 262144: 2 row blocks of 131072 rows, 1 chunk of 1024 columns; workspace 262.8 MiB of the 512.0 MiB budget; rows blocked to leave room for wide chunks
 // T100K: "splits": 1,
 // T100K: "bytes_per_row": 12,
 // T100K-NEXT: "bytes_per_row_col": 0,
@@ -258,6 +264,7 @@
 // With a bf16 dW only dA takes the target-column residual.
 // BF16OUT-NEXT: // decision: dZ residual: the target column's bf16 rounding of dZ, added back as a rank-1 update in f32 (darg0[r] += res[r]*arg1[t_r] in dA's last chunk); darg1 is bf16, written once per chunk: its target rows keep the rounded dZ{{$}}
 // BF16OUT-NEXT: // decision: backward: materialized schedule not taken: the GEMMs are not on the wgmma mainloop
+// BF16OUT-NEXT: // decision: backward: lce_dzt0 forms dZ at each row's target column as
 // BF16OUT-NEXT: // decision: rows: never blocked: kernel 'lce_drhs{{[0-9]+}}' writes a bf16 gradient
 // (Past the RowDot kernel, whose "out" is the target logit.)
 // BF16OUT: "kind": "row_dot",

@@ -317,6 +317,8 @@ Program plannedLce(const LceOptions &o, DType ab,
   spec.vocab = o.v;
   spec.dtype = ab;
   spec.ignoreIndex = -100;
+  if (o.softcap > 0)
+    spec.softcap = o.softcap;
   auto fg = pipeline::compileGraph(*fe::buildLceGraph(spec));
   plan::PlanOptions po;
   po.tokens = 100;
@@ -545,6 +547,35 @@ TEST(Emulation, PlannedProgramRowBlocksAndChunks) {
     }
   }
 }
+/// Peaks every row with a target: h[i] += lift · w[y_i] / |w[y_i]|² (bf16-rounded, as the
+/// kernels read it), which raises the target logit by about `lift` over the rest.
+void peakRows(LceRun &r, const LceOptions &o, double lift) {
+  void *hp = r.hb.as<char>();
+  for (int64_t i = 0; i < r.n; ++i) {
+    const int64_t t = r.y[static_cast<size_t>(i)];
+    if (t < 0)
+      continue;
+    double norm2 = 0;
+    for (int64_t k = 0; k < o.d; ++k)
+      norm2 += r.w[static_cast<size_t>(t * o.d + k)] * r.w[static_cast<size_t>(t * o.d + k)];
+    for (int64_t k = 0; k < o.d; ++k) {
+      const size_t idx = static_cast<size_t>(i * o.d + k);
+      r.h[idx] = storeAs(o.abType, hp, idx,
+                         r.h[idx] + lift * r.w[static_cast<size_t>(t * o.d + k)] / norm2);
+    }
+  }
+}
+
+double relativeNorm(DType t, const void *got, const std::vector<double> &want) {
+  double e2 = 0, r2 = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = loadAs(t, got, i) - want[i];
+    e2 += d * d;
+    r2 += want[i] * want[i];
+  }
+  return std::sqrt(e2 / std::max(r2, 1e-300));
+}
+
 /// [Note: the exact target logit] on the CPU: a planned Program's generated CUDA (the
 /// RowDot kernel and the loss's row function) under the host emulation, on peaked rows
 /// (each row's target logit raised by 20 over the rest, as in the GPU suite), against
@@ -571,21 +602,7 @@ TEST(Emulation, PeakedLossTakesTheExactTargetLogit) {
     HostModule module(p);
     const int64_t n = 8;
     LceRun r(p, o, n);
-    // Peak: h[i] += 20 · w[y_i] / |w[y_i]|² (bf16-rounded, as the kernels read it).
-    void *hp = r.hb.as<char>();
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t t = r.y[static_cast<size_t>(i)];
-      if (t < 0)
-        continue;
-      double norm2 = 0;
-      for (int64_t k = 0; k < o.d; ++k)
-        norm2 += r.w[static_cast<size_t>(t * o.d + k)] * r.w[static_cast<size_t>(t * o.d + k)];
-      for (int64_t k = 0; k < o.d; ++k) {
-        const size_t idx = static_cast<size_t>(i * o.d + k);
-        r.h[idx] = storeAs(o.abType, hp, idx,
-                           r.h[idx] + 20.0 * r.w[static_cast<size_t>(t * o.d + k)] / norm2);
-      }
-    }
+    peakRows(r, o, 20.0);
     r.run(module);
     Reference ref = reference(o, n, r.h, r.w, r.y);
     ASSERT_LT(ref.loss, 1e-3) << "the rows are peaked";
@@ -597,6 +614,53 @@ TEST(Emulation, PeakedLossTakesTheExactTargetLogit) {
   // Measured: 2.7e-8 with the f64 target logit, 3.5e-6 without it.
   EXPECT_LT(err[0], 2e-7);
   EXPECT_GT(err[1], 10 * err[0]) << "the f64 target logit must matter on peaked rows";
+}
+
+/// [Note: the target column's dZ] on the CPU: exact precision (dZ as bf16 hi + lo, the
+/// recompute schedule) on peaked rows, with softcap and without. There the gradients are
+/// dominated by the target columns' p_y − 1 ≈ −(the row loss), which `exp(z − lse) − 1`
+/// in f32 gets to a few ulp of 1 only, with lse's own f32 rounding on top: with V = 300
+/// columns ~20 below the target, 1 − p_y ≈ 1e-6–1e-4 and that form is off by 1 % and more.
+/// The planned row kernel (`<name>_dzt0`) forms it as a·expm1(−log1p(X)) instead; the
+/// outputs must come within exact precision's 1e-4 (relative norm against fp64), and the
+/// old form must be far off on the same data, or the test does not show anything.
+TEST(Emulation, PeakedTargetColumnDzKeepsItsRelativePrecision) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  for (double softcap : {0.0, 30.0}) {
+    double errW[2] = {0, 0}, errH[2] = {0, 0};
+    for (bool exactTarget : {true, false}) {
+      LceOptions o = smallLce();
+      o.d = 256;
+      o.softcap = softcap;
+      o.dwType = DType::F32;
+      o.dhType = DType::F32;
+      Program p = plannedLce(o, DType::BF16, [&](plan::PlanOptions &po) {
+        po.name = exactTarget ? "tdz_exact" : "tdz_f32";
+        po.exactTargetLogit = exactTarget;
+        po.exactGradients = true;
+      });
+      bool hasTargetDz = false;
+      for (const plan::Kernel &k : p.kernels)
+        hasTargetDz |= k.name == "tdz_exact_dzt0";
+      ASSERT_EQ(hasTargetDz, exactTarget);
+      HostModule module(p);
+      const int64_t n = 9;
+      LceRun r(p, o, n);
+      peakRows(r, o, 20.0);
+      r.run(module);
+      Reference ref = reference(o, n, r.h, r.w, r.y);
+      ASSERT_LT(ref.loss, 1e-3) << "the rows are peaked";
+      EXPECT_EQ(r.errorWord(p)[0], 0);
+      errW[exactTarget ? 0 : 1] = relativeNorm(o.dwType, r.dw.p, ref.dw);
+      errH[exactTarget ? 0 : 1] = relativeNorm(o.dhType, r.dh.p, ref.dh);
+    }
+    std::cout << fmt::format("    softcap {}: dW rel err {:.2e} (expm1 form) vs {:.2e} "
+                             "(exp - 1), dH {:.2e} vs {:.2e}\n",
+                             softcap, errW[0], errW[1], errH[0], errH[1]);
+    EXPECT_LT(errW[0], 1e-4) << "softcap " << softcap;
+    EXPECT_LT(errH[0], 1e-4) << "softcap " << softcap;
+    EXPECT_GT(errW[1], 10 * errW[0]) << "the target column's form must matter on peaked rows";
+  }
 }
 
 /// Gradient accumulation ([Note: accumulating outputs] in Program.h): planned Programs'

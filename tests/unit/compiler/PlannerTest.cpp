@@ -466,6 +466,98 @@ TEST(Planner, ExactTargetLogitForTheRowLoss) {
   }
 }
 
+/// [Note: the target column's dZ]: the recompute schedule (exact precision here) gets a
+/// row kernel `<name>_dzt0` before the chunk loop, inside the row-blocked steps, that
+/// stores each row's dZ at its target column from the forward's (m, t) pair, its pick and
+/// the RowDot's f64 target logit (expm1 / log1p, no exp(z − lse) − 1); the dZ GEMM's
+/// epilogue selects that value where the column is the target. The materialized schedule's
+/// row kernel forms its target column the same way. Off (LCEJIT_EXACT_TARGET=0): neither.
+TEST(Planner, TargetColumnDzFromTheLossTerms) {
+  for (std::optional<double> softcap : {std::optional<double>(), std::optional<double>(30.0)}) {
+    auto g = lceFused(4096, 128256, DType::BF16, softcap);
+    plan::PlanOptions o = wgmmaOptions(8192);
+    o.exactGradients = true;
+    plan::Program p = g->plan(o);
+    int dzt = -1, dztStep = -1, loopStep = -1, dot = -1;
+    for (size_t i = 0; i < p.kernels.size(); ++i) {
+      if (p.kernels[i].name == "lce_dzt0")
+        dzt = static_cast<int>(i);
+      if (p.kernels[i].kind() == KernelKind::RowDot)
+        dot = static_cast<int>(i);
+    }
+    ASSERT_GE(dzt, 0) << p.toJson(2);
+    ASSERT_GE(dot, 0);
+    for (size_t si = 0; si < p.steps.size(); ++si) {
+      if (p.steps[si].kind == plan::Step::Kind::ChunkLoop)
+        loopStep = static_cast<int>(si);
+      if (p.steps[si].kind == plan::Step::Kind::Launch && p.steps[si].kernel == dzt)
+        dztStep = static_cast<int>(si);
+    }
+    ASSERT_GE(loopStep, 0);
+    EXPECT_EQ(dztStep, loopStep - 1) << "right before the chunk loop";
+    EXPECT_GE(dztStep, p.schedule.firstBlockedStep);
+    const auto &R = std::get<plan::RowKernel>(p.kernels[static_cast<size_t>(dzt)].body);
+    ASSERT_EQ(R.sinks.size(), 1u);
+    EXPECT_EQ(R.sinks[0].kind, plan::RowKernel::Sink::Kind::StoreRow);
+    const plan::BufferRef tdz = R.sinks[0].buf;
+    auto has = [&](plan::ScalarOp op) {
+      return std::any_of(R.func.insts.begin(), R.func.insts.end(),
+                         [&](const plan::ScalarInst &in) { return in.op == op; });
+    };
+    EXPECT_TRUE(has(plan::ScalarOp::Expm1) && has(plan::ScalarOp::Log1p));
+    EXPECT_EQ(has(plan::ScalarOp::Tanh), softcap.has_value()) << "v_y = softcap(x_y)";
+    bool readsMax = false, readsRest = false, readsDot = false;
+    const auto &D = std::get<plan::RowDotKernel>(p.kernels[static_cast<size_t>(dot)].body);
+    for (const plan::Operand &a : R.args) {
+      readsMax |= a.kind == plan::Operand::Kind::Partials &&
+                  a.component == plan::Operand::Component::Max;
+      readsRest |= a.kind == plan::Operand::Kind::Partials &&
+                   a.component == plan::Operand::Component::RestSum;
+      readsDot |= a.kind == plan::Operand::Kind::Row && a.buf == D.out;
+    }
+    EXPECT_TRUE(readsMax && readsRest && readsDot);
+    // The dZ GEMM: its result selects the stored value on the target column.
+    const plan::GemmDzKernel *dz = nullptr;
+    for (const plan::Kernel &k : p.kernels)
+      if (auto *x = std::get_if<plan::GemmDzKernel>(&k.body))
+        dz = x;
+    ASSERT_NE(dz, nullptr);
+    const plan::ScalarFunc &f = dz->gemm.epilogue;
+    const plan::ScalarInst &sel = f.insts[static_cast<size_t>(f.results[0])];
+    ASSERT_EQ(sel.op, plan::ScalarOp::Select);
+    const plan::ScalarInst &cmp = f.insts[static_cast<size_t>(sel.operands[0])];
+    EXPECT_EQ(cmp.op, plan::ScalarOp::CmpEq);
+    const plan::ScalarInst &arg = f.insts[static_cast<size_t>(sel.operands[1])];
+    ASSERT_EQ(arg.op, plan::ScalarOp::Arg);
+    EXPECT_EQ(dz->gemm.args[static_cast<size_t>(arg.argIndex)].kind, plan::Operand::Kind::Row);
+    EXPECT_EQ(dz->gemm.args[static_cast<size_t>(arg.argIndex)].buf, tdz);
+    EXPECT_NE(decision(p, "backward: lce_dzt0 forms dZ at each row's target column"), "");
+
+    o.exactTargetLogit = false;
+    for (const plan::Kernel &k : g->plan(o).kernels)
+      EXPECT_NE(k.name, "lce_dzt0");
+  }
+  // The materialized schedule: the row kernel's target result takes the same form.
+  auto g = lceFused(4096, 128256, DType::BF16, 30.0);
+  for (bool exactTarget : {true, false}) {
+    plan::PlanOptions o = wgmmaOptions(8192);
+    o.backward = plan::PlanOptions::Backward::Materialized;
+    o.exactTargetLogit = exactTarget;
+    plan::Program p = g->plan(o);
+    const plan::RowKernel *row = nullptr;
+    for (const plan::Kernel &k : p.kernels)
+      if (k.name == "lce_dzrow0")
+        row = &std::get<plan::RowKernel>(k.body);
+    ASSERT_NE(row, nullptr) << p.toJson(2);
+    bool log1p = false;
+    for (const plan::ScalarInst &in : row->func.insts)
+      log1p |= in.op == plan::ScalarOp::Log1p;
+    EXPECT_EQ(log1p, exactTarget);
+    for (const plan::Kernel &k : p.kernels)
+      EXPECT_NE(k.name, "lce_dzt0") << "the materialized schedule has no dZ GEMM";
+  }
+}
+
 /// [Note: the target-column residual]: where dZ is one bf16 operand and the loss has a
 /// target column, the dZ writer (GemmDz, or DzForm in the materialized schedule) stores the
 /// residual, dA adds its rank-1 update in the last chunk and a TargetCorrection kernel adds
