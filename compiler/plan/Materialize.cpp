@@ -417,7 +417,10 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
   };
 
   try {
-    auto [aIdx, bIdx] = lin(f.results[0]);
+    // (Plain variables: lambdas below use them, and C++17 compilers cannot capture
+    // structured bindings.)
+    int32_t aIdx = -1, bIdx = -1;
+    std::tie(aIdx, bIdx) = lin(f.results[0]);
     if (aIdx < 0)
       return "dZ does not depend on exp(...)";
     // Dependencies of the grown function.
