@@ -2,6 +2,7 @@
 
 #include "runtime/Executor.h"
 #include "compiler/support/Check.h"
+#include "runtime/LaunchTrace.h"
 
 #include <fmt/format.h>
 
@@ -579,6 +580,7 @@ void Executor::launch(const PreparedRun &r, CUstream stream) const {
     LCEJIT_CU(d.memsetD8Async(r.bound[static_cast<size_t>(m.at.base)] + m.at.offset, 0,
                               static_cast<size_t>(m.bytes), stream));
   void *params[kMaxKernelArgs];
+  const bool trace = launchTraceOn(); // [Note: launch trace]
   for (const PreparedRun::Launch &l : r.launches) {
     CUfunction f = functions_[static_cast<size_t>(l.kernel)];
     for (size_t i = 0; i < l.args.size(); ++i) {
@@ -606,7 +608,11 @@ void Executor::launch(const PreparedRun &r, CUstream stream) const {
       cfg.attrs = &cluster;
       cfg.numAttrs = 1;
     }
+    CUevent before = trace ? traceEvent(stream) : nullptr;
     CUresult res = d.launchKernelEx(&cfg, f, params, nullptr);
+    if (trace)
+      traceLaunch(program_.kernels[static_cast<size_t>(l.kernel)].name, l.rowBlock, l.chunk,
+                  before, traceEvent(stream));
     if (res != CUDA_SUCCESS) {
       const plan::Kernel &k = program_.kernels[static_cast<size_t>(l.kernel)];
       std::string what = fmt::format(

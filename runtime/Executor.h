@@ -26,6 +26,9 @@
 // A Launch step (outside any chunk loop) gets chunkBegin 0, chunkCols = loopCols and
 // chunkIndex 0: it is the single chunk that covers everything.
 //
+// With the launch trace on ([Note: launch trace] in LaunchTrace.h, a diagnostic, off by
+// default) each launch is bracketed by two CUDA events.
+//
 // planExecution() computes all of this as plain data with no GPU, so unit tests check the
 // packing, the chunk arithmetic and the workspace layout on the CPU; Executor::run()
 // only walks that list and calls the driver.

@@ -9,6 +9,7 @@
 
 #include "compiler/support/Knobs.h"
 #include "ops/lib/Reference.h"
+#include "runtime/LaunchTrace.h"
 #include "tests/gpu/GpuSupport.h"
 #include "tests/gpu/Tolerances.h"
 #include "tests/support/ScopedEnv.h"
@@ -392,6 +393,65 @@ TEST(LceGpuClusters, MulticastChangesNoBit) {
     EXPECT_EQ(dHDiff, 0u) << "of " << pairs.dH.size() << " dH elements";
     EXPECT_EQ(dWDiff, 0u) << "of " << pairs.dW.size() << " dW elements";
   }
+}
+
+/// [Note: launch trace] (runtime/LaunchTrace.h): with the trace on, a call records every
+/// launch of its schedule in order (N = 3000 in two row blocks under a 100 MiB budget:
+/// the blocked kernels twice), each with a positive GPU time and a gap of at least zero; the traced call's
+/// loss is the untraced one's bit for bit; the trace is emptied by taking it, and a call
+/// with it off records nothing.
+TEST(LceGpuLaunchTrace, TimesEveryLaunchOfACall) {
+  const int64_t n = 3000;
+  LinearCrossEntropyOptions o;
+  o.hidden = 256;
+  o.vocab = 32000;
+  o.dtype = DType::BF16;
+  o.workspaceBudgetBytes = int64_t(100) << 20;
+  RefKernels &k = RefKernels::get();
+  DeviceBuffer h(n * o.hidden * 2), w(o.vocab * o.hidden * 2), y(n * 8), dH(n * o.hidden * 2),
+      dW(o.vocab * o.hidden * 4);
+  const double scale = 2.0 / std::pow(double(o.hidden), 0.25);
+  k.fillRandom(h, o.dtype, n * o.hidden, 81, scale);
+  k.fillRandom(w, o.dtype, o.vocab * o.hidden, 82, scale);
+  k.fillTargets(y, DType::I64, n, 83, o.vocab, -100, 0);
+  LinearCrossEntropy op(o);
+  auto call = [&] {
+    return op.forwardBackward(TensorRef{h.data(), o.dtype, {n, o.hidden}, {}},
+                              TensorRef{w.data(), o.dtype, {o.vocab, o.hidden}, {}},
+                              TensorRef{y.data(), DType::I64, {n}, {}},
+                              MutableTensorRef{dH.data(), o.dtype, {n, o.hidden}, {}},
+                              MutableTensorRef{dW.data(), DType::F32, {o.vocab, o.hidden}, {}});
+  };
+  (void)runtime::takeLaunchTrace(); // nothing left from earlier tests
+  const float plain = call();
+  EXPECT_TRUE(runtime::takeLaunchTrace().empty()) << "the trace is off by default";
+  runtime::setLaunchTrace(true);
+  const float traced = call();
+  runtime::setLaunchTrace(false);
+  const std::vector<runtime::LaunchTraceEntry> t = runtime::takeLaunchTrace();
+  uint32_t a, b;
+  std::memcpy(&a, &plain, 4);
+  std::memcpy(&b, &traced, 4);
+  EXPECT_EQ(a, b) << "tracing changes no result";
+  ASSERT_FALSE(t.empty());
+  int forwards = 0, lhs = 0, rhs = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    SCOPED_TRACE(fmt::format("launch {}: {}", i, t[i].kernel));
+    EXPECT_GT(t[i].ms, 0.0);
+    EXPECT_GE(t[i].gapMs, 0.0);
+    if (i == 0)
+      EXPECT_EQ(t[i].gapMs, 0.0);
+    forwards += t[i].kernel.find("_fwd") != std::string::npos;
+    lhs += t[i].kernel.find("_dlhs") != std::string::npos;
+    rhs += t[i].kernel.find("_drhs") != std::string::npos;
+  }
+  std::cout << op.scheduleSummary(n) << ": " << t.size() << " launches traced\n";
+  const int64_t blocks = op.scheduleSummary(n).find("2 row blocks") != std::string::npos ? 2 : 1;
+  EXPECT_EQ(blocks, 2) << "the budget is meant to block the rows: " << op.scheduleSummary(n);
+  EXPECT_EQ(forwards, blocks) << "one forward per row block";
+  EXPECT_GE(lhs, blocks);
+  EXPECT_EQ(lhs, rhs) << "dA and dB once per chunk of each block";
+  EXPECT_TRUE(runtime::takeLaunchTrace().empty()) << "taking the trace empties it";
 }
 
 /// GradScale (issue 7): a host value or a device pointer multiplies dH and dW, not the

@@ -2,7 +2,7 @@
 //
 //   lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]
 //                [--case A,B,C,Q,S,L,W | all] [--precision fast|exact] [--budget-mb M]
-//                [--json FILE] [--series] [--forward] [--check] [--mode default|lean]
+//                [--json FILE] [--series] [--forward] [--check] [--trace] [--mode default|lean]
 //                [--gemm-only [--gemm-config BN,STAGES,GROUP[,pp]/...]]
 //
 // (llvm::cl: `--help` lists every option with its default; tools/ToolOptions.h.)
@@ -16,6 +16,11 @@
 // dW against the bf16 floor, as the suite reports them. The reference holds the f64
 // logits (8·N·V bytes) and multiplies in plain fp64, so cases above N·V·D = 2e13 (L) say
 // "skipped". It runs between the timed loops and moves the clocks: time without it.
+//
+// --trace: after timing, one more call with the launch trace on ([Note: launch trace] in
+// runtime/LaunchTrace.h): each launch's GPU time as it ran in the sequence, back to back at
+// the card's power cap (ncu times kernels one at a time), and the idle gaps between
+// launches; per kernel, the launches, total and mean; and each cuBLAS GEMM timed alone.
 //
 // --series: the 20-N series of issue 5 (20 random N in [4096, 33768], seed 2026, D = 4096,
 // V = 128256): each N once through the op (synchronous, host-timed, compiles included)
@@ -38,6 +43,7 @@
 
 #include "lcejit/LinearCrossEntropy.h"
 #include "runtime/CudaDriver.h"
+#include "runtime/LaunchTrace.h"
 #include "runtime/Module.h"
 #include "runtime/Nvrtc.h"
 #include "tests/gpu/GpuSupport.h"
@@ -132,6 +138,7 @@ struct Args {
   bool gemmOnly = false;
   bool forward = false; ///< --forward: the loss only (forward()) against the one cuBLAS GEMM Z
   bool check = false;   ///< --check: errors against the fp64 reference
+  bool trace = false;   ///< --trace: one call's launches, timed back to back
   /// --gemm-config BN,STAGES,GROUP[,pp]/...: the 4th value is 1 for ping-pong consumers.
   std::vector<std::array<int, 4>> gemmConfigs{{256, 4, 8, 0}};
 };
@@ -159,6 +166,7 @@ struct Result {
   /// --check: errors against the fp64 reference (negative: not checked).
   double lossErr = -1, dhErr = -1, dhFloor = -1, dwErr = -1, dwBf16Floor = -1;
   std::string checkNote; ///< why a case was not checked
+  std::string trace;     ///< --trace: the report of one traced call
 };
 
 namespace cl = llvm::cl;
@@ -221,6 +229,10 @@ cl::opt<bool> seriesOpt("series",
 cl::opt<bool> forwardOpt("forward",
                          cl::desc("forward() (the loss only) against the one cuBLAS GEMM Z = H*W^T"),
                          cl::cat(kCategory));
+cl::opt<bool> traceOpt("trace",
+                       cl::desc("also trace one call: each launch's GPU time back to back, the "
+                                "gaps between launches, and each cuBLAS GEMM alone"),
+                       cl::cat(kCategory));
 cl::opt<bool> checkOpt("check",
                        cl::desc("also compare one call per case with the fp64 reference "
                                 "(loss, dH, dW errors; cases up to N*V*D = 2e13)"),
@@ -288,6 +300,7 @@ Args parse(int argc, char **argv) {
   a.gemmOnly = gemmOnlyOpt;
   a.forward = forwardOpt;
   a.check = checkOpt;
+  a.trace = traceOpt;
   if (gemmConfigOpt.getNumOccurrences()) {
     a.gemmConfigs.clear();
     llvm::SmallVector<llvm::StringRef, 8> configs;
@@ -469,6 +482,41 @@ void checkCase(const Args &a, const CaseShape &cs, LinearCrossEntropy &op, const
                               ch.nonFinite, cw.nonFinite);
 }
 
+/// --trace: one traced call, per kernel name (in order of first launch): launches, total
+/// and mean GPU time, share; and the idle gaps between launches.
+std::string traceReport(const std::vector<runtime::LaunchTraceEntry> &entries) {
+  struct Row {
+    std::string kernel;
+    int launches = 0;
+    double ms = 0;
+  };
+  std::vector<Row> rows;
+  double kernelMs = 0, gapMs = 0, maxGap = 0;
+  std::string maxGapBefore;
+  for (const runtime::LaunchTraceEntry &e : entries) {
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const Row &r) { return r.kernel == e.kernel; });
+    if (it == rows.end())
+      it = rows.insert(rows.end(), Row{e.kernel, 0, 0});
+    ++it->launches;
+    it->ms += e.ms;
+    kernelMs += e.ms;
+    gapMs += e.gapMs;
+    if (e.gapMs > maxGap) {
+      maxGap = e.gapMs;
+      maxGapBefore = e.kernel;
+    }
+  }
+  std::string out = fmt::format(
+      "  one call, {} launches back to back: {:.2f} ms in kernels + {:.3f} ms of gaps between "
+      "launches (largest {:.3f} ms, before {})\n  | kernel | launches | total ms | mean ms | "
+      "share |\n  |---|---|---|---|---|\n",
+      entries.size(), kernelMs, gapMs, maxGap, maxGapBefore.empty() ? "-" : maxGapBefore);
+  for (const Row &r : rows)
+    out += fmt::format("  | {} | {} | {:.3f} | {:.3f} | {:.1f} % |\n", r.kernel, r.launches, r.ms,
+                       r.ms / r.launches, kernelMs > 0 ? 100.0 * r.ms / kernelMs : 0.0);
+  return out;
+}
+
 Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *blas) {
   const auto &d = runtime::cudaDriver();
   const long long N = cs.n, D = cs.d, V = cs.v;
@@ -514,6 +562,15 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *b
   op.checkDeviceErrors();
   if (a.check)
     checkCase(a, cs, op, h, w, y, dh, dw, loss, r);
+  if (a.trace) {
+    runtime::setLaunchTrace(true);
+    op.enqueue({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
+               {y.data(), DType::I64, {N}, {}}, {loss.data(), DType::F32, {}, {}},
+               {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), DType::F32, {V, D}, {}}, s);
+    runtime::setLaunchTrace(false);
+    r.trace = traceReport(runtime::takeLaunchTrace());
+    op.checkDeviceErrors();
+  }
   if (blas) {
     Mem z(size_t(N * V) * 2), dwb(size_t(V * D) * 2);
     fill.bf16(z, N * V, 3, 1e-3f);
@@ -522,6 +579,20 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *b
       blas->gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
       blas->gemm(true, false, int(V), int(D), int(N), z.data(), int(V), h.data(), int(D), dwb.data());
     });
+    if (a.trace) {
+      const double zMs = medianMs(a.iters, s, [&] {
+        blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
+      });
+      const double dhMs = medianMs(a.iters, s, [&] {
+        blas->gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
+      });
+      const double dwMs = medianMs(a.iters, s, [&] {
+        blas->gemm(true, false, int(V), int(D), int(N), z.data(), int(V), h.data(), int(D), dwb.data());
+      });
+      r.trace += fmt::format("  cuBLAS, each GEMM alone (median of {}): Z {:.2f} ms, dH {:.2f} ms, "
+                             "dW {:.2f} ms (sum {:.2f}; the three back to back: {:.2f})\n",
+                             a.iters, zMs, dhMs, dwMs, zMs + dhMs + dwMs, r.blasMs);
+    }
   }
   return r;
 }
@@ -795,6 +866,9 @@ int main(int argc, char **argv) {
                           ratio, r.workspace, r.schedule, check);
     }
     json += "]\n";
+    for (const Result &r : results)
+      if (!r.trace.empty())
+        fmt::print("\n{} trace:\n{}", r.name, r.trace);
     if (!a.json.empty()) {
       FILE *f = std::fopen(a.json.c_str(), "w");
       if (!f)

@@ -11,6 +11,7 @@
 #include "TestSupport.h"
 
 #include "runtime/Executor.h"
+#include "runtime/LaunchTrace.h"
 #include "compiler/plan/SchedulePolicy.h"
 #include "runtime/KernelCache.h"
 #include "runtime/TensorMap.h"
@@ -605,6 +606,17 @@ TEST(ExecutorPlanTest, KernelArgStorage) {
   CUdeviceptr ptr = 0;
   std::memcpy(&ptr, c.address(), sizeof(ptr));
   EXPECT_EQ(ptr, 0xdeadbeef000u);
+}
+
+/// [Note: launch trace]: off unless switched on (Executor::launch then records two events
+/// per launch); with nothing recorded, taking the trace needs no GPU and returns nothing.
+TEST(LaunchTrace, OffByDefaultAndEmptyWithoutLaunches) {
+  EXPECT_FALSE(launchTraceOn());
+  setLaunchTrace(true);
+  EXPECT_TRUE(launchTraceOn());
+  setLaunchTrace(false);
+  EXPECT_FALSE(launchTraceOn());
+  EXPECT_TRUE(takeLaunchTrace().empty());
 }
 
 //===----------------------------------------------------------------------===//
