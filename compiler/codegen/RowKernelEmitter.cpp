@@ -26,6 +26,9 @@
 
 #include <fmt/ranges.h>
 
+#include <map>
+#include <tuple>
+
 namespace lcejit::codegen::detail {
 
 using plan::BufferRef;
@@ -148,6 +151,20 @@ void emitRowKernel(CodeWriter &w, const KernelContext &ctx) {
     std::vector<int32_t> live = liveArgs(k.func);
     if (!live.empty())
       w.comment("Operands (rows >= n read none: they use 0).");
+    // Components of one logsumexp partial (its value, m, t) read by several operands share
+    // one pass over the row's entries: the pair is combined once (the same combine in the
+    // same order as each helper would do alone, so the same bits).
+    auto lseKey = [](const Operand &o) {
+      return std::tuple<int, int32_t, int32_t, int32_t>(static_cast<int>(o.buf.space),
+                                                        o.buf.index, o.slot, o.partialsOf);
+    };
+    std::map<std::tuple<int, int32_t, int32_t, int32_t>, std::vector<int32_t>> lseReaders;
+    for (int32_t a : live) {
+      const Operand &o = k.args[static_cast<size_t>(a)];
+      if (o.kind == Operand::Kind::Partials &&
+          o.reduce == static_cast<int32_t>(plan::ReduceKind::LogSumExp))
+        lseReaders[lseKey(o)].push_back(a);
+    }
     for (int32_t a : live) {
       const Operand &o = k.args[static_cast<size_t>(a)];
       switch (o.kind) {
@@ -192,6 +209,30 @@ void emitRowKernel(CodeWriter &w, const KernelContext &ctx) {
                                         gr.slotsPerRow(),
                      "{}: partials operand a{} slot {} out of {}", what, a,
                      o.slot, gr.slotsPerRow());
+        if (auto it = lseReaders.find(lseKey(o));
+            o.reduce == static_cast<int32_t>(plan::ReduceKind::LogSumExp) &&
+            it != lseReaders.end() && it->second.size() > 1) {
+          const int32_t first = it->second.front();
+          if (a == first) {
+            std::vector<std::string> names;
+            for (int32_t r : it->second)
+              names.push_back(fmt::format("a{}", r));
+            w.comment(fmt::format("The (m, t) pair of this logsumexp partial, combined once "
+                                  "for {}",
+                                  fmt::join(names, ", ")));
+            w.line("float a{0}_m = 0.0f, a{0}_t = 0.0f;", first);
+            w.line("if (valid)");
+            w.line("  lcejit::partials_lse_pair({}, row, {}, {}, {}, a{}_m, a{}_t);",
+                   ctx.bufferName(o.buf), splits, gr.slotsPerRow(), o.slot, first, first);
+          }
+          const std::string expr =
+              o.component == Operand::Component::Value
+                  ? fmt::format("lcejit::lse_value(a{0}_m, a{0}_t)", first)
+              : o.component == Operand::Component::Max ? fmt::format("a{}_m", first)
+                                                       : fmt::format("a{}_t", first);
+          w.line("const float a{} = valid ? {} : 0.0f;", a, expr);
+          break;
+        }
         w.line("const float a{} = valid ? {}({}, row, {}, {}, {}) : 0.0f;", a,
                partialsHelper(o), ctx.bufferName(o.buf), splits,
                gr.slotsPerRow(), o.slot);
