@@ -726,27 +726,31 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
           throw Fail{"dZ's row part reads a per-column operand"};
         return rowArg(o);
       };
-      Operand pick;
-      if (hasTarget) {
-        pick.kind = Operand::Kind::Partials;
-        pick.buf = F.partials;
-        pick.slot = F.slotOf(pickResult);
-        pick.reduce = static_cast<int32_t>(ReduceKind::Sum);
-        pick.partialsOf = fi;
-        pick.dtype = DType::F32;
-      }
+      // The forward's partial of `result` (its `c` component), read by the row kernel as
+      // an f32 argument.
+      auto forwardPartial = [&](Expr &o, int32_t result, ReduceKind kind,
+                                Operand::Component c) {
+        Operand op;
+        op.kind = Operand::Kind::Partials;
+        op.buf = F.partials;
+        op.slot = F.slotOf(result);
+        op.reduce = static_cast<int32_t>(kind);
+        op.partialsOf = fi;
+        op.dtype = DType::F32;
+        op.component = c;
+        ScalarInst a;
+        a.op = ScalarOp::Arg;
+        a.type = DType::F32;
+        a.argIndex = rowArg(op);
+        return o.add(a);
+      };
       int32_t vPick = -1;
       ex.subst = [&](int32_t i, Expr &o) -> int32_t {
         if (auto it = spine.find(i); it != spine.end() && i < static_cast<int32_t>(f.insts.size())) {
           if (!hasTarget)
             throw Fail{"internal: the logit in a row function without a target"};
-          if (vPick < 0) {
-            ScalarInst a;
-            a.op = ScalarOp::Arg;
-            a.type = DType::F32;
-            a.argIndex = rowArg(pick);
-            vPick = o.add(a);
-          }
+          if (vPick < 0)
+            vPick = forwardPartial(o, pickResult, ReduceKind::Sum, Operand::Component::Value);
           return it->second(o, vPick);
         }
         const ScalarInst &in = x.at(i);
@@ -776,27 +780,13 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
       // and, where the Program sums it, the f64 target logit.
       auto targetDz = [&]() -> int32_t {
         Expr &o = ex.out();
-        auto argInst = [&](const Operand &op) {
-          ScalarInst a;
-          a.op = ScalarOp::Arg;
-          a.type = DType::F32;
-          a.argIndex = rowArg(op);
-          return o.add(a);
-        };
         const int32_t aT = ex.take(aIdx);
         const int32_t bT = ex.take(bIdx);
         const int32_t v = ex.take(gi); // G at the target: the forward's pick
-        Operand lse;
-        lse.kind = Operand::Kind::Partials;
-        lse.buf = F.partials;
-        lse.slot = F.slotOf(lseResult);
-        lse.reduce = static_cast<int32_t>(ReduceKind::LogSumExp);
-        lse.partialsOf = fi;
-        lse.dtype = DType::F32;
-        lse.component = Operand::Component::Max;
-        const int32_t m = argInst(lse);
-        lse.component = Operand::Component::RestSum;
-        const int32_t t = argInst(lse);
+        const int32_t m =
+            forwardPartial(o, lseResult, ReduceKind::LogSumExp, Operand::Component::Max);
+        const int32_t t =
+            forwardPartial(o, lseResult, ReduceKind::LogSumExp, Operand::Component::RestSum);
         // v_y: G's chain on the RowDot's f64 target logit, where the Program has one for
         // this forward and target and the chain reads per-row values only.
         int32_t vy = v;
