@@ -48,8 +48,59 @@ void emitCastKernel(CodeWriter &w, const KernelContext &ctx) {
          k.k, ctx.accumulatesInto(k.out));
 }
 
+/// [Note: row-scaled stored values]: the per-row form of the DzForm kernel.
+static void emitDzRowScaleKernel(CodeWriter &w, const KernelContext &ctx,
+                                 const plan::DzFormKernel &k) {
+  LCEJIT_CHECK(k.target.valid() && k.residual.valid() && k.rowScale.valid() &&
+                   (k.targetType == DType::I32 || k.targetType == DType::I64),
+               "dz_form kernel '{}': the row-scaled form needs a target (i32/i64), a "
+               "residual and a row scale",
+               ctx.name());
+  LCEJIT_CHECK(!k.aScaled.valid() || (k.a.valid() && k.aType == DType::BF16 && k.k > 0 &&
+                                      k.k % 8 == 0),
+               "dz_form kernel '{}': the scaled A needs a bf16 A with k a positive multiple "
+               "of 8 (a {}, k = {})",
+               ctx.name(), dtypeName(k.aType), k.k);
+  ParamRoles roles;
+  roles.add(ctx.bufferName(k.lse), "f32 [N] row logsumexp");
+  roles.add(ctx.bufferName(k.scale), "f32 [N] per-row factor of dZ");
+  roles.add(ctx.bufferName(k.targetDz), "f32 [N] dZ at the target column");
+  roles.add(ctx.bufferName(k.target), fmt::format("{} [N] target column", dtypeName(k.targetType)));
+  roles.add(ctx.bufferName(k.residual), "f32 [N] residual = target_dz (the stored target "
+                                        "column is 0)");
+  roles.add(ctx.bufferName(k.rowScale), "f32 [N] row scale of the stored values");
+  if (k.aScaled.valid()) {
+    roles.add(ctx.bufferName(k.a), fmt::format("A bf16 [N, {}]", k.k));
+    roles.add(ctx.bufferName(k.aScaled),
+              fmt::format("out bf16 [rows of the block, {}]: row_scale[r] * A[r]", k.k));
+  }
+  std::vector<std::string> about = {
+      "the materialized schedule's row-scaled dZ ([Note: row-scaled stored values] in "
+      "Program.h): the stored values stay;",
+      fmt::format("row_scale[r] = scale[r] * exp({:.17g} - lse[r]); residual[r] = target_dz[r] "
+                  "for 0 <= target[r] < {}",
+                  k.reference, k.cols),
+      k.aScaled.valid() ? "a_scaled[r][j] = bf16(row_scale[r] * A[r][j]); block 256, "
+                          "grid-stride over rows, then over 8-element vectors"
+                        : "block 256, grid-stride over rows"};
+  emitKernelHeader(w, ctx, about, roles);
+  auto kb = openKernel(w, ctx, 256);
+  w.line("lcejit::dz_row_scale_kernel<{}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}LL, {}LL, {});",
+         valueCType(k.targetType), ctx.bufferName(k.lse), ctx.bufferName(k.scale),
+         ctx.bufferName(k.targetDz), ctx.bufferName(k.target), ctx.bufferName(k.residual),
+         ctx.bufferName(k.rowScale),
+         k.aScaled.valid() ? ctx.bufferName(k.a) : std::string("nullptr"),
+         k.aScaled.valid() ? ctx.bufferName(k.aScaled) : std::string("nullptr"),
+         ctx.scalarParamName(Param::Kind::N), k.aScaled.valid() ? k.k : 0, k.cols,
+         f32Literal(k.reference));
+}
+
 void emitDzFormKernel(CodeWriter &w, const KernelContext &ctx) {
   const plan::DzFormKernel &k = std::get<plan::DzFormKernel>(ctx.kernel().body);
+  if (k.rowScaled) {
+    emitDzRowScaleKernel(w, ctx, k);
+    return;
+  }
   LCEJIT_CHECK(k.cols > 0 && k.cols % 8 == 0 && k.tileCols > 0 && k.tileCols % 8 == 0,
                "dz_form kernel '{}': cols = {} and tile_cols = {} must be positive "
                "multiples of 8",

@@ -579,9 +579,19 @@ static void emitFragmentValue(CodeWriter &w, const plan::GemmReduceKernel &k,
                "result, {}, and sums): lse result {}",
                k.stored ? k.stored->lseResult : -1, lse);
   w.line("static constexpr bool STORE = {};", k.stored ? "true" : "false");
+  // [Note: row-scaled stored values]: bf16 values against a constant reference.
+  const bool rowScaled = k.stored && k.stored->rowScaled;
+  w.line("static constexpr bool STORE_ROW_SCALED = {};", rowScaled ? "true" : "false");
+  std::string ref = fmt::format("{:.17g}", rowScaled ? k.stored->reference : 0.0);
+  if (ref.find_first_of(".eEn") == std::string::npos)
+    ref += ".0"; // a double literal
+  w.line("static constexpr double STORE_REFERENCE = {};", ref);
   if (k.stored) {
-    w.line("void *store_values;   // fp16 [n][cols] (the materialized dZ buffer)");
-    w.line("void *store_tile_max; // f32 [n][cols / BN]");
+    if (k.stored->rowScaled)
+      w.line("void *store_values;   // bf16 [n][cols] (the materialized dZ buffer)");
+    else
+      w.line("void *store_values;   // fp16 [n][cols] (the materialized dZ buffer)");
+    w.line("void *store_tile_max; // f32 [n][cols / BN] (not with STORE_ROW_SCALED)");
     auto f = w.block("__device__ __forceinline__ float store_factor(float acc, long long "
                      "row, long long col, const Row &r, const Col &c) const");
     std::vector<std::string> results = epi.emitBodyOf(k.stored->factor);
@@ -654,7 +664,12 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
   roles.add(ctx.bufferName(g.b), "B [cols, k] (K-major)");
   roles.add(ctx.bufferName(k.partials),
             fmt::format("partials f32 [N][splits][{}]", slots));
-  if (k.stored) {
+  if (k.stored && k.stored->rowScaled) {
+    roles.add(ctx.bufferName(k.stored->values),
+              fmt::format("stored bf16 factor(v) * exp(v - {:.17g}) [N][{}], 0 at the target "
+                          "column",
+                          k.stored->reference, g.cols));
+  } else if (k.stored) {
     roles.add(ctx.bufferName(k.stored->values),
               fmt::format("stored fp16 factor(v) * exp(v - tile max) [N][{}]", g.cols));
     roles.add(ctx.bufferName(k.stored->tileMax),
@@ -675,7 +690,12 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
                                k.slotOf(static_cast<int32_t>(r))));
   about.push_back(fmt::format("reductions: {} ({} slots per row)",
                               fmt::join(reds, ", "), slots));
-  if (k.stored)
+  if (k.stored && k.stored->rowScaled)
+    about.push_back(fmt::format(
+        "materialized, row-scaled: stores bf16 factor(v) * exp(v - {:.17g}) of result {} per "
+        "element (v <= {:.17g}; [Note: row-scaled stored values])",
+        k.stored->reference, k.stored->lseResult, k.stored->reference));
+  else if (k.stored)
     about.push_back(fmt::format(
         "materialized: stores fp16 factor(v) * exp(v - m) of result {} per element and m "
         "per (row, {}-column tile)",
@@ -733,7 +753,9 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
   emitEpilogueSetup(w, epi);
   if (k.stored) {
     w.line("epi.store_values = {};", ctx.bufferName(k.stored->values));
-    w.line("epi.store_tile_max = {};", ctx.bufferName(k.stored->tileMax));
+    w.line("epi.store_tile_max = {};", k.stored->rowScaled
+                                           ? std::string("nullptr")
+                                           : ctx.bufferName(k.stored->tileMax));
   }
   if (isWgmma(ctx))
     w.line("lcejit::sm90::gemm_reduce_kernel<{}_config>(map_a, map_b, epi, {}, {}, {}LL, "
@@ -900,6 +922,11 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
   LCEJIT_CHECK(!res || (k.cols > 0 && (k.residual.targetType == DType::I32 ||
                                        k.residual.targetType == DType::I64)),
                "{}: a residual needs cols > 0 (got {}) and i32/i64 targets", what, k.cols);
+  const bool rowScale = k.rowScale.valid();
+  LCEJIT_CHECK(!rowScale || (res && isWgmma(ctx)),
+               "{}: a row scale needs the wgmma mainloop and a residual ([Note: row-scaled "
+               "stored values])",
+               what);
 
   ParamRoles roles;
   roles.add(ctx.bufferName(k.dz),
@@ -918,9 +945,13 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
     roles.add(ctx.bufferName(k.residual.target),
               fmt::format("{} [N] target column", dtypeName(k.residual.targetType)));
   }
+  if (rowScale)
+    roles.add(ctx.bufferName(k.rowScale), "f32 [N] row scale of dZ ([Note: row-scaled "
+                                          "stored values])");
   std::vector<std::string> about = {
       fmt::format(
-          "out[r][j] (+)= sum_c dz[r][c] * B[chunk_begin + c][j], k = {}{}",
+          "out[r][j] (+)= {}sum_c dz[r][c] * B[chunk_begin + c][j], k = {}{}",
+          rowScale ? "row_scale[r] * " : "",
           k.k, split ? "; dz = hi + lo, each multiplied" : ""),
       tileText(s), smemText(ctx), gridText(ctx, "grid (ceil(N / bm), ceil(k / bn))"),
       rounded ? fmt::format("written once as {} (round to nearest even): the one chunk "
@@ -954,12 +985,13 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
     const std::string &cc = ctx.scalarParamName(Param::Kind::ChunkCols);
     if (res) {
       w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}, true, {}>(map_a, map_b, {}, {}, "
-             "{}LL, {}, {}, {}, {}, {}, {}LL, {} + {} == {}LL);",
+             "{}LL, {}, {}, {}, {}, {}, {}LL, {} + {} == {}LL{});",
              ctx.name(), elemTag(k.outType),
              valueCType(k.residual.targetType), ctx.bufferName(k.out),
              ctx.scalarParamName(Param::Kind::N), k.k, cc, accumulate,
              ctx.bufferName(k.residual.buf), ctx.bufferName(k.residual.target),
-             ctx.bufferName(k.b), k.cols, cb, cc, k.cols);
+             ctx.bufferName(k.b), k.cols, cb, cc, k.cols,
+             rowScale ? ", " + ctx.bufferName(k.rowScale) : std::string());
       return;
     }
     w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}>(map_a, map_b, {}, {}, {}LL, {}, "

@@ -30,6 +30,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <optional>
@@ -199,29 +200,111 @@ namespace {
 /// materialized schedule, or only the target column's dZ of the recompute schedule
 /// ([Note: the target column's dZ] in Program.h).
 enum class Rewrite { Materialize, TargetOnly };
-std::string materialize(Program &p, const std::string &name, Rewrite mode, bool exactTarget);
+std::string materialize(Program &p, const std::string &name, Rewrite mode, bool exactTarget,
+                        bool rowScaled);
 
 std::string rewriteCopy(Program &program, const std::string &name, Rewrite mode,
-                        bool exactTarget) {
+                        bool exactTarget, bool rowScaled) {
   // Work on a copy: a refusal half-way leaves the Program as it was.
   Program p = program;
-  std::string why = materialize(p, name, mode, exactTarget);
+  std::string why = materialize(p, name, mode, exactTarget, rowScaled);
   if (why.empty())
     program = std::move(p);
   return why;
 }
 } // namespace
 
-std::string materializeBackward(Program &program, const std::string &name, bool exactTarget) {
-  return rewriteCopy(program, name, Rewrite::Materialize, exactTarget);
+std::string materializeBackward(Program &program, const std::string &name, bool exactTarget,
+                                bool rowScaled) {
+  return rewriteCopy(program, name, Rewrite::Materialize, exactTarget, rowScaled);
 }
 
 std::string targetColumnDz(Program &program, const std::string &name) {
-  return rewriteCopy(program, name, Rewrite::TargetOnly, true);
+  return rewriteCopy(program, name, Rewrite::TargetOnly, true, false);
 }
 
 namespace {
-std::string materialize(Program &p, const std::string &name, Rewrite mode, bool exactTarget) {
+/// [Note: row-scaled stored values] The range of instruction `inst` of `f` over every
+/// value of its arguments (an argument is any finite number): interval arithmetic,
+/// std::nullopt where an operation or an argument leaves it unbounded. Enough to see
+/// that c·tanh(x / c) lies in [−c, c].
+std::optional<std::pair<double, double>> boundsOf(const ScalarFunc &f, int32_t inst) {
+  using Range = std::optional<std::pair<double, double>>;
+  std::vector<Range> r(static_cast<size_t>(inst) + 1);
+  auto finite = [](double a, double b) -> Range {
+    if (!std::isfinite(a) || !std::isfinite(b) || a > b)
+      return std::nullopt;
+    return std::pair<double, double>{a, b};
+  };
+  for (int32_t i = 0; i <= inst; ++i) {
+    const ScalarInst &in = f.insts[static_cast<size_t>(i)];
+    auto op = [&](int k) -> const Range & {
+      return r[static_cast<size_t>(in.operands[k])];
+    };
+    Range &out = r[static_cast<size_t>(i)];
+    if (in.type != DType::F32 && in.op != ScalarOp::Const)
+      continue; // integers and predicates: not tracked
+    switch (in.op) {
+    case ScalarOp::Const:
+      if (in.type == DType::F32)
+        out = finite(in.fValue, in.fValue);
+      break;
+    case ScalarOp::Tanh: out = std::pair<double, double>{-1.0, 1.0};
+      if (op(0))
+        out = finite(std::tanh(op(0)->first), std::tanh(op(0)->second));
+      break;
+    case ScalarOp::Neg:
+      if (op(0))
+        out = finite(-op(0)->second, -op(0)->first);
+      break;
+    case ScalarOp::Exp:
+      if (op(0))
+        out = finite(std::exp(op(0)->first), std::exp(op(0)->second));
+      break;
+    case ScalarOp::Add:
+    case ScalarOp::Sub:
+      if (op(0) && op(1))
+        out = in.op == ScalarOp::Add
+                  ? finite(op(0)->first + op(1)->first, op(0)->second + op(1)->second)
+                  : finite(op(0)->first - op(1)->second, op(0)->second - op(1)->first);
+      break;
+    case ScalarOp::Mul:
+      if (op(0) && op(1)) {
+        const double a[4] = {op(0)->first * op(1)->first, op(0)->first * op(1)->second,
+                             op(0)->second * op(1)->first, op(0)->second * op(1)->second};
+        out = finite(*std::min_element(a, a + 4), *std::max_element(a, a + 4));
+      }
+      break;
+    case ScalarOp::Div:
+      // By a constant only (an interval around 0 is unbounded).
+      if (op(0) && op(1) && op(1)->first == op(1)->second && op(1)->first != 0.0) {
+        const double c = op(1)->first;
+        out = finite(std::min(op(0)->first / c, op(0)->second / c),
+                     std::max(op(0)->first / c, op(0)->second / c));
+      }
+      break;
+    case ScalarOp::Max:
+    case ScalarOp::Min:
+      if (op(0) && op(1))
+        out = in.op == ScalarOp::Max
+                  ? finite(std::max(op(0)->first, op(1)->first),
+                           std::max(op(0)->second, op(1)->second))
+                  : finite(std::min(op(0)->first, op(1)->first),
+                           std::min(op(0)->second, op(1)->second));
+      break;
+    case ScalarOp::Select:
+      if (op(1) && op(2))
+        out = finite(std::min(op(1)->first, op(2)->first),
+                     std::max(op(1)->second, op(2)->second));
+      break;
+    default: break; // Arg, Log, casts, ...: unbounded
+    }
+  }
+  return r[static_cast<size_t>(inst)];
+}
+
+std::string materialize(Program &p, const std::string &name, Rewrite mode, bool exactTarget,
+                        bool rowScaled) {
   const bool full = mode == Rewrite::Materialize;
   // 1. The shape of the Program: one forward reduce, one chunk loop led by a GemmDz.
   int32_t fi = -1, loopStep = -1, fStep = -1;
@@ -699,11 +782,25 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
     if (full) {
       st.values = Z.dz;
       st.tileCols = F.gemm.tile.bn;
-      st.tileMax = addBuf("tile_max0", int64_t(4) * (F.gemm.cols / F.gemm.tile.bn), true);
       st.lseResult = lseResult;
       st.factor = std::move(factorFn);
       if (hasTarget)
         st.excludeArg = fwdArg(args[static_cast<size_t>(x.at(targetArg).argIndex)]);
+      // [Note: row-scaled stored values]: a bounded value, a target column whose whole dZ
+      // the residual carries (dA's epilogue, dB's TargetCorrection: an f32 dB, checked
+      // above) and a bf16 A that dB can read scaled.
+      const auto range = boundsOf(ff, ff.results[static_cast<size_t>(lseResult)]);
+      bool lhsWgmma = true;
+      for (int32_t ki : loop.loopKernels)
+        if (const auto *d = std::get_if<GemmDLhsKernel>(&p.kernels[static_cast<size_t>(ki)].body))
+          lhsWgmma = lhsWgmma && d->math == MathMode::WgmmaBF16;
+      st.rowScaled = rowScaled && range && range->second - range->first <= kRowScaledRange &&
+                     hasTarget && st.excludeArg >= 0 && Z.residual.valid() &&
+                     F.gemm.abType == DType::BF16 && F.gemm.k % 8 == 0 && lhsWgmma;
+      if (st.rowScaled)
+        st.reference = range->second;
+      else
+        st.tileMax = addBuf("tile_max0", int64_t(4) * (F.gemm.cols / F.gemm.tile.bn), true);
     }
 
     // 9. The row kernel: L, a_row and dZ on the target column.
@@ -942,6 +1039,32 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
       s.buf = k == 0 ? dzf.lse : k == 1 ? dzf.scale : dzf.targetDz;
       s.dtype = DType::F32;
       rk.sinks.push_back(s);
+    }
+    if (st.rowScaled) {
+      // [Note: row-scaled stored values]: the row scale for dA's epilogue, the scaled A
+      // for dB's B operand; the stored values are dZ's operand as they are.
+      dzf.rowScaled = true;
+      dzf.reference = st.reference;
+      dzf.tileMax = BufferRef{};
+      dzf.rowScale = addBuf("dzrow_row_scale0", 4, false);
+      for (int32_t ki : loop.loopKernels) {
+        Kernel &kk = p.kernels[static_cast<size_t>(ki)];
+        if (auto *d = std::get_if<GemmDLhsKernel>(&kk.body)) {
+          if (!d->residual.valid())
+            throw Fail{"internal: dA has no target-column residual"};
+          d->rowScale = dzf.rowScale;
+        } else if (auto *d = std::get_if<GemmDRhsKernel>(&kk.body)) {
+          if (!(d->a == F.gemm.a) || d->aType != DType::BF16)
+            throw Fail{"internal: dB's B operand is not the forward's bf16 A"};
+          if (!dzf.aScaled.valid()) {
+            dzf.aScaled = addBuf("dzrow_a_scaled0", int64_t(2) * F.gemm.k, true);
+            dzf.a = F.gemm.a;
+            dzf.aType = F.gemm.abType;
+            dzf.k = F.gemm.k;
+          }
+          d->a = dzf.aScaled;
+        }
+      }
     }
     F.stored = std::move(st);
 

@@ -17,8 +17,11 @@ namespace lcejit::plan {
 /// per row block. Returns "" when it did; otherwise the reason it could not (the Program
 /// is then unchanged). `name` prefixes the new kernels' names. With `exactTarget` the
 /// row kernel forms the target column's dZ as [Note: the target column's dZ] says.
+/// `rowScaled`: where the forward's value is bounded, store it against a constant
+/// reference ([Note: row-scaled stored values] in Program.h); Program::decisions is not
+/// touched, the caller reads StoredTile::rowScaled.
 std::string materializeBackward(Program &program, const std::string &name,
-                                bool exactTarget = true);
+                                bool exactTarget = true, bool rowScaled = true);
 
 /// [Note: the target column's dZ] for the recompute schedule: a row kernel before the
 /// chunk loop stores each row's dZ at its target column (from the forward's (m, t) pair,

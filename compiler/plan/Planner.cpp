@@ -1257,7 +1257,8 @@ private:
       } else if (opt_.fixedChunkCols > 0) {
         prog_.decisions.push_back("backward: materialized schedule not taken: a fixed chunk "
                                   "width was given");
-      } else if (std::string why = materializeBackward(prog_, opt_.name, opt_.exactTargetLogit);
+      } else if (std::string why = materializeBackward(prog_, opt_.name, opt_.exactTargetLogit,
+                                                       opt_.rowScaled);
                  !why.empty()) {
         prog_.decisions.push_back("backward: materialized schedule not taken: " + why);
       } else {
@@ -1273,17 +1274,35 @@ private:
             lhs = fmt::format("; dA writes {} as {} directly (one chunk: no f32 accumulator)",
                               prog_.outputs[static_cast<size_t>(d->out.index)].name,
                               dtypeName(d->outType));
-        prog_.decisions.push_back(
-            "backward: materialized: the forward GEMM stores fp16 factor(v)*exp(v - tile max) "
-            "per element (the dZ buffer) and the tile maxima; a row kernel and an elementwise "
-            "pass form dZ as one bf16 operand (the target column " +
-            std::string(opt_.exactTargetLogit
-                            ? "as a*expm1(-log1p(X)) + (a + b) from the forward's (max, rest) "
-                              "pair and the target logit: [Note: the target column's dZ]"
-                            : "from the f32 target logit") +
-            "); dA and dB run over one chunk of all columns per row block: 6*N*D*V of GEMM "
-            "work" +
-            lhs);
+        const std::string targetCol =
+            opt_.exactTargetLogit ? "as a*expm1(-log1p(X)) + (a + b) from the forward's (max, "
+                                    "rest) pair and the target logit: [Note: the target "
+                                    "column's dZ]"
+                                  : "from the f32 target logit";
+        const StoredTile *st = nullptr;
+        for (const Kernel &k : prog_.kernels)
+          if (const auto *g = std::get_if<GemmReduceKernel>(&k.body); g && g->stored)
+            st = &*g->stored;
+        if (st && st->rowScaled)
+          prog_.decisions.push_back(fmt::format(
+              "backward: materialized, row-scaled: the forward's value is at most {0:g} (within "
+              "{1:g} of it), so the forward GEMM stores bf16 factor(v)*exp(v - {0:g}) per "
+              "element (the dZ operand as it is, 0 at the target column) and no tile maxima; "
+              "a row kernel forms each row's scale a*exp({0:g} - lse) and the target "
+              "column's dZ ({2}), dA multiplies its rows by the scale and dB reads bf16(scale "
+              "* A): no pass over the stored values; dA and dB run over one chunk of all "
+              "columns per row block: 6*N*D*V of GEMM work ([Note: row-scaled stored "
+              "values]){3}",
+              st->reference, kRowScaledRange, targetCol, lhs));
+        else
+          prog_.decisions.push_back(
+              "backward: materialized: the forward GEMM stores fp16 factor(v)*exp(v - tile "
+              "max) per element (the dZ buffer) and the tile maxima; a row kernel and an "
+              "elementwise pass form dZ as one bf16 operand (the target column " +
+              targetCol +
+              "); dA and dB run over one chunk of all columns per row block: 6*N*D*V of GEMM "
+              "work" +
+              lhs);
       }
       if (!materialized && opt_.exactTargetLogit) {
         if (std::string why = targetColumnDz(prog_, opt_.name); why.empty())

@@ -61,6 +61,11 @@ struct PlanOptions {
   /// each B tile through TMA multicast ([Note: sm90 multicast] in lcejit_sm90.cuh). Off
   /// only for comparisons (LCEJIT_MULTICAST=0).
   bool multicast = true;
+  /// The materialized schedule stores a bounded value (a softcap) against a constant
+  /// reference, and the backward scales rows instead of forming dZ in a pass over the
+  /// stored values ([Note: row-scaled stored values] in Program.h). Off only for
+  /// comparisons (LCEJIT_ROW_SCALED=0).
+  bool rowScaled = true;
   /// > 0: a fixed chunk width instead of the budget's (tests).
   int64_t fixedChunkCols = 0;
   /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).

@@ -228,6 +228,8 @@ static json kernelBodyJson(const Kernel &k) {
                                {"tile_cols", b.stored->tileCols},
                                {"exclude_arg", b.stored->excludeArg},
                                {"factor", toJ(b.stored->factor)}};
+          if (b.stored && b.stored->rowScaled)
+            j["stored"]["row_scaled_reference"] = b.stored->reference;
         } else if constexpr (std::is_same_v<T, GemmDzKernel>) {
           j = json{{"gemm", toJ(b.gemm)}, {"format", dzFormatName(b.format)}, {"dz", toJ(b.dz)}};
           if (b.dzLo.valid())
@@ -247,6 +249,8 @@ static json kernelBodyJson(const Kernel &k) {
             j["residual"] = toJ(b.residual);
             j["cols"] = b.cols;
           }
+          if (b.rowScale.valid())
+            j["row_scale"] = toJ(b.rowScale);
         } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
           j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
                    {"format", dzFormatName(b.format)}, {"a_type", std::string(dtypeName(b.aType))},
@@ -266,6 +270,15 @@ static json kernelBodyJson(const Kernel &k) {
           }
           if (b.residual.valid())
             j["residual"] = toJ(b.residual);
+          if (b.rowScaled) {
+            j["row_scaled"] = json{{"reference", b.reference}, {"row_scale", toJ(b.rowScale)}};
+            if (b.aScaled.valid()) {
+              j["row_scaled"]["a"] = toJ(b.a);
+              j["row_scaled"]["a_scaled"] = toJ(b.aScaled);
+              j["row_scaled"]["a_type"] = std::string(dtypeName(b.aType));
+              j["row_scaled"]["k"] = b.k;
+            }
+          }
         } else if constexpr (std::is_same_v<T, TargetCorrectionKernel>) {
           j = json{{"residual", toJ(b.residual)}, {"a", toJ(b.a)},
                    {"a_type", std::string(dtypeName(b.aType))}, {"out", toJ(b.out)},
@@ -444,6 +457,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.out);
     pl.addBuffer(k.residual.buf);
     pl.addBuffer(k.residual.target);
+    pl.addBuffer(k.rowScale);
     pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
@@ -477,6 +491,9 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.targetDz);
     pl.addBuffer(k.target); // grid-stride: any launch shape is correct
     pl.addBuffer(k.residual);
+    pl.addBuffer(k.rowScale);
+    pl.addBuffer(k.a);
+    pl.addBuffer(k.aScaled);
     pl.add(Param::Kind::N, "n");
     break;
   }
@@ -759,10 +776,12 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
     break;
   }
   case KernelKind::DzForm: {
-    // Grid-stride over 8-column vectors.
+    // Grid-stride over 8-column vectors (row-scaled: over rows and 8-element vectors of A).
     const auto &k = std::get<DzFormKernel>(kernel.body);
     d.block = 256;
-    d.grid[0] = std::min<int64_t>(ceilDiv(n * (k.cols / 8), 256 * 2), int64_t(132) * 16);
+    const int64_t vecs = k.rowScaled ? std::max<int64_t>(k.aScaled.valid() ? k.k / 8 : 1, 1)
+                                     : k.cols / 8;
+    d.grid[0] = std::min<int64_t>(ceilDiv(n * vecs, 256 * 2), int64_t(132) * 16);
     break;
   }
   case KernelKind::TargetCorrection:
@@ -865,6 +884,7 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             f(b.out);
             f(b.residual.buf);
             f(b.residual.target);
+            f(b.rowScale);
           } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
             f(b.dz);
             f(b.dzLo);
@@ -878,6 +898,9 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             f(b.targetDz);
             f(b.target);
             f(b.residual);
+            f(b.rowScale);
+            f(b.a);
+            f(b.aScaled);
           } else if constexpr (std::is_same_v<T, CastKernel>) {
             f(b.in);
             f(b.out);

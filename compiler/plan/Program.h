@@ -256,6 +256,27 @@ struct FusedGemm {
 /// The planner derives factor (and the per-row rest) from the dZ function by algebra
 /// (plan/Materialize.cpp); the values buffer is the dZ buffer of the backward GEMMs, pitch
 /// `cols` (one chunk of all columns).
+/// [Note: row-scaled stored values] When the value v whose logsumexp the forward reduces
+/// is bounded for every input, hi − lo <= kRowScaledRange (a softcap: v = c·tanh(x/c) lies
+/// in [−c, c]), the stored values need no per-tile reference: with C = hi,
+///   values[r][c] = bf16( factor(v)·exp(v − C) )   (0 at the row's target column)
+/// lies in [exp(−kRowScaledRange), 1] times the factor, inside bf16's range, and
+///   dZ[r][c] = s_r·values[r][c],   s_r = a_row[r]·exp(C − lse_r)   (c ≠ t_r)
+/// is the stored value times one f32 per row. So no pass forms dZ over the N·V values:
+///   dA[r] = s_r·(values·B)[r] + dz_y[r]·B[t_r]          (dA's epilogue, in f32)
+///   dB    = valuesᵀ·(s ⊙ A) + Σ_r dz_y[r]·A[r] at t_r  (s ⊙ A rounded to bf16 per row
+///                                                      block: N·k work; the target
+///                                                      column by the TargetCorrection)
+/// with dz_y the target column's dZ from the loss's own terms ([Note: the target column's
+/// dZ]), never rounded. The rounding of dZ to one bf16 operand moves to the stored value
+/// (one rounding of p·factor, as fast precision asks) plus one of s_r·A (each bf16
+/// element of A times a row constant: a relative 2⁻⁹ per element of the dB operand, as
+/// the dZ rounding it replaces). The forward spends one exp per element (the stored value
+/// and the logsumexp's share both come from exp(v − C)), where the per-tile reference
+/// needed two and a quad max. Only with an f32 dB (the TargetCorrection adds the target
+/// column) and a target column in the dZ function; LCEJIT_ROW_SCALED=0 keeps DzForm.
+inline constexpr double kRowScaledRange = 64.0;
+
 struct StoredTile {
   BufferRef values;   ///< fp16 [rows of the block][cols] (block-local; bf16 dZ after DzForm)
   BufferRef tileMax;  ///< f32 [rows of the block][cols / tileCols] (block-local)
@@ -269,6 +290,13 @@ struct StoredTile {
   /// One result: the factor. Its Acc argument stands for v; other arguments index the
   /// GEMM's args (same operands as the epilogue).
   ScalarFunc factor;
+  /// [Note: row-scaled stored values] When set, v is bounded above by `reference` (and
+  /// below by reference − kRowScaledRange) for every input, and the values are
+  ///   values[r][c] = bf16( factor(v) * exp(v - reference) ),   0 at the target column,
+  /// with no tileMax: dZ is then rowScale[r]·values[r][c] off the target column, and the
+  /// backward GEMMs read the values as they are (no DzForm pass over them).
+  bool rowScaled = false;
+  double reference = 0;
   bool operator==(const StoredTile &) const = default;
 };
 
@@ -341,6 +369,9 @@ struct GemmDLhsKernel {
   /// residual]).
   Residual residual;
   int64_t cols = 0; ///< rows of b (the loop's columns); with residual only
+  /// When valid, f32 [N]: each row's sum is multiplied by rowScale[r] before the residual
+  /// is added ([Note: row-scaled stored values]; a loop of one chunk only).
+  BufferRef rowScale;
   bool operator==(const GemmDLhsKernel &) const = default;
 };
 
@@ -376,6 +407,20 @@ struct DzFormKernel {
   /// When valid (its target is `target`): residual[r] = targetDz[r] − f32(bf16(targetDz[r]))
   /// for rows with 0 <= target[r] < cols ([Note: the target-column residual]).
   BufferRef residual;
+  /// [Note: row-scaled stored values] With rowScaled the values stay as the forward
+  /// stored them (bf16, the target column 0) and the kernel is per row, O(N·k):
+  ///   rowScale[r]    = scale[r] * exp(reference - lse[r])
+  ///   residual[r]    = targetDz[r]                  (rows with 0 <= target[r] < cols)
+  ///   aScaled[r][j]  = bf16(rowScale[r] * a[r][j])  (j < k; when aScaled is valid)
+  /// dA's GEMM multiplies its rows by rowScale, dB's reads aScaled as its B operand, and
+  /// both add the whole target column through the residual.
+  bool rowScaled = false;
+  double reference = 0;
+  BufferRef rowScale;     ///< f32 [N]
+  BufferRef a;            ///< [N, k] of aType: the forward's A operand
+  BufferRef aScaled;      ///< bf16 [rows of the block][k] (block-local)
+  DType aType = DType::BF16;
+  int64_t k = 0;
   bool operator==(const DzFormKernel &) const = default;
 };
 

@@ -859,6 +859,39 @@ private:
     Site site{name, "the GEMM"}, vsite{name, "the stored values"};
     const int64_t tiles = g.cols / st.tileCols;
     std::vector<double> v, fv, vals(static_cast<size_t>(st.tileCols));
+    if (st.rowScaled) {
+      // [Note: row-scaled stored values]: factor(v)·exp(v − C), 0 at the target column;
+      // the planner proved v <= C for every input, and a value above it is a planner bug.
+      for (int64_t r = 0; r < rows_; ++r)
+        for (int64_t c = 0; c < g.cols; ++c) {
+          Point pt;
+          pt.row = r;
+          pt.col = c;
+          pt.acc = acc(g, r, c, site);
+          f.run([&](int32_t a, DType ty) {
+            return operand(g.args[static_cast<size_t>(a)], ty, pt, name, true);
+          }, n_, v);
+          const double val = f.result(v, st.lseResult);
+          if (val > st.reference + 1e-9 * (1.0 + std::abs(st.reference)) ||
+              val < st.reference - kRowScaledRange - 1e-9 * (1.0 + std::abs(st.reference)))
+            badProgram(name, fmt::format("row {}, column {}: the stored value's v = {} lies "
+                                         "outside the bound [{}, {}] the plan assumed",
+                                         r, c, val, st.reference - kRowScaledRange,
+                                         st.reference));
+          const bool excluded =
+              st.excludeArg >= 0 &&
+              static_cast<int64_t>(operand(g.args[static_cast<size_t>(st.excludeArg)],
+                                           DType::I64, pt, name, true)) == c;
+          pt.acc = val; // the factor's Acc is v
+          fac.run([&](int32_t a, DType ty) {
+            return operand(g.args[static_cast<size_t>(a)], ty, pt, name, true);
+          }, n_, fv);
+          const double x = excluded ? 0.0 : fac.result(fv, 0) * std::exp(val - st.reference);
+          write(st.values, r * g.cols + c, DType::BF16,
+                opt_.roundDz ? roundToDType(x, DType::BF16) : x, vsite);
+        }
+      return;
+    }
     for (int64_t r = 0; r < rows_; ++r)
       for (int64_t t = 0; t < tiles; ++t) {
         // One maximum per tile of the row, the target column left out.
@@ -897,6 +930,27 @@ private:
   }
 
   void dzForm(const std::string &name, const DzFormKernel &k) {
+    if (k.rowScaled) {
+      // [Note: row-scaled stored values]: per row; the stored values stay.
+      Site site{name, "the row scale"};
+      if (!k.rowScale.valid() || !k.residual.valid() || !k.target.valid())
+        badProgram(name, "the row-scaled form needs a row scale, a residual and a target");
+      for (int64_t r = 0; r < rows_; ++r) {
+        const double s = read(k.scale, r, DType::F32, site) *
+                         std::exp(k.reference - read(k.lse, r, DType::F32, site));
+        write(k.rowScale, r, DType::F32, s, site);
+        const int64_t t = static_cast<int64_t>(read(k.target, r, k.targetType, site));
+        if (t >= 0 && t < k.cols)
+          write(k.residual, r, DType::F32, read(k.targetDz, r, DType::F32, site), site);
+        if (k.aScaled.valid())
+          for (int64_t j = 0; j < k.k; ++j) {
+            const double x = s * read(k.a, r * k.k + j, k.aType, site);
+            write(k.aScaled, r * k.k + j, DType::BF16,
+                  opt_.roundDz ? roundToDType(x, DType::BF16) : x, site);
+          }
+      }
+      return;
+    }
     if (k.tileCols <= 0 || k.cols % k.tileCols != 0)
       badProgram(name, fmt::format("tiles of {} columns over {} columns", k.tileCols, k.cols));
     Site site{name, "the dZ pass"};
@@ -1028,6 +1082,12 @@ private:
         for (int64_t c = 0; c < cols; ++c)
           s.add(dzAt(k.dz, k.dzLo, k.format, r * cols + c, site) *
                 read(k.b, (begin + c) * k.k + j, k.bType, site));
+        if (k.rowScale.valid()) {
+          // [Note: row-scaled stored values]: the row's sum times its scale.
+          const double scaled = s.value() * read(k.rowScale, r, DType::F32, site);
+          s = Sum();
+          s.add(scaled);
+        }
         if (k.residual.valid() && lastChunk) {
           // [Note: the target-column residual]: the rank-1 update, in the f32 sum.
           const int64_t t = targetOf(k.residual, r, site);

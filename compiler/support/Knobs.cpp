@@ -40,6 +40,7 @@ constexpr std::string_view kTargetResidual = "LCEJIT_TARGET_RESIDUAL";
 constexpr std::string_view kTmaStore = "LCEJIT_TMA_STORE";
 constexpr std::string_view kExactTarget = "LCEJIT_EXACT_TARGET";
 constexpr std::string_view kMulticast = "LCEJIT_MULTICAST";
+constexpr std::string_view kRowScaled = "LCEJIT_ROW_SCALED";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -65,6 +66,7 @@ struct Values {
   bool tmaStore = true;
   bool exactTarget = true;
   bool multicast = true;
+  bool rowScaled = true;
 };
 
 /// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
@@ -238,6 +240,7 @@ std::unique_ptr<Values> readAll() {
   v->tmaStore = parseBool(kTmaStore, readEnv(kTmaStore), true);
   v->exactTarget = parseBool(kExactTarget, readEnv(kExactTarget), true);
   v->multicast = parseBool(kMulticast, readEnv(kMulticast), true);
+  v->rowScaled = parseBool(kRowScaled, readEnv(kRowScaled), true);
   return v;
 }
 
@@ -341,6 +344,7 @@ bool targetResidual() { return current().targetResidual; }
 bool tmaStore() { return current().tmaStore; }
 bool exactTarget() { return current().exactTarget; }
 bool multicast() { return current().multicast; }
+bool rowScaled() { return current().rowScaled; }
 
 namespace {
 std::atomic<int64_t> gGeneration{0};

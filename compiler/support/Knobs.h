@@ -114,6 +114,12 @@ bool exactTarget();
 /// multicast] in lcejit_sm90.cuh); off only to measure what that buys.
 bool multicast();
 
+/// LCEJIT_ROW_SCALED (boolean, default on): where the forward's value is bounded (a
+/// softcap), the materialized schedule stores it against a constant reference and scales
+/// rows instead of forming dZ in a pass over the stored values ([Note: row-scaled stored
+/// values] in plan/Program.h); off only to measure what that buys.
+bool rowScaled();
+
 /// Makes the next accessor call read the environment again. For tests only.
 void reloadForTesting();
 

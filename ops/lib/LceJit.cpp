@@ -97,6 +97,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.tmaStore = knobs::tmaStore();
   p.exactTargetLogit = knobs::exactTarget();
   p.multicast = knobs::multicast();
+  p.rowScaled = knobs::rowScaled();
   if (forwardOnly_)
     p.outputTypes = {DType::F32};
   else
@@ -127,6 +128,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += "|no-exact-target";
   if (!knobs::multicast())
     tile += "|no-multicast";
+  if (!knobs::rowScaled())
+    tile += "|no-row-scaled";
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice.
   static_assert(sizeof(plan::Target) == 3 * sizeof(int32_t),

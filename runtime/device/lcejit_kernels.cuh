@@ -17,6 +17,7 @@
 //   gemm_drhs_kernel<Cfg, OutElem>     GemmDRhsKernel
 //   cast_kernel<OutElem>               CastKernel
 //   dz_form_kernel<TargetT>            DzFormKernel
+//   dz_row_scale_kernel<TargetT>       DzFormKernel (rowScaled)
 //   target_correction_kernel<A, T>     TargetCorrectionKernel
 //   row_dot_kernel<A, T>               RowDotKernel
 //
@@ -459,6 +460,47 @@ dz_form_kernel(void *dz, const void *tile_max, const void *lse, const void *scal
       w[q] = (u32)elem_bf16::from_f32(a) | ((u32)elem_bf16::from_f32(b) << 16);
     }
     *p = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+/// DzFormKernel with rowScaled ([Note: row-scaled stored values] in plan/Program.h): the
+/// stored values stay; per row r < n, row_scale[r] = scale[r] * exp(reference - lse[r]),
+/// residual[r] = target_dz[r] (the whole target column, for rows whose target lies in
+/// [0, cols)) and a_scaled[r][j] = bf16(row_scale[r] * a[r][j]) (bf16 a; a_scaled may be
+/// null when no dB reads it). Grid-stride over 8-element vectors of a (k % 8 == 0).
+template <class TargetT>
+__device__ __forceinline__ void
+dz_row_scale_kernel(const void *lse, const void *scale, const void *target_dz,
+                    const void *target, void *residual, void *row_scale, const void *a,
+                    void *a_scaled, i64 n, i64 k, i64 cols, float reference) {
+  const i64 vecs = k / 8;
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  const i64 first = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (i64 r = first; r < n; r += stride) {
+    static_cast<float *>(row_scale)[r] =
+        static_cast<const float *>(scale)[r] *
+        expf(reference - static_cast<const float *>(lse)[r]);
+    const i64 t = target_of<TargetT>::at(target, r);
+    if (residual != nullptr && t >= 0 && t < cols)
+      static_cast<float *>(residual)[r] = static_cast<const float *>(target_dz)[r];
+  }
+  if (a_scaled == nullptr)
+    return;
+  for (i64 v = first; v < n * vecs; v += stride) {
+    const i64 r = v / vecs;
+    // The same product as row_scale[r] above (written by another thread).
+    const float s = static_cast<const float *>(scale)[r] *
+                    expf(reference - static_cast<const float *>(lse)[r]);
+    const uint4 in = reinterpret_cast<const uint4 *>(a)[v];
+    const u32 w[4] = {in.x, in.y, in.z, in.w};
+    u32 o[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float x = elem_bf16::to_f32(static_cast<u16>(w[q] & 0xffffu)) * s;
+      const float y = elem_bf16::to_f32(static_cast<u16>(w[q] >> 16)) * s;
+      o[q] = (u32)elem_bf16::from_f32(x) | ((u32)elem_bf16::from_f32(y) << 16);
+    }
+    reinterpret_cast<uint4 *>(a_scaled)[v] = make_uint4(o[0], o[1], o[2], o[3]);
   }
 }
 

@@ -900,7 +900,9 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
                                     epi.load_col(col));
       }
       float m, tt;
-      if constexpr (Epi::STORE)
+      if constexpr (Epi::STORE && Epi::STORE_ROW_SCALED)
+        lse_and_store_row_scaled(m, tt, acc, rv, h, row, col0, t);
+      else if constexpr (Epi::STORE)
         lse_and_store(m, tt, acc, rv, h, row, col0, t);
       else
         lse_of_values<R / 2>(
@@ -955,14 +957,69 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       acc[i] = __uint_as_float(*reinterpret_cast<const u32 *>(&packed));
     }
     if (row < n) {
-      u32 *out = static_cast<u32 *>(epi.store_values) + (row * cols + col0) / 2 + t % 4;
-#pragma unroll
-      for (int g = 0; g < R / 4; ++g) {
-        const int i = 4 * g + 2 * h;
-        st_cs_u32(out + 4 * g, __float_as_uint(acc[i])); // [Note: streamed outputs]
-      }
+      store_pairs(acc, h, row, col0, t);
       if (t % 4 == 0)
         static_cast<float *>(epi.store_tile_max)[row * (cols / Cfg::BN) + col0 / Cfg::BN] = base;
+    }
+  }
+  /// The stored values of one row of the tile, packed two per accumulator of slot
+  /// 4 g + 2 h (as the two store paths leave them), from one row base at constant offsets.
+  template <int R>
+  __device__ __forceinline__ void store_pairs(const float (&acc)[R], int h, i64 row, i64 col0,
+                                              int t) const {
+    u32 *out = static_cast<u32 *>(epi.store_values) + (row * cols + col0) / 2 + t % 4;
+#pragma unroll
+    for (int g = 0; g < R / 4; ++g)
+      st_cs_u32(out + 4 * g, __float_as_uint(acc[4 * g + 2 * h])); // [Note: streamed outputs]
+  }
+  /// [Note: row-scaled stored values] (plan/Program.h): v <= C = Epi::STORE_REFERENCE
+  /// for every element. One exp per element serves the logsumexp and the stored value:
+  /// e = exp(v - m) with m the thread's maximum, summed exactly as lse_of_values does (the
+  /// same partial, bit for bit), and stored as bf16(factor(v) * e * exp(m - C)), 0 at the
+  /// target column (v - m and m - C both lie in [-kRowScaledRange, 0]: no underflow). No
+  /// tile maximum, no shuffles, no second exp.
+  template <int R>
+  __device__ __forceinline__ void lse_and_store_row_scaled(float &m, float &t_out,
+                                                           float (&acc)[R],
+                                                           const typename Epi::Row &rv, int h,
+                                                           i64 row, i64 col0, int t) {
+    constexpr float L2E = 1.4426950408889634f;
+    float mx = -f32_inf();
+#pragma unroll
+    for (int k = 0; k < R / 2; ++k)
+      mx = fmaxf(mx, acc[4 * (k / 2) + 2 * h + k % 2]);
+    const float base = mx == -f32_inf() ? 0.f : mx;
+    const float to_ref =
+        exp2_approx((base - static_cast<float>(Epi::STORE_REFERENCE)) * L2E);
+    float sum = 0.f, tops = 0.f;
+#pragma unroll
+    for (int g = 0; g < R / 4; ++g) {
+      const int i = 4 * g + 2 * h;
+      float f[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const float v = acc[i + u];
+        const bool top = v == mx;
+        const float e = exp2_approx((v - base) * L2E);
+        sum += top ? 0.f : e;
+        tops += top ? 1.f : 0.f;
+        const i64 col = col0 + acc_col(i + u, t);
+        f[u] = epi.store_factor(v, row, col, rv, epi.load_col(col)) * e * to_ref;
+      }
+      // One cvt.rn.bf16x2.f32 packs the pair (f[0] in the low half).
+      const __nv_bfloat162 packed = __floats2bfloat162_rn(f[0], f[1]);
+      acc[i] = __uint_as_float(*reinterpret_cast<const u32 *>(&packed));
+    }
+    m = mx;
+    t_out = (mx == f32_inf() && tops > 1.f) ? f32_nan() : sum + (tops - 1.f);
+    if (row < n) {
+      store_pairs(acc, h, row, col0, t);
+      // The target column stores 0 (its dZ goes whole through the residual): one 2-byte
+      // store after the pair's, by the same thread (a select per element, or the target
+      // kept live across the loop, made ptxas spill).
+      const i64 rel = epi.store_target(rv) - col0 - 2 * (t % 4);
+      if (rel >= 0 && rel < 2 * R && (rel % 8) < 2)
+        static_cast<u16 *>(epi.store_values)[row * cols + col0 + rel + 2 * (t % 4)] = 0;
     }
   }
   /// Quad shuffles finish each row of a consumer. With ping-pong both consumers hold
@@ -1349,7 +1406,9 @@ template <class OutElem, bool ACCUMULATE = false> struct RoundedOutEpilogue {
 /// [Note: the target-column residual] (plan/Program.h), dA's part: on the launch
 /// of the last chunk (`on`), acc[row][j] += residual[row] * b[t_row][j] (b the
 /// bf16 [cols, k] B operand, t_row the row's target) in f32 before Inner writes
-/// it; rows whose target is outside [0, cols) add nothing.
+/// it; rows whose target is outside [0, cols) add nothing. With `row_scale`
+/// ([Note: row-scaled stored values]) every launch first multiplies acc[row][j]
+/// by row_scale[row].
 template <class TargetT, class Inner> struct ResidualEpilogue {
   Inner inner;
   const float *residual;
@@ -1357,11 +1416,24 @@ template <class TargetT, class Inner> struct ResidualEpilogue {
   const u16 *b;
   i64 rows, k, cols;
   bool on;
+  const float *row_scale;
   __device__ __forceinline__ void begin(int g, int t) { inner.begin(g, t); }
   __device__ __forceinline__ void finish(int g, int t) { inner.finish(g, t); }
   template <int R>
   __device__ __forceinline__ void tile(float (&acc)[R], int j, i64 row0, i64 col0,
                                        int t) {
+    if (row_scale != nullptr) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const i64 row = row0 + acc_row(2 * h, t);
+        const float sc = row < rows ? row_scale[row] : 0.f;
+#pragma unroll
+        for (int g = 0; g < R / 4; ++g) {
+          acc[4 * g + 2 * h] *= sc;
+          acc[4 * g + 2 * h + 1] *= sc;
+        }
+      }
+    }
     if (on) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -1407,11 +1479,14 @@ template <class Cfg, bool RESIDUAL, class TargetT, class Epi>
 __device__ __forceinline__ void
 dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, i64 k,
            i64 chunk_cols, const void *residual, const void *target, const void *b,
-           i64 cols, bool last) {
+           i64 cols, bool last, const void *row_scale) {
   const PersistentTiles tiles = persistent_tiles<Cfg>(n, k, 8);
   if constexpr (RESIDUAL) {
-    ResidualEpilogue<TargetT, Epi> r{e, static_cast<const float *>(residual), target,
-                                     static_cast<const u16 *>(b), n, k, cols, last};
+    ResidualEpilogue<TargetT, Epi> r{e,    static_cast<const float *>(residual),
+                                     target, static_cast<const u16 *>(b),
+                                     n,    k,
+                                     cols, last,
+                                     static_cast<const float *>(row_scale)};
     gemm_tiles<Cfg>(map_a, map_b, tiles, r, chunk_cols);
   } else {
     Epi copy = e;
@@ -1425,26 +1500,28 @@ dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, 
 /// out takes vector reductions to accumulate; a bf16/f16 out (a loop of one
 /// chunk) is written once, round(acc) or round(old + acc). With RESIDUAL, the
 /// launch of the last chunk (`last`) adds the target-column residual's rank-1
-/// update (ResidualEpilogue; b = the raw W, target of TargetT).
+/// update (ResidualEpilogue; b = the raw W, target of TargetT), after multiplying
+/// each row by row_scale[row] when that is given.
 template <class Cfg, class OutElem = elem_f32, bool RESIDUAL = false,
           class TargetT = long long>
 __device__ __forceinline__ void
 gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
                  i64 n, i64 k, i64 chunk_cols, bool accumulate,
                  const void *residual = nullptr, const void *target = nullptr,
-                 const void *b = nullptr, i64 cols = 0, bool last = false) {
+                 const void *b = nullptr, i64 cols = 0, bool last = false,
+                 const void *row_scale = nullptr) {
   if constexpr (OutElem::BYTES == 4) {
     const F32OutEpilogue e{static_cast<float *>(out), n, k, k, 0, accumulate};
     dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
-                                       b, cols, last);
+                                       b, cols, last, row_scale);
   } else if (accumulate) {
     const RoundedOutEpilogue<OutElem, true> e{out, n, k, 0};
     dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
-                                       b, cols, last);
+                                       b, cols, last, row_scale);
   } else {
     const RoundedOutEpilogue<OutElem> e{out, n, k, 0};
     dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
-                                       b, cols, last);
+                                       b, cols, last, row_scale);
   }
 }
 

@@ -272,6 +272,10 @@ INSTANTIATE_TEST_SUITE_P(
              R::Sum, F32, I32, true, Precision::Fast, Logits::Saturating},
         Case{"bf16_mat_n1000_d4096_v128256_softcap_ignore", BF, 1000, 4096, 128256, 30.0, 3,
              R::Mean, F32},
+        // [Note: row-scaled stored values] on a peaked row: the whole target column goes
+        // through the residual (the stored value there is 0).
+        Case{"bf16_mat_peaked_softcap_n2000_d512_v32000", BF, 2000, 512, 32000, 30.0, 0,
+             R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Peaked},
         // N * V > 2^31 (element indices past int32).
         Case{"bf16_n20000_d64_v128256_nv_over_2e31", BF, 20000, 64, 128256, {}, 0, R::Mean,
              F32}),

@@ -282,6 +282,95 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
   allMma(lceFused(64, 1000, DType::F32)->plan(wgmmaOptions(8192)));
 }
 
+/// [Note: row-scaled stored values]: a softcap bounds the forward's value to [-c, c]; with
+/// c = 30 the planner stores against the constant 30 and wires the row scale into dA, the
+/// scaled A into dB and the whole target column into the residual. Without a bound (no
+/// softcap), with a range wider than kRowScaledRange (c = 50), without the residual, or
+/// with the option off, it keeps the tile maxima and DzForm's pass.
+TEST(Planner, RowScaledStoredValuesForABoundedValue) {
+  auto plan = [](std::optional<double> softcap, bool rowScaled, bool residual) {
+    auto g = lceFused(4096, 128256, DType::BF16, softcap);
+    plan::PlanOptions o = wgmmaOptions(8192);
+    o.backward = plan::PlanOptions::Backward::Materialized;
+    o.rowScaled = rowScaled;
+    o.targetResidual = residual;
+    return g->plan(o);
+  };
+  struct Parts {
+    const plan::GemmReduceKernel *f = nullptr;
+    const plan::DzFormKernel *z = nullptr;
+    const plan::GemmDLhsKernel *dlhs = nullptr;
+    const plan::GemmDRhsKernel *drhs = nullptr;
+    const plan::TargetCorrectionKernel *corr = nullptr;
+  };
+  auto parts = [](const plan::Program &p) {
+    Parts r;
+    for (const plan::Kernel &k : p.kernels) {
+      if (auto *x = std::get_if<plan::GemmReduceKernel>(&k.body))
+        r.f = x;
+      if (auto *x = std::get_if<plan::DzFormKernel>(&k.body))
+        r.z = x;
+      if (auto *x = std::get_if<plan::GemmDLhsKernel>(&k.body))
+        r.dlhs = x;
+      if (auto *x = std::get_if<plan::GemmDRhsKernel>(&k.body))
+        r.drhs = x;
+      if (auto *x = std::get_if<plan::TargetCorrectionKernel>(&k.body))
+        r.corr = x;
+    }
+    return r;
+  };
+  auto hasBuffer = [](const plan::Program &p, const std::string &name) {
+    for (const plan::BufferSpec &w : p.workspace)
+      if (w.name == name)
+        return true;
+    return false;
+  };
+  {
+    plan::Program p = plan(30.0, true, true);
+    const std::string d = decision(p, "backward: materialized, row-scaled:");
+    EXPECT_NE(d.find("at most 30 (within 64 of it)"), std::string::npos) << d;
+    Parts k = parts(p);
+    ASSERT_TRUE(k.f && k.f->stored && k.z && k.dlhs && k.drhs && k.corr) << p.toJson(2);
+    EXPECT_TRUE(k.f->stored->rowScaled);
+    EXPECT_EQ(k.f->stored->reference, 30.0);
+    EXPECT_FALSE(k.f->stored->tileMax.valid());
+    EXPECT_GE(k.f->stored->excludeArg, 0) << "the target column is stored as 0";
+    EXPECT_FALSE(hasBuffer(p, "tile_max0"));
+    EXPECT_TRUE(k.z->rowScaled);
+    EXPECT_EQ(k.z->reference, 30.0);
+    EXPECT_FALSE(k.z->tileMax.valid());
+    ASSERT_TRUE(k.z->rowScale.valid() && k.z->aScaled.valid() && k.z->residual.valid());
+    EXPECT_EQ(k.z->a, k.f->gemm.a);
+    EXPECT_EQ(k.z->k, 4096);
+    EXPECT_TRUE(p.workspace[static_cast<size_t>(k.z->aScaled.index)].blockLocal);
+    EXPECT_EQ(p.workspace[static_cast<size_t>(k.z->aScaled.index)].bytesPerRow, 2 * 4096);
+    // dA scales its rows and adds the residual; dB reads the scaled A and the
+    // TargetCorrection the raw one, both with the same residual.
+    EXPECT_EQ(k.dlhs->rowScale, k.z->rowScale);
+    EXPECT_EQ(k.dlhs->residual.buf, k.z->residual);
+    EXPECT_EQ(k.drhs->a, k.z->aScaled);
+    EXPECT_EQ(k.drhs->dz, k.f->stored->values);
+    EXPECT_EQ(k.corr->a, k.f->gemm.a);
+    EXPECT_EQ(k.corr->residual.buf, k.z->residual);
+  }
+  for (int off = 0; off < 4; ++off) {
+    SCOPED_TRACE(off);
+    plan::Program p = off == 0   ? plan(std::nullopt, true, true)
+                      : off == 1 ? plan(50.0, true, true)
+                      : off == 2 ? plan(30.0, false, true)
+                                 : plan(30.0, true, false);
+    EXPECT_NE(decision(p, "backward: materialized:"), "") << p.toJson(2);
+    EXPECT_EQ(decision(p, "row-scaled"), "");
+    Parts k = parts(p);
+    ASSERT_TRUE(k.f && k.f->stored && k.z && k.dlhs && k.drhs);
+    EXPECT_FALSE(k.f->stored->rowScaled);
+    EXPECT_TRUE(k.f->stored->tileMax.valid());
+    EXPECT_FALSE(k.z->rowScaled);
+    EXPECT_FALSE(k.dlhs->rowScale.valid());
+    EXPECT_EQ(k.drhs->a, k.f->gemm.a);
+  }
+}
+
 /// [Note: the materialized backward]: on the wgmma path, fast precision, whole column
 /// tiles and a budget that holds at least 1024 rows of stored values, the dZ GEMM gives
 /// way to the forward's stores, a row kernel and the DzForm pass; the per-element factor
@@ -304,7 +393,11 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
     o.workspaceBudgetBytes = int64_t(512) << 20;
     o.backward = plan::PlanOptions::Backward::Materialized;
     plan::Program p = g->plan(o);
-    EXPECT_NE(decision(p, "backward: materialized:"), "") << p.toJson(2);
+    // (Row-scaled with softcap: [Note: row-scaled stored values], the next test.)
+    EXPECT_NE(decision(p, softcap ? "backward: materialized, row-scaled:"
+                                  : "backward: materialized:"),
+              "")
+        << p.toJson(2);
     // (The RowDot of [Note: the exact target logit] sums the target logit for the loss.)
     const std::vector<KernelKind> want = {
         KernelKind::Row,      KernelKind::GemmReduce, KernelKind::RowDot,
@@ -398,7 +491,8 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
   spec.ignoreIndex = -100;
   spec.targetType = DType::I32;
   auto i32 = pipeline::compileGraph(*fe::buildLceGraph(spec));
-  EXPECT_NE(decision(i32->plan(asked(wgmmaOptions(1500))), "backward: materialized:"), "");
+  EXPECT_NE(decision(i32->plan(asked(wgmmaOptions(1500))), "backward: materialized, row-scaled:"),
+            "");
 }
 
 /// [Note: the exact target logit]: the loss's row kernel reads the target logit summed

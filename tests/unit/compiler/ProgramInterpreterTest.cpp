@@ -613,3 +613,60 @@ TEST(ProgramInterpreter, TargetResidualRestoresTheTargetColumn) {
   EXPECT_GT(recompute, 0);
   EXPECT_GT(blocked, 0);
 }
+
+/// [Note: row-scaled stored values]: with softcap the materialized Program stores against
+/// the constant 30, scales rows in dA and H in dB, and carries each target column whole
+/// in the residual. Unrounded it computes the graph (tail rows, ignored rows, row blocks,
+/// logits of std ~ 30 that saturate tanh, logits far below the cap); with bf16 rounding
+/// where the device rounds (the stored values and the scaled H) its gradient errors stay
+/// those of the tile-maximum form that rounds dZ itself (within 1.5x of them).
+TEST(ProgramInterpreter, RowScaledStoredValuesComputeTheGraph) {
+  int rowScaled = 0;
+  for (double scale : {0.5, 2.0, 0.02})
+    for (bool blocked : {false, true}) {
+      fe::LceSpec s = spec(32, 1024, -100, fe::LceReduction::Mean, DType::I64);
+      s.softcap = 30.0;
+      auto g = fe::buildLceGraph(s);
+      Module ref = unfused(*g);
+      auto fg = pipeline::compileGraph(*g);
+      const int64_t n = 77;
+      auto in = lceInputs(s, n, 99 + static_cast<uint64_t>(scale * 10), scale);
+      auto want = ref::interpretTx(ref.func(), in);
+      auto planned = [&](bool on) {
+        plan::PlanOptions o = options(n);
+        o.rowScaled = on;
+        plan::Program p = fg->plan(o);
+        return blocked ? rowBlocked(p, n) : p;
+      };
+      const plan::Program on = planned(true), off = planned(false);
+      const std::string what = fmt::format("scale {} {} ({})", scale,
+                                           blocked ? "row-blocked" : "one block",
+                                           on.runSchedule(n).describe());
+      bool isRowScaled = false, offRowScaled = false;
+      for (const plan::Kernel &k : on.kernels)
+        if (const auto *f = std::get_if<plan::GemmReduceKernel>(&k.body); f && f->stored)
+          isRowScaled = f->stored->rowScaled;
+      for (const plan::Kernel &k : off.kernels)
+        if (const auto *f = std::get_if<plan::GemmReduceKernel>(&k.body); f && f->stored)
+          offRowScaled = f->stored->rowScaled;
+      ASSERT_TRUE(isRowScaled) << what;
+      ASSERT_FALSE(offRowScaled) << what;
+      EXPECT_EQ(blocked, on.runSchedule(n).rowBlocks > 1) << what;
+      rowScaled += isRowScaled;
+      EXPECT_TRUE(matches(ref::interpretProgram(on, in, n), want, kTolProgram, what));
+      ref::InterpretOptions rounded;
+      rounded.roundDz = true;
+      auto a = ref::interpretProgram(on, in, n, rounded);
+      auto b = ref::interpretProgram(off, in, n, rounded);
+      EXPECT_NEAR(a.outputs[0].data[0], want[0].data[0], 1e-9 * std::abs(want[0].data[0]))
+          << what << ": the loss does not see the stored values";
+      for (size_t out : {size_t(1), size_t(2)}) { // dH, dW
+        const double eOn = relError(a.outputs[out].data, want[out].data);
+        const double eOff = relError(b.outputs[out].data, want[out].data);
+        EXPECT_GT(eOn, 0.0) << what << " output " << out << ": bf16 rounding must show";
+        EXPECT_LT(eOn, 1.5 * eOff + 1e-7) << what << " output " << out << ": " << eOn
+                                          << " vs " << eOff << " with the tile maxima";
+      }
+    }
+  EXPECT_EQ(rowScaled, 6);
+}

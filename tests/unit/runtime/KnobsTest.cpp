@@ -194,7 +194,8 @@ TEST_F(KnobsTest, DefaultOnSwitches) {
   const Switch switches[] = {{"LCEJIT_TARGET_RESIDUAL", knobs::targetResidual},
                              {"LCEJIT_TMA_STORE", knobs::tmaStore},
                              {"LCEJIT_EXACT_TARGET", knobs::exactTarget},
-                             {"LCEJIT_MULTICAST", knobs::multicast}};
+                             {"LCEJIT_MULTICAST", knobs::multicast},
+                             {"LCEJIT_ROW_SCALED", knobs::rowScaled}};
   for (const Switch &sw : switches) {
     SCOPED_TRACE(sw.name);
     env.set(sw.name, std::nullopt);
