@@ -271,9 +271,8 @@ struct FusedGemm {
 /// dZ]), never rounded. The rounding of dZ to one bf16 operand moves to the stored value
 /// (one rounding of p·factor, as fast precision asks) plus one of s_r·A (each bf16
 /// element of A times a row constant: a relative 2⁻⁹ per element of the dB operand, as
-/// the dZ rounding it replaces). The forward spends one exp per element (the stored value
-/// and the logsumexp's share both come from exp(v − C)), where the per-tile reference
-/// needed two and a quad max. Only with an f32 dB (the TargetCorrection adds the target
+/// the dZ rounding it replaces). The forward's store needs no tile maximum (no quad
+/// shuffles, no tileMax writes). Only with an f32 dB (the TargetCorrection adds the target
 /// column) and a target column in the dZ function; LCEJIT_ROW_SCALED=0 keeps DzForm.
 inline constexpr double kRowScaledRange = 64.0;
 

@@ -973,25 +973,23 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       st_cs_u32(out + 4 * g, __float_as_uint(acc[4 * g + 2 * h])); // [Note: streamed outputs]
   }
   /// [Note: row-scaled stored values] (plan/Program.h): v <= C = Epi::STORE_REFERENCE
-  /// for every element. One exp per element serves the logsumexp and the stored value:
-  /// e = exp(v - m) with m the thread's maximum, summed exactly as lse_of_values does (the
-  /// same partial, bit for bit), and stored as bf16(factor(v) * e * exp(m - C)), 0 at the
+  /// for every element. lse_of_values gives the thread's partial (m, t) as without
+  /// stores; a second pass stores bf16(factor(v) * exp(v - m) * exp(m - C)), 0 at the
   /// target column (v - m and m - C both lie in [-kRowScaledRange, 0]: no underflow). No
-  /// tile maximum, no shuffles, no second exp.
+  /// tile maximum, no shuffles. (One loop that summed and stored from one exp per element
+  /// ran the forward 3.7 % slower on the H200: tensor pipe 81 % active against 84 %, the
+  /// sum's chain interleaved with the stores; docs/hopper.md, session 9.)
   template <int R>
   __device__ __forceinline__ void lse_and_store_row_scaled(float &m, float &t_out,
                                                            float (&acc)[R],
                                                            const typename Epi::Row &rv, int h,
                                                            i64 row, i64 col0, int t) {
     constexpr float L2E = 1.4426950408889634f;
-    float mx = -f32_inf();
-#pragma unroll
-    for (int k = 0; k < R / 2; ++k)
-      mx = fmaxf(mx, acc[4 * (k / 2) + 2 * h + k % 2]);
-    const float base = mx == -f32_inf() ? 0.f : mx;
+    lse_of_values<R / 2>(m, t_out,
+                         [&](int k) { return acc[4 * (k / 2) + 2 * h + k % 2]; });
+    const float base = m == -f32_inf() ? 0.f : m;
     const float to_ref =
         exp2_approx((base - static_cast<float>(Epi::STORE_REFERENCE)) * L2E);
-    float sum = 0.f, tops = 0.f;
 #pragma unroll
     for (int g = 0; g < R / 4; ++g) {
       const int i = 4 * g + 2 * h;
@@ -999,10 +997,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const float v = acc[i + u];
-        const bool top = v == mx;
         const float e = exp2_approx((v - base) * L2E);
-        sum += top ? 0.f : e;
-        tops += top ? 1.f : 0.f;
         const i64 col = col0 + acc_col(i + u, t);
         f[u] = epi.store_factor(v, row, col, rv, epi.load_col(col)) * e * to_ref;
       }
@@ -1010,8 +1005,6 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       const __nv_bfloat162 packed = __floats2bfloat162_rn(f[0], f[1]);
       acc[i] = __uint_as_float(*reinterpret_cast<const u32 *>(&packed));
     }
-    m = mx;
-    t_out = (mx == f32_inf() && tops > 1.f) ? f32_nan() : sum + (tops - 1.f);
     if (row < n) {
       store_pairs(acc, h, row, col0, t);
       // The target column stores 0 (its dZ goes whole through the residual): one 2-byte
