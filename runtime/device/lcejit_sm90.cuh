@@ -937,10 +937,22 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
     sm = fmaxf(sm, shfl_xor(sm, 1));
     sm = fmaxf(sm, shfl_xor(sm, 2));
     const float base = sm == -f32_inf() ? 0.f : sm;
-    // Values first, each pair packed to two fp16 as soon as it is made (in the slot of
-    // its first accumulator: half the live registers), then the stores from one row base
-    // at constant offsets. Interleaving them, or 64-bit addresses per element, made ptxas
-    // spill (as in DzEpilogue).
+    pack_values<false>(acc, rv, h, row, col0, t, base, 1.f);
+    if (row < n) {
+      store_pairs(acc, h, row, col0, t);
+      if (t % 4 == 0)
+        static_cast<float *>(epi.store_tile_max)[row * (cols / Cfg::BN) + col0 / Cfg::BN] = base;
+    }
+  }
+  /// The stored values of one row of the tile, factor(v) * exp(v - base) (times `scale`
+  /// with BF16), each pair packed to two fp16 (bf16 with BF16) as soon as it is made, in
+  /// the slot of its first accumulator (half the live registers); store_pairs then writes
+  /// them from one row base at constant offsets. Interleaving values and stores, or 64-bit
+  /// addresses per element, made ptxas spill (as in DzEpilogue).
+  template <bool BF16, int R>
+  __device__ __forceinline__ void pack_values(float (&acc)[R], const typename Epi::Row &rv,
+                                              int h, i64 row, i64 col0, int t, float base,
+                                              float scale) const {
 #pragma unroll
     for (int g = 0; g < R / 4; ++g) {
       const int i = 4 * g + 2 * h;
@@ -951,19 +963,23 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
         const float e = exp2_approx((v - base) * 1.4426950408889634f);
         const i64 col = col0 + acc_col(i + u, t);
         f[u] = epi.store_factor(v, row, col, rv, epi.load_col(col)) * e;
+        if constexpr (BF16)
+          f[u] *= scale;
       }
-      // One cvt.rn.f16x2.f32 packs the pair (f[0] in the low half).
-      const __half2 packed = __floats2half2_rn(f[0], f[1]);
-      acc[i] = __uint_as_float(*reinterpret_cast<const u32 *>(&packed));
-    }
-    if (row < n) {
-      store_pairs(acc, h, row, col0, t);
-      if (t % 4 == 0)
-        static_cast<float *>(epi.store_tile_max)[row * (cols / Cfg::BN) + col0 / Cfg::BN] = base;
+      // One cvt.rn.{bf16x2,f16x2}.f32 packs the pair (f[0] in the low half).
+      u32 packed;
+      if constexpr (BF16) {
+        const __nv_bfloat162 p2 = __floats2bfloat162_rn(f[0], f[1]);
+        packed = *reinterpret_cast<const u32 *>(&p2);
+      } else {
+        const __half2 p2 = __floats2half2_rn(f[0], f[1]);
+        packed = *reinterpret_cast<const u32 *>(&p2);
+      }
+      acc[i] = __uint_as_float(packed);
     }
   }
   /// The stored values of one row of the tile, packed two per accumulator of slot
-  /// 4 g + 2 h (as the two store paths leave them), from one row base at constant offsets.
+  /// 4 g + 2 h (as pack_values leaves them), from one row base at constant offsets.
   template <int R>
   __device__ __forceinline__ void store_pairs(const float (&acc)[R], int h, i64 row, i64 col0,
                                               int t) const {
@@ -984,27 +1000,12 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
                                                            float (&acc)[R],
                                                            const typename Epi::Row &rv, int h,
                                                            i64 row, i64 col0, int t) {
-    constexpr float L2E = 1.4426950408889634f;
     lse_of_values<R / 2>(m, t_out,
                          [&](int k) { return acc[4 * (k / 2) + 2 * h + k % 2]; });
     const float base = m == -f32_inf() ? 0.f : m;
-    const float to_ref =
-        exp2_approx((base - static_cast<float>(Epi::STORE_REFERENCE)) * L2E);
-#pragma unroll
-    for (int g = 0; g < R / 4; ++g) {
-      const int i = 4 * g + 2 * h;
-      float f[2];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const float v = acc[i + u];
-        const float e = exp2_approx((v - base) * L2E);
-        const i64 col = col0 + acc_col(i + u, t);
-        f[u] = epi.store_factor(v, row, col, rv, epi.load_col(col)) * e * to_ref;
-      }
-      // One cvt.rn.bf16x2.f32 packs the pair (f[0] in the low half).
-      const __nv_bfloat162 packed = __floats2bfloat162_rn(f[0], f[1]);
-      acc[i] = __uint_as_float(*reinterpret_cast<const u32 *>(&packed));
-    }
+    const float to_ref = exp2_approx((base - static_cast<float>(Epi::STORE_REFERENCE)) *
+                                     1.4426950408889634f);
+    pack_values<true>(acc, rv, h, row, col0, t, base, to_ref);
     if (row < n) {
       store_pairs(acc, h, row, col0, t);
       // The target column stores 0 (its dZ goes whole through the residual): one 2-byte
