@@ -158,9 +158,11 @@ std::vector<Sm90Operand> wgmmaOperands(const Program &program, const BufferResol
     std::vector<Sm90Operand> ops = {Sm90Operand{at(d.dz), false, cc, rows, cc, 128},
                                     Sm90Operand{at(d.a), false, d.k, rows, d.k, bn}};
     if (d.tile.tmaStore) {
-      // [Note: sm90 output map]: the chunk's rows of the f32 out.
-      Sm90Operand out{at(d.out) + static_cast<CUdeviceptr>(item.chunkBegin * d.k * 4), true,
-                      cc, d.k, d.k, 64};
+      // [Note: sm90 output map]: the chunk's rows of the f32 out (its columns [outCol0,
+      // outCol0 + k) of rows outLd wide: [Note: a scaled A in column parts]).
+      const int64_t ld = d.outLd > 0 ? d.outLd : d.k;
+      Sm90Operand out{at(d.out) + static_cast<CUdeviceptr>((item.chunkBegin * ld + d.outCol0) * 4),
+                      true, cc, d.k, ld, 64};
       out.f32Out = true;
       ops.push_back(out);
     }

@@ -51,11 +51,18 @@ void emitCastKernel(CodeWriter &w, const KernelContext &ctx) {
 /// [Note: row-scaled stored values]: the per-row form of the DzForm kernel.
 static void emitDzRowScaleKernel(CodeWriter &w, const KernelContext &ctx,
                                  const plan::DzFormKernel &k) {
-  LCEJIT_CHECK(k.target.valid() && k.residual.valid() && k.rowScale.valid() &&
-                   (k.targetType == DType::I32 || k.targetType == DType::I64),
+  LCEJIT_CHECK(k.target.valid() && (k.aOnly || (k.residual.valid() && k.rowScale.valid())) &&
+                   (k.targetType == DType::I32 || k.targetType == DType::I64) &&
+                   (!k.aOnly || k.aScaled.valid()),
                "dz_form kernel '{}': the row-scaled form needs a target (i32/i64), a "
-               "residual and a row scale",
+               "residual and a row scale (or, a_only, a scaled A)",
                ctx.name());
+  const int64_t aLd = k.aLd > 0 ? k.aLd : k.k;
+  LCEJIT_CHECK(!k.aScaled.valid() || (k.aCol0 >= 0 && k.aCol0 % 8 == 0 && aLd % 8 == 0 &&
+                                      k.aCol0 + k.k <= aLd),
+               "dz_form kernel '{}': A columns [{}, +{}) of rows {} wide (multiples of 8, "
+               "inside the row)",
+               ctx.name(), k.aCol0, k.k, aLd);
   LCEJIT_CHECK(!k.aScaled.valid() || (k.a.valid() && k.aType == DType::BF16 && k.k > 0 &&
                                       k.k % 8 == 0),
                "dz_form kernel '{}': the scaled A needs a bf16 A with k a positive multiple "
@@ -64,35 +71,68 @@ static void emitDzRowScaleKernel(CodeWriter &w, const KernelContext &ctx,
   ParamRoles roles;
   roles.add(ctx.bufferName(k.lse), "f32 [N] row logsumexp");
   roles.add(ctx.bufferName(k.scale), "f32 [N] per-row factor of dZ");
-  roles.add(ctx.bufferName(k.targetDz), "f32 [N] dZ at the target column");
+  if (!k.aOnly)
+    roles.add(ctx.bufferName(k.targetDz), "f32 [N] dZ at the target column");
   roles.add(ctx.bufferName(k.target), fmt::format("{} [N] target column", dtypeName(k.targetType)));
-  roles.add(ctx.bufferName(k.residual), "f32 [N] residual = target_dz (the stored target "
-                                        "column is 0)");
-  roles.add(ctx.bufferName(k.rowScale), "f32 [N] row scale of the stored values");
+  if (!k.aOnly) {
+    roles.add(ctx.bufferName(k.residual), "f32 [N] residual = target_dz (the stored target "
+                                          "column is 0)");
+    roles.add(ctx.bufferName(k.rowScale), "f32 [N] row scale of the stored values");
+  }
+  const bool perRow = k.referenceRow.valid();
+  LCEJIT_CHECK(perRow == (k.recompute.valid() || k.aOnly),
+               "dz_form kernel '{}': a per-row reference and the recompute flags go together",
+               ctx.name());
+  if (perRow) {
+    roles.add(ctx.bufferName(k.referenceRow), "f32 [N] the row's reference c (its target value)");
+    if (!k.aOnly)
+      roles.add(ctx.bufferName(k.recompute),
+              fmt::format("out i32 [N] 1 where the stored values cannot hold the row (lse - c > "
+                          "{:g} or not finite): the filtered dZ GEMM writes it",
+                          plan::kRowScaledRange));
+  }
   if (k.aScaled.valid()) {
-    roles.add(ctx.bufferName(k.a), fmt::format("A bf16 [N, {}]", k.k));
+    roles.add(ctx.bufferName(k.a), fmt::format("A bf16 [N, {}]", aLd));
     roles.add(ctx.bufferName(k.aScaled),
-              fmt::format("out bf16 [rows of the block, {}]: row_scale[r] * A[r]", k.k));
+              fmt::format("out bf16 [rows of the block, {}]: row_scale[r] * A[r][{} + j]", k.k,
+                          k.aCol0));
   }
   std::vector<std::string> about = {
       "the materialized schedule's row-scaled dZ ([Note: row-scaled stored values] in "
       "Program.h): the stored values stay;",
-      fmt::format("row_scale[r] = scale[r] * exp({:.17g} - lse[r]); residual[r] = target_dz[r] "
-                  "for 0 <= target[r] < {}",
-                  k.reference, k.cols),
+      perRow ? fmt::format("row_scale[r] = scale[r] * exp(c[r] - lse[r]) (1 where recompute[r], "
+                           "0 for a target outside [0, {0})); residual[r] = target_dz[r] for "
+                           "0 <= target[r] < {0} ([Note: a per-row reference])",
+                           k.cols)
+             : fmt::format("row_scale[r] = scale[r] * exp({:.17g} - lse[r]); residual[r] = "
+                           "target_dz[r] for 0 <= target[r] < {}",
+                           k.reference, k.cols),
       k.aScaled.valid() ? "a_scaled[r][j] = bf16(row_scale[r] * A[r][j]); block 256, "
                           "grid-stride over rows, then over 8-element vectors"
                         : "block 256, grid-stride over rows"};
+  if (k.aOnly)
+    about.insert(about.begin() + 1, fmt::format("a_only: writes a_scaled (columns [{}, {}) of "
+                                                "A) and nothing else ([Note: a scaled A in "
+                                                "column parts])",
+                                                k.aCol0, k.aCol0 + k.k));
   emitKernelHeader(w, ctx, about, roles);
   auto kb = openKernel(w, ctx, 256);
-  w.line("lcejit::dz_row_scale_kernel<{}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}LL, {}LL, {});",
+  const std::string none = "nullptr";
+  const bool part = k.aCol0 != 0 || k.aLd != 0;
+  w.line("lcejit::dz_row_scale_kernel<{}>({}, {}, {}, {}, {}, {}, {}, {}, {}, {}LL, {}LL, {}, "
+         "{}, {}, {}{});",
          valueCType(k.targetType), ctx.bufferName(k.lse), ctx.bufferName(k.scale),
-         ctx.bufferName(k.targetDz), ctx.bufferName(k.target), ctx.bufferName(k.residual),
-         ctx.bufferName(k.rowScale),
+         k.aOnly ? none : ctx.bufferName(k.targetDz), ctx.bufferName(k.target),
+         k.aOnly ? none : ctx.bufferName(k.residual),
+         k.aOnly ? none : ctx.bufferName(k.rowScale),
          k.aScaled.valid() ? ctx.bufferName(k.a) : std::string("nullptr"),
          k.aScaled.valid() ? ctx.bufferName(k.aScaled) : std::string("nullptr"),
          ctx.scalarParamName(Param::Kind::N), k.aScaled.valid() ? k.k : 0, k.cols,
-         f32Literal(k.reference));
+         f32Literal(perRow ? 0.0 : k.reference),
+         perRow ? ctx.bufferName(k.referenceRow) : std::string("nullptr"),
+         perRow && !k.aOnly ? ctx.bufferName(k.recompute) : std::string("nullptr"),
+         f32Literal(plan::kRowScaledRange),
+         part ? fmt::format(", {}LL, {}LL", k.aCol0, aLd) : std::string());
 }
 
 void emitDzFormKernel(CodeWriter &w, const KernelContext &ctx) {

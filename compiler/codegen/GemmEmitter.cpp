@@ -274,6 +274,8 @@ CodeWriter::Block openGemmKernel(CodeWriter &w, const KernelContext &ctx, int th
     if (!isWgmma(ctx)) {
       gx = ceil(n, "BM");
       gy = ceil(ctx.scalarParamName(Param::Kind::ChunkCols), "BN");
+    } else if (std::get<plan::GemmDzKernel>(ctx.kernel().body).rowFilter.valid()) {
+      gx = fmt::format("{} * {}", ceil(n, "BM"), plan::kRowFilterSplits);
     }
     break;
   case plan::KernelKind::GemmDLhs:
@@ -307,7 +309,7 @@ public:
   /// `extra`: another function over the same operands emitted into the functor (the
   /// materialized store's factor); its operands are loaded too.
   EpilogueEmitter(CodeWriter &w, const KernelContext &ctx, const FusedGemm &g,
-                  const plan::ScalarFunc *extra = nullptr)
+                  const plan::ScalarFunc *extra = nullptr, int32_t extraArg = -1)
       : w_(w), ctx_(ctx), g_(g),
         what_(fmt::format("epilogue of kernel '{}'", ctx.name())),
         structName_(ctx.name() + "_epilogue") {
@@ -325,6 +327,15 @@ public:
       for (int32_t a : liveArgs(*extra))
         if (std::find(live_.begin(), live_.end(), a) == live_.end())
           live_.push_back(a);
+      std::sort(live_.begin(), live_.end());
+    }
+    if (extraArg >= 0) {
+      // An operand the kind-specific members read directly (the stored values' per-row
+      // reference).
+      LCEJIT_CHECK(extraArg < static_cast<int32_t>(g.args.size()), "{}: operand a{} of {}",
+                   what_, extraArg, g.args.size());
+      if (std::find(live_.begin(), live_.end(), extraArg) == live_.end())
+        live_.push_back(extraArg);
       std::sort(live_.begin(), live_.end());
     }
     for (int32_t a : live_) {
@@ -579,13 +590,33 @@ static void emitFragmentValue(CodeWriter &w, const plan::GemmReduceKernel &k,
                "result, {}, and sums): lse result {}",
                k.stored ? k.stored->lseResult : -1, lse);
   w.line("static constexpr bool STORE = {};", k.stored ? "true" : "false");
-  // [Note: row-scaled stored values]: bf16 values against a constant reference.
+  // [Note: row-scaled stored values]: bf16 values against a constant reference, or one
+  // per row ([Note: a per-row reference]).
   const bool rowScaled = k.stored && k.stored->rowScaled;
+  const bool perRow = rowScaled && k.stored->referenceArg >= 0;
   w.line("static constexpr bool STORE_ROW_SCALED = {};", rowScaled ? "true" : "false");
-  std::string ref = fmt::format("{:.17g}", rowScaled ? k.stored->reference : 0.0);
+  std::string ref = fmt::format("{:.17g}", rowScaled && !perRow ? k.stored->reference : 0.0);
   if (ref.find_first_of(".eEn") == std::string::npos)
     ref += ".0"; // a double literal
   w.line("static constexpr double STORE_REFERENCE = {};", ref);
+  w.line("static constexpr bool STORE_ROW_REFERENCE = {};", perRow ? "true" : "false");
+  if (k.stored) {
+    auto f = w.block("__device__ __forceinline__ float store_reference(const Row &r) const");
+    if (perRow) {
+      const int32_t a = k.stored->referenceArg;
+      LCEJIT_CHECK(a < static_cast<int32_t>(k.gemm.args.size()) &&
+                       k.gemm.args[static_cast<size_t>(a)].kind == Operand::Kind::Row &&
+                       k.gemm.args[static_cast<size_t>(a)].dtype == DType::F32 &&
+                       epi.isLive(a),
+                   "the stored values' per-row reference must be a live f32 row operand "
+                   "(a{})",
+                   a);
+      w.line("return r.a{};", a);
+    } else {
+      w.line("(void)r;");
+      w.line("return static_cast<float>(STORE_REFERENCE);");
+    }
+  }
   if (k.stored) {
     if (k.stored->rowScaled)
       w.line("void *store_values;   // bf16 [n][cols] (the materialized dZ buffer)");
@@ -655,7 +686,8 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
                "{}: stored values need the wgmma mainloop and whole column tiles (cols = "
                "{}, bn = {}, tile_cols = {})",
                what, g.cols, g.tile.bn, k.stored ? k.stored->tileCols : 0);
-  EpilogueEmitter epi(w, ctx, g, k.stored ? &k.stored->factor : nullptr);
+  EpilogueEmitter epi(w, ctx, g, k.stored ? &k.stored->factor : nullptr,
+                      k.stored && k.stored->rowScaled ? k.stored->referenceArg : -1);
   ParamRoles roles;
   roles.add(
       ctx.bufferName(BufferRef{Space::Workspace, plan::kScalarSlotsBuffer}),
@@ -664,7 +696,12 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
   roles.add(ctx.bufferName(g.b), "B [cols, k] (K-major)");
   roles.add(ctx.bufferName(k.partials),
             fmt::format("partials f32 [N][splits][{}]", slots));
-  if (k.stored && k.stored->rowScaled) {
+  if (k.stored && k.stored->rowScaled && k.stored->referenceArg >= 0) {
+    roles.add(ctx.bufferName(k.stored->values),
+              fmt::format("stored bf16 factor(v) * exp(v - c[row]) [N][{}] (c: a{}), 0 at the "
+                          "target column",
+                          g.cols, k.stored->referenceArg));
+  } else if (k.stored && k.stored->rowScaled) {
     roles.add(ctx.bufferName(k.stored->values),
               fmt::format("stored bf16 factor(v) * exp(v - {:.17g}) [N][{}], 0 at the target "
                           "column",
@@ -690,7 +727,13 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
                                k.slotOf(static_cast<int32_t>(r))));
   about.push_back(fmt::format("reductions: {} ({} slots per row)",
                               fmt::join(reds, ", "), slots));
-  if (k.stored && k.stored->rowScaled)
+  if (k.stored && k.stored->rowScaled && k.stored->referenceArg >= 0)
+    about.push_back(fmt::format(
+        "materialized, row-scaled: stores bf16 factor(v) * exp(v - c[row]) of result {} per "
+        "element, c = a{} (the row's target value; 0 where the target is outside [0, {})): "
+        "[Note: a per-row reference]",
+        k.stored->lseResult, k.stored->referenceArg, g.cols));
+  else if (k.stored && k.stored->rowScaled)
     about.push_back(fmt::format(
         "materialized, row-scaled: stores bf16 factor(v) * exp(v - {:.17g}) of result {} per "
         "element (v <= {:.17g}; [Note: row-scaled stored values])",
@@ -810,6 +853,8 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
                "{}: a target-column residual needs a bf16 dZ", what);
   const std::string residual =
       k.residual.valid() ? ctx.bufferName(k.residual.buf) : std::string("nullptr");
+  LCEJIT_CHECK(!k.rowFilter.valid() || isWgmma(ctx),
+               "{}: a row filter needs the wgmma mainloop", what);
 
   EpilogueEmitter epi(w, ctx, g);
   ParamRoles roles;
@@ -824,12 +869,20 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
   if (split)
     roles.add(ctx.bufferName(k.dzLo),
               "dZ lo = bf16(dz - hi), bf16 [N][chunk_cols]");
+  if (k.rowFilter.valid())
+    roles.add(ctx.bufferName(k.rowFilter),
+              "i32 [N] row filter: only rows with a nonzero entry are written");
   std::vector<std::string> about = {
       fmt::format("acc = A * B[chunk]^T, k = {}, cols = {}; {} of A and B, f32 "
                   "accumulate",
                   g.k, g.cols, dtypeName(g.abType)),
       tileText(s), smemText(ctx),
-      gridText(ctx, "grid (ceil(N / bm), ceil(chunk_cols / bn))"),
+      k.rowFilter.valid()
+          ? fmt::format("grid ceil(N / 128) * {} CTAs, one per (row tile, column split); a CTA "
+                        "whose row tile has no flagged row returns at once ([Note: a per-row "
+                        "reference])",
+                        plan::kRowFilterSplits)
+          : gridText(ctx, "grid (ceil(N / bm), ceil(chunk_cols / bn))"),
       fmt::format("dZ = epilogue(acc) stored as {}{}",
                   plan::dzFormatName(k.format),
                   k.residual.valid() ? "; residual[r] = dz - bf16(dz) at the row's target "
@@ -882,6 +935,15 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
   emitEpilogueSetup(w, epi);
   if (isWgmma(ctx)) {
     LCEJIT_CHECK(!split, "{}: the wgmma mainloop takes one dZ operand", what);
+    if (k.rowFilter.valid()) {
+      w.line("lcejit::sm90::gemm_dz_filtered_kernel<{}_config, lcejit::{}, {}>(map_a, map_b, "
+             "epi, {}, {}, {}, {}, {}LL, {}, {});",
+             ctx.name(), dzFormatTag(k.format), plan::kRowFilterSplits, ctx.bufferName(k.dz),
+             residual, ctx.bufferName(k.rowFilter), epi.n(), g.k,
+             ctx.scalarParamName(Param::Kind::ChunkBegin),
+             ctx.scalarParamName(Param::Kind::ChunkCols));
+      return;
+    }
     w.line("lcejit::sm90::gemm_dz_kernel<{}_config, lcejit::{}>(map_a, map_b, epi, {}, {}, "
            "{}, {}LL, {}, {});",
            ctx.name(), dzFormatTag(k.format), ctx.bufferName(k.dz), residual, epi.n(), g.k,
@@ -1040,6 +1102,12 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
   LCEJIT_CHECK(k.outType == DType::F32 || k.outType == DType::BF16 ||
                    k.outType == DType::F16,
                "{}: output type {}", what, dtypeName(k.outType));
+  const bool part = k.outCol0 != 0 || k.outLd != 0;
+  LCEJIT_CHECK(!part || (isWgmma(ctx) && k.tile.tmaStore && k.outCol0 >= 0 &&
+                         k.outLd >= k.outCol0 + k.k && k.outCol0 % 4 == 0),
+               "{}: output columns [{}, +{}) of rows {} wide need the TMA store, inside the "
+               "row and 16-byte aligned",
+               what, k.outCol0, k.k, k.outLd);
 
   ParamRoles roles;
   roles.add(ctx.bufferName(k.dz),
@@ -1051,8 +1119,11 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
   roles.add(ctx.bufferName(k.a),
             fmt::format("B = the forward A [N, {}] (N-major)", k.k));
   roles.add(ctx.bufferName(k.out),
-            fmt::format("out {} [cols, {}], rows of the chunk",
-                        dtypeName(k.outType), k.k));
+            part ? fmt::format("out {} [cols, {}], rows of the chunk, columns [{}, {}) ([Note: "
+                               "a scaled A in column parts])",
+                               dtypeName(k.outType), k.outLd, k.outCol0, k.outCol0 + k.k)
+                 : fmt::format("out {} [cols, {}], rows of the chunk",
+                               dtypeName(k.outType), k.k));
   std::vector<std::string> about = {
       fmt::format(
           "out[chunk_begin + c][j] = sum_r dz[r][c] * A[r][j], k = {}{}", k.k,

@@ -778,7 +778,62 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
       p.workspace.push_back(b);
       return BufferRef{Space::Workspace, static_cast<int32_t>(p.workspace.size()) - 1};
     };
+    // [Note: the exact target logit]: the RowDot of this forward and target, and G's chain
+    // applied to it (v_y) where the chain reads per-row values only. `argOf` maps an
+    // operand of the dZ function (and the dot) to an argument of the function being built.
+    BufferRef dot;
+    const std::vector<bool> gCone = [&] {
+      std::vector<bool> need(f.insts.size(), false);
+      need[static_cast<size_t>(gi)] = true;
+      for (int32_t i = gi; i >= 0; --i)
+        if (need[static_cast<size_t>(i)])
+          for (int32_t op : f.insts[static_cast<size_t>(i)].operands)
+            if (op >= 0)
+              need[static_cast<size_t>(op)] = true;
+      return need;
+    }();
+    bool gRowOnly = true;
+    for (int32_t i = 0; i <= gi; ++i) {
+      const ScalarInst &in = f.insts[static_cast<size_t>(i)];
+      if (gCone[static_cast<size_t>(i)] && in.op == ScalarOp::Arg) {
+        const Operand::Kind k = args[static_cast<size_t>(in.argIndex)].kind;
+        gRowOnly = gRowOnly && (k == Operand::Kind::Acc || k == Operand::Kind::Row ||
+                                k == Operand::Kind::Scalar);
+      }
+    }
+    if (hasTarget) {
+      const Operand &to = args[static_cast<size_t>(x.at(targetArg).argIndex)];
+      for (const Kernel &k : p.kernels)
+        if (const auto *d = std::get_if<RowDotKernel>(&k.body);
+            d && d->target == to.buf && d->a == F.gemm.a && d->b == F.gemm.b)
+          dot = d->out;
+    }
+    Operand dotOp;
+    dotOp.kind = Operand::Kind::Row;
+    dotOp.buf = dot;
+    dotOp.dtype = DType::F32;
+    auto chainOnDot = [&](Expr &o, const std::function<int32_t(const Operand &)> &argOf) {
+      std::vector<int32_t> map(f.insts.size(), -1);
+      for (int32_t i = 0; i <= gi; ++i) {
+        if (!gCone[static_cast<size_t>(i)])
+          continue;
+        ScalarInst in = f.insts[static_cast<size_t>(i)];
+        if (in.op == ScalarOp::Arg) {
+          const Operand &op = args[static_cast<size_t>(in.argIndex)];
+          in.argIndex = argOf(op.kind == Operand::Kind::Acc ? dotOp : op);
+        }
+        for (int32_t &op : in.operands)
+          if (op >= 0)
+            op = map[static_cast<size_t>(op)];
+        map[static_cast<size_t>(i)] = o.add(in);
+      }
+      return map[static_cast<size_t>(gi)];
+    };
+
+    int32_t dbPart = -1; // [Note: a scaled A in column parts]: dB's kernel, when split
     StoredTile st;
+    BufferRef rowReference; // [Note: a per-row reference]: c_r, f32 per row
+    std::optional<RowKernel> refKernel; // ... and the row kernel that writes it
     if (full) {
       st.values = Z.dz;
       st.tileCols = F.gemm.tile.bn;
@@ -794,12 +849,48 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
       for (int32_t ki : loop.loopKernels)
         if (const auto *d = std::get_if<GemmDLhsKernel>(&p.kernels[static_cast<size_t>(ki)].body))
           lhsWgmma = lhsWgmma && d->math == MathMode::WgmmaBF16;
-      st.rowScaled = rowScaled && range && range->second - range->first <= kRowScaledRange &&
-                     hasTarget && st.excludeArg >= 0 && Z.residual.valid() &&
-                     F.gemm.abType == DType::BF16 && F.gemm.k % 8 == 0 && lhsWgmma;
-      if (st.rowScaled)
+      const bool canScale = rowScaled && hasTarget && st.excludeArg >= 0 &&
+                            Z.residual.valid() && F.gemm.abType == DType::BF16 &&
+                            F.gemm.k % 8 == 0 && lhsWgmma;
+      const bool bounded = range && range->second - range->first <= kRowScaledRange;
+      // [Note: a per-row reference]: the f64 target logit through G's chain, before the
+      // forward; the dZ GEMM stays for the rows whose loss is too large for it.
+      const bool perRow = canScale && !bounded && exactTarget && dot.valid() && gRowOnly &&
+                          Z.format == DzFormat::BF16 && Z.residual.valid();
+      st.rowScaled = canScale && (bounded || perRow);
+      if (st.rowScaled && bounded) {
         st.reference = range->second;
-      else
+      } else if (st.rowScaled) {
+        RowKernel ref;
+        auto refArg = [&](const Operand &o) {
+          for (size_t i = 0; i < ref.args.size(); ++i)
+            if (ref.args[i] == o)
+              return static_cast<int32_t>(i);
+          ref.args.push_back(o);
+          return static_cast<int32_t>(ref.args.size()) - 1;
+        };
+        Expr o{ScalarFunc{}};
+        const int32_t vy = chainOnDot(o, refArg);
+        const int32_t res = o.f.insts[static_cast<size_t>(vy)].type == DType::F32
+                                ? vy
+                                : o.op(ScalarOp::Cast, DType::F32, vy);
+        ref.func = o.f;
+        ref.func.results = {res};
+        rowReference = addBuf("row_reference0", 4, false);
+        RowKernel::Sink sk;
+        sk.kind = RowKernel::Sink::Kind::StoreRow;
+        sk.result = 0;
+        sk.buf = rowReference;
+        sk.dtype = DType::F32;
+        ref.sinks.push_back(sk);
+        Operand refOp;
+        refOp.kind = Operand::Kind::Row;
+        refOp.buf = rowReference;
+        refOp.dtype = DType::F32;
+        st.referenceArg = fwdArg(refOp);
+        refKernel = std::move(ref);
+      }
+      if (!st.rowScaled)
         st.tileMax = addBuf("tile_max0", int64_t(4) * (F.gemm.cols / F.gemm.tile.bn), true);
     }
 
@@ -886,53 +977,7 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
             forwardPartial(o, lseResult, ReduceKind::LogSumExp, Operand::Component::RestSum);
         // v_y: G's chain on the RowDot's f64 target logit, where the Program has one for
         // this forward and target and the chain reads per-row values only.
-        int32_t vy = v;
-        const Operand &to = args[static_cast<size_t>(x.at(targetArg).argIndex)];
-        BufferRef dot;
-        for (const Kernel &k : p.kernels)
-          if (const auto *d = std::get_if<RowDotKernel>(&k.body);
-              d && d->target == to.buf && d->a == F.gemm.a && d->b == F.gemm.b)
-            dot = d->out;
-        const std::vector<bool> gCone = [&] {
-          std::vector<bool> need(f.insts.size(), false);
-          need[static_cast<size_t>(gi)] = true;
-          for (int32_t i = gi; i >= 0; --i)
-            if (need[static_cast<size_t>(i)])
-              for (int32_t op : f.insts[static_cast<size_t>(i)].operands)
-                if (op >= 0)
-                  need[static_cast<size_t>(op)] = true;
-          return need;
-        }();
-        bool rowOnly = true;
-        for (int32_t i = 0; i <= gi; ++i) {
-          const ScalarInst &in = f.insts[static_cast<size_t>(i)];
-          if (gCone[static_cast<size_t>(i)] && in.op == ScalarOp::Arg) {
-            const Operand::Kind k = args[static_cast<size_t>(in.argIndex)].kind;
-            rowOnly = rowOnly && (k == Operand::Kind::Acc || k == Operand::Kind::Row ||
-                                  k == Operand::Kind::Scalar);
-          }
-        }
-        if (dot.valid() && rowOnly) {
-          Operand dotOp;
-          dotOp.kind = Operand::Kind::Row;
-          dotOp.buf = dot;
-          dotOp.dtype = DType::F32;
-          std::vector<int32_t> map(f.insts.size(), -1);
-          for (int32_t i = 0; i <= gi; ++i) {
-            if (!gCone[static_cast<size_t>(i)])
-              continue;
-            ScalarInst in = f.insts[static_cast<size_t>(i)];
-            if (in.op == ScalarOp::Arg) {
-              const Operand &op = args[static_cast<size_t>(in.argIndex)];
-              in.argIndex = rowArg(op.kind == Operand::Kind::Acc ? dotOp : op);
-            }
-            for (int32_t &op : in.operands)
-              if (op >= 0)
-                op = map[static_cast<size_t>(op)];
-            map[static_cast<size_t>(i)] = o.add(in);
-          }
-          vy = map[static_cast<size_t>(gi)];
-        }
+        const int32_t vy = dot.valid() && gRowOnly ? chainOnDot(o, rowArg) : v;
         const int32_t d = o.op(ScalarOp::Sub, DType::F32, m, v);
         const int32_t rest =
             o.op(ScalarOp::Add, DType::F32, o.op(ScalarOp::Expm1, DType::F32, d),
@@ -940,8 +985,14 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
         const int32_t big = o.op(ScalarOp::Mul, DType::F32,
                                  o.op(ScalarOp::Exp, DType::F32, o.op(ScalarOp::Sub, DType::F32, v, vy)),
                                  rest);
-        const int32_t em1 = o.op(ScalarOp::Expm1, DType::F32,
-                                 o.op(ScalarOp::Neg, DType::F32, o.op(ScalarOp::Log1p, DType::F32, big)));
+        // [Note: a far target]: beyond kFarTarget p_y < exp(-kFarTarget) is below dz_y's
+        // rounding, and X's exp(m - z_y)·t can overflow (inf·0 where t is 0): there
+        // expm1(-log1p(X)) is taken as -1 (dz_y = b).
+        const int32_t em1 = o.op(
+            ScalarOp::Select, DType::F32,
+            o.op(ScalarOp::CmpGt, DType::I1, d, o.constF(kFarTarget)), o.constF(-1.0),
+            o.op(ScalarOp::Expm1, DType::F32,
+                 o.op(ScalarOp::Neg, DType::F32, o.op(ScalarOp::Log1p, DType::F32, big))));
         return o.op(ScalarOp::Add, DType::F32, o.op(ScalarOp::Mul, DType::F32, aT, em1),
                     o.op(ScalarOp::Add, DType::F32, aT, bT));
       };
@@ -1047,6 +1098,16 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
       dzf.reference = st.reference;
       dzf.tileMax = BufferRef{};
       dzf.rowScale = addBuf("dzrow_row_scale0", 4, false);
+      if (refKernel) {
+        // [Note: a per-row reference]: the rows the stored values cannot hold are flagged,
+        // and the dZ GEMM writes those rows only.
+        dzf.referenceRow = rowReference;
+        dzf.recompute = addBuf("dzrow_recompute0", 4, false);
+        auto &Zm = std::get<GemmDzKernel>(p.kernels[static_cast<size_t>(zi)].body);
+        Zm.rowFilter = dzf.recompute;
+        if (!(Zm.residual.buf == dzf.residual) || !(Zm.dz == st.values))
+          throw Fail{"internal: the dZ GEMM does not write the stored values and residual"};
+      }
       for (int32_t ki : loop.loopKernels) {
         Kernel &kk = p.kernels[static_cast<size_t>(ki)];
         if (auto *d = std::get_if<GemmDLhsKernel>(&kk.body)) {
@@ -1056,13 +1117,27 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
         } else if (auto *d = std::get_if<GemmDRhsKernel>(&kk.body)) {
           if (!(d->a == F.gemm.a) || d->aType != DType::BF16)
             throw Fail{"internal: dB's B operand is not the forward's bf16 A"};
+          // [Note: a scaled A in column parts]: in parts when the copy would outweigh the
+          // tile maxima (the per-row reference's case at LLM heads).
+          const int64_t part = F.gemm.k / kScaledAParts;
+          const bool inParts = refKernel && d->math == MathMode::WgmmaBF16 &&
+                               d->tile.tmaStore && part % 64 == 0 &&
+                               part * kScaledAParts == F.gemm.k &&
+                               int64_t(2) * F.gemm.k > int64_t(4) * (F.gemm.cols / F.gemm.tile.bn);
           if (!dzf.aScaled.valid()) {
-            dzf.aScaled = addBuf("dzrow_a_scaled0", int64_t(2) * F.gemm.k, true);
+            dzf.aScaled =
+                addBuf("dzrow_a_scaled0", int64_t(2) * (inParts ? part : F.gemm.k), true);
             dzf.a = F.gemm.a;
             dzf.aType = F.gemm.abType;
-            dzf.k = F.gemm.k;
+            dzf.k = inParts ? part : F.gemm.k;
+            dzf.aLd = inParts ? F.gemm.k : 0;
           }
           d->a = dzf.aScaled;
+          if (inParts) {
+            d->k = part;
+            d->outLd = F.gemm.k;
+            dbPart = ki;
+          }
         }
       }
     }
@@ -1072,13 +1147,66 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
     //     loop, whose one chunk is all columns.
     p.kernels.push_back(Kernel{name + "_dzrow0", std::move(rk)});
     const int32_t rowK = static_cast<int32_t>(p.kernels.size()) - 1;
+    std::optional<DzFormKernel> later; // the aOnly form of the later parts
+    if (dbPart >= 0) {
+      later = dzf;
+      later->aOnly = true;
+      later->residual = later->rowScale = later->targetDz = later->recompute = BufferRef{};
+    }
     p.kernels.push_back(Kernel{name + "_dzform0", std::move(dzf)});
     const int32_t formK = static_cast<int32_t>(p.kernels.size()) - 1;
-    loop.loopKernels.erase(loop.loopKernels.begin());
+    if (dbPart >= 0) {
+      // [Note: a scaled A in column parts]: after dB over part 0, each later part's scaled
+      // A (the same buffer) and dB over its columns.
+      auto at = std::find(loop.loopKernels.begin(), loop.loopKernels.end(), dbPart);
+      if (at == loop.loopKernels.end())
+        throw Fail{"internal: dB is not in the loop"};
+      std::vector<int32_t> added;
+      for (int32_t q = 1; q < kScaledAParts; ++q) {
+        DzFormKernel fq = *later;
+        fq.aCol0 = q * fq.k;
+        Kernel dq = p.kernels[static_cast<size_t>(dbPart)];
+        std::get<GemmDRhsKernel>(dq.body).outCol0 = q * fq.k;
+        dq.name += fmt::format("_part{}", q);
+        p.kernels.push_back(Kernel{fmt::format("{}_ascale{}", name, q), std::move(fq)});
+        added.push_back(static_cast<int32_t>(p.kernels.size()) - 1);
+        p.kernels.push_back(std::move(dq));
+        added.push_back(static_cast<int32_t>(p.kernels.size()) - 1);
+      }
+      loop.loopKernels.insert(at + 1, added.begin(), added.end());
+    }
+    // [Note: a per-row reference]: the dZ GEMM stays first in the loop (one chunk of all
+    // columns), filtered to the flagged rows.
+    if (!refKernel)
+      loop.loopKernels.erase(loop.loopKernels.begin());
     p.steps.insert(p.steps.begin() + loopStep, {Step{Step::Kind::Launch, rowK, {}},
                                                 Step{Step::Kind::Launch, formK, {}}});
-    // Remove the dZ GEMM (already out of the loop's kernels) and renumber.
-    removeKernel(p, zi);
+    if (refKernel) {
+      // The RowDot (it reads inputs only) and the reference's row kernel run before the
+      // forward, which reads c_r.
+      int32_t dotStep = -1;
+      for (int32_t i = 0; i < static_cast<int32_t>(p.steps.size()); ++i) {
+        const Step &stp = p.steps[static_cast<size_t>(i)];
+        if (stp.kind == Step::Kind::Launch)
+          if (const auto *d =
+                  std::get_if<RowDotKernel>(&p.kernels[static_cast<size_t>(stp.kernel)].body);
+              d && d->out == dot)
+            dotStep = i;
+      }
+      if (dotStep < 0)
+        throw Fail{"internal: the target logit's RowDot is not launched"};
+      const Step dotLaunch = p.steps[static_cast<size_t>(dotStep)];
+      p.steps.erase(p.steps.begin() + dotStep);
+      if (dotStep < fStep)
+        --fStep;
+      p.kernels.push_back(Kernel{name + "_ref0", std::move(*refKernel)});
+      p.steps.insert(p.steps.begin() + fStep,
+                     {dotLaunch,
+                      Step{Step::Kind::Launch, static_cast<int32_t>(p.kernels.size()) - 1, {}}});
+    } else {
+      // Remove the dZ GEMM (already out of the loop's kernels) and renumber.
+      removeKernel(p, zi);
+    }
     p.schedule.wholeRows = true;
     // 11. One chunk of all columns: dA sums over all of V in one launch, so a bf16/f16 dA
     //     is written by it directly, rounded once; the recompute's f32 accumulator across

@@ -584,7 +584,15 @@ private:
                                fb.op(ScalarOp::Mul, DType::F32,
                                      fb.op(ScalarOp::Exp, DType::F32, d), t));
     const int32_t shift = fb.op(ScalarOp::Exp, DType::F32, fb.op(ScalarOp::Sub, DType::F32, y, vy));
-    return fb.op(ScalarOp::Log1p, DType::F32, fb.op(ScalarOp::Mul, DType::F32, shift, rest));
+    const int32_t peaked =
+        fb.op(ScalarOp::Log1p, DType::F32, fb.op(ScalarOp::Mul, DType::F32, shift, rest));
+    // [Note: a far target]: a target more than kFarTarget below the row's maximum leaves
+    // nothing to cancel (the loss is at least that large), and exp(m - y) would overflow
+    // f32 beyond 88: there the loss is lse - v_y = (m - v_y) + log1p(t).
+    const int32_t far = fb.op(ScalarOp::Add, DType::F32, fb.op(ScalarOp::Sub, DType::F32, m, vy),
+                              fb.op(ScalarOp::Log1p, DType::F32, t));
+    return fb.op(ScalarOp::Select, DType::F32,
+                 fb.op(ScalarOp::CmpGt, DType::I1, d, fb.constF(kFarTarget)), far, peaked);
   }
 
   /// The RowDotKernel of GemmReduce `kernel` and target row operand `target` (one per
@@ -1283,7 +1291,20 @@ private:
         for (const Kernel &k : prog_.kernels)
           if (const auto *g = std::get_if<GemmReduceKernel>(&k.body); g && g->stored)
             st = &*g->stored;
-        if (st && st->rowScaled)
+        if (st && st->rowScaled && st->referenceArg >= 0)
+          prog_.decisions.push_back(fmt::format(
+              "backward: materialized, row-scaled against each row's target value "
+              "([Note: a per-row reference]): {0}_ref0 applies the value chain to the f64 "
+              "target logit ({0}_zy0, both before the forward), the forward GEMM stores bf16 "
+              "factor(v)*exp(v - c_r) per element (0 at the target column, no tile maxima); a "
+              "row kernel forms each row's scale a*exp(c_r - lse) and the target column's dZ "
+              "({1}), dA multiplies its rows by the scale and dB reads bf16(scale * A): no "
+              "pass over the stored values; a row whose loss exceeds {2:g} (its values would "
+              "leave bf16's range) is flagged, and {0}_dz0, filtered to the tiles that hold "
+              "one, writes its dZ instead; dA and dB run over one chunk of all columns per "
+              "row block: 6*N*D*V of GEMM work{3}",
+              opt_.name, targetCol, kRowScaledRange, lhs));
+        else if (st && st->rowScaled)
           prog_.decisions.push_back(fmt::format(
               "backward: materialized, row-scaled: the forward's value is at most {0:g} (within "
               "{1:g} of it), so the forward GEMM stores bf16 factor(v)*exp(v - {0:g}) per "

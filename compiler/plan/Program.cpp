@@ -228,7 +228,9 @@ static json kernelBodyJson(const Kernel &k) {
                                {"tile_cols", b.stored->tileCols},
                                {"exclude_arg", b.stored->excludeArg},
                                {"factor", toJ(b.stored->factor)}};
-          if (b.stored && b.stored->rowScaled)
+          if (b.stored && b.stored->rowScaled && b.stored->referenceArg >= 0)
+            j["stored"]["row_scaled_reference_arg"] = b.stored->referenceArg;
+          else if (b.stored && b.stored->rowScaled)
             j["stored"]["row_scaled_reference"] = b.stored->reference;
         } else if constexpr (std::is_same_v<T, GemmDzKernel>) {
           j = json{{"gemm", toJ(b.gemm)}, {"format", dzFormatName(b.format)}, {"dz", toJ(b.dz)}};
@@ -238,6 +240,8 @@ static json kernelBodyJson(const Kernel &k) {
             j["residual"] = toJ(b.residual);
             j["residual_arg"] = b.residualArg;
           }
+          if (b.rowFilter.valid())
+            j["row_filter"] = toJ(b.rowFilter);
         } else if constexpr (std::is_same_v<T, GemmDLhsKernel>) {
           j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
                    {"format", dzFormatName(b.format)}, {"b_type", std::string(dtypeName(b.bType))},
@@ -259,6 +263,10 @@ static json kernelBodyJson(const Kernel &k) {
                    {"accumulate_row_blocks", b.accumulateRowBlocks}};
           if (b.dzLo.valid())
             j["dz_lo"] = toJ(b.dzLo);
+          if (b.outCol0 != 0 || b.outLd != 0) {
+            j["out_col0"] = b.outCol0;
+            j["out_ld"] = b.outLd;
+          }
         } else if constexpr (std::is_same_v<T, DzFormKernel>) {
           j = json{{"dz", toJ(b.dz)},         {"tile_max", toJ(b.tileMax)},
                    {"cols", b.cols},          {"tile_cols", b.tileCols},
@@ -271,13 +279,25 @@ static json kernelBodyJson(const Kernel &k) {
           if (b.residual.valid())
             j["residual"] = toJ(b.residual);
           if (b.rowScaled) {
-            j["row_scaled"] = json{{"reference", b.reference}, {"row_scale", toJ(b.rowScale)}};
+            j["row_scaled"] = json{{"row_scale", toJ(b.rowScale)}};
+            if (b.referenceRow.valid()) {
+              j["row_scaled"]["reference_row"] = toJ(b.referenceRow);
+              j["row_scaled"]["recompute"] = toJ(b.recompute);
+            } else {
+              j["row_scaled"]["reference"] = b.reference;
+            }
             if (b.aScaled.valid()) {
               j["row_scaled"]["a"] = toJ(b.a);
               j["row_scaled"]["a_scaled"] = toJ(b.aScaled);
               j["row_scaled"]["a_type"] = std::string(dtypeName(b.aType));
               j["row_scaled"]["k"] = b.k;
+              if (b.aCol0 != 0 || b.aLd != 0) {
+                j["row_scaled"]["a_col0"] = b.aCol0;
+                j["row_scaled"]["a_ld"] = b.aLd;
+              }
             }
+            if (b.aOnly)
+              j["row_scaled"]["a_only"] = true;
           }
         } else if constexpr (std::is_same_v<T, TargetCorrectionKernel>) {
           j = json{{"residual", toJ(b.residual)}, {"a", toJ(b.a)},
@@ -442,6 +462,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.dz);
     pl.addBuffer(k.dzLo);
     pl.addBuffer(k.residual.buf);
+    pl.addBuffer(k.rowFilter);
     pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::TotalRows, "n_total");
@@ -494,6 +515,8 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.rowScale);
     pl.addBuffer(k.a);
     pl.addBuffer(k.aScaled);
+    pl.addBuffer(k.referenceRow);
+    pl.addBuffer(k.recompute);
     pl.add(Param::Kind::N, "n");
     break;
   }
@@ -725,7 +748,16 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
       if (t.clusterM > 1 && ceilDiv(n, 128) % t.clusterM == 0)
         d.cluster = t.clusterM;
       return d;
-    case KernelKind::GemmDz: rows = n; cols = cc; break;
+    case KernelKind::GemmDz:
+      // [Note: a per-row reference]: a filtered dZ GEMM runs kRowFilterSplits CTAs per row
+      // tile (most return at once).
+      if (std::get<GemmDzKernel>(kernel.body).rowFilter.valid()) {
+        d.grid[0] = ceilDiv(n, 128) * kRowFilterSplits;
+        return d;
+      }
+      rows = n;
+      cols = cc;
+      break;
     case KernelKind::GemmDLhs: rows = n; cols = std::get<GemmDLhsKernel>(kernel.body).k; break;
     case KernelKind::GemmDRhs: rows = cc; cols = std::get<GemmDRhsKernel>(kernel.body).k; break;
     default: break;
@@ -867,6 +899,7 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             f(b.dzLo);
             f(b.residual.buf);
             f(b.residual.target);
+            f(b.rowFilter);
           } else if constexpr (std::is_same_v<T, TargetCorrectionKernel>) {
             f(b.residual.buf);
             f(b.residual.target);
@@ -901,6 +934,8 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             f(b.rowScale);
             f(b.a);
             f(b.aScaled);
+            f(b.referenceRow);
+            f(b.recompute);
           } else if constexpr (std::is_same_v<T, CastKernel>) {
             f(b.in);
             f(b.out);

@@ -276,6 +276,34 @@ struct FusedGemm {
 /// column) and a target column in the dZ function; LCEJIT_ROW_SCALED=0 keeps DzForm.
 inline constexpr double kRowScaledRange = 64.0;
 
+/// [Note: a per-row reference] Without a bound on v (no softcap) the values are stored
+/// against a per-row reference instead: c_r = the row's target value v_y, from the f64
+/// target logit of [Note: the exact target logit] (a RowDot and a row kernel that applies
+/// the value chain, both before the forward):
+///   values[r][c] = bf16( factor(v)·exp(v − c_r) ),   0 at the target column,
+///   s_r = a_row[r]·exp(c_r − lse_r) = a_row[r]·exp(−loss_r).
+/// Every stored value is at most exp(lse_r − c_r) = exp(loss_r), and a value far below
+/// c_r contributes p = exp(v − lse) < exp(v − c_r) to the row, so bf16's range (the same
+/// as f32's) holds the row whenever its loss is at most kRowScaledRange. A row whose loss is
+/// larger (a target far below the row's maximum: rare, but any input can make it) is
+/// written again by a dZ GEMM over that row's tile only (GemmDzKernel::rowFilter) with
+/// s_r = 1, the target column rounded as in the recompute and its residual from there: the
+/// answer never depends on the loss being small, only the cost (about 1/16 of the forward
+/// per 128-row tile that holds such a row). Rows whose target lies outside [0, cols)
+/// (ignore_index) store 0 and have s_r = 0.
+inline constexpr int32_t kRowFilterSplits = 16;
+
+/// [Note: a scaled A in column parts] The row-scaled schedule gives dB a bf16 copy of A
+/// scaled per row (2·k bytes per row of a block), where the tile maxima it replaces took
+/// 4·cols/128 (k = 4096, V = 128256: 8192 against 4008 bytes): next to 2·V bytes of stored
+/// values per row, enough to cut 2048-row blocks to 1664 at the default 512 MiB budget
+/// (N = 8192: five blocks instead of four, each one more read-modify-write of the f32 dW
+/// and a dA of 1.6 waves). So when the copy would outweigh the maxima it is made in
+/// kScaledAParts column parts of k / kScaledAParts: the DzForm makes part 0, dB runs once per
+/// part over its columns of dW (outCol0, outLd), and an aOnly DzForm makes each later part
+/// in the same buffer before its dB. The dW traffic and the GEMM work stay the same.
+inline constexpr int32_t kScaledAParts = 2;
+
 struct StoredTile {
   BufferRef values;   ///< fp16 [rows of the block][cols] (block-local; bf16 dZ after DzForm)
   BufferRef tileMax;  ///< f32 [rows of the block][cols / tileCols] (block-local)
@@ -296,6 +324,11 @@ struct StoredTile {
   /// backward GEMMs read the values as they are (no DzForm pass over them).
   bool rowScaled = false;
   double reference = 0;
+  /// [Note: a per-row reference] With rowScaled and referenceArg >= 0 the reference is per
+  /// row: the gemm.args index of an f32 Row operand c_r (the row's target value, from the
+  /// f64 target logit); `reference` is unused. Rows whose target (excludeArg) lies outside
+  /// [0, cols) store 0.
+  int32_t referenceArg = -1;
   bool operator==(const StoredTile &) const = default;
 };
 
@@ -346,6 +379,10 @@ struct GemmDzKernel {
   /// column residual]); residualArg is the gemm.args index of the target's Row operand.
   Residual residual;
   int32_t residualArg = -1;
+  /// [Note: a per-row reference] When valid, i32 [N]: only the rows r with rowFilter[r] != 0
+  /// are written (dZ and residual), and a launch is kRowFilterSplits CTAs per 128-row tile,
+  /// each of which returns at once when its tile has no such row (wgmma only).
+  BufferRef rowFilter;
   bool operator==(const GemmDzKernel &) const = default;
 };
 
@@ -386,6 +423,11 @@ struct GemmDRhsKernel {
   DType outType = DType::F32;
   /// Row blocks after the first add to out instead of overwriting it (out is then f32).
   bool accumulateRowBlocks = false;
+  /// [Note: a scaled A in column parts] Output column j of this launch is column
+  /// outCol0 + j of out, whose rows are outLd wide (0: k); a of pitch k. Only with the
+  /// wgmma mainloop's TMA store.
+  int64_t outCol0 = 0;
+  int64_t outLd = 0;
   bool operator==(const GemmDRhsKernel &) const = default;
 };
 
@@ -420,6 +462,19 @@ struct DzFormKernel {
   BufferRef aScaled;      ///< bf16 [rows of the block][k] (block-local)
   DType aType = DType::BF16;
   int64_t k = 0;
+  /// [Note: a per-row reference] When valid, f32 [N]: the reference c_r of each row
+  /// (`reference` is unused), and `recompute` (i32 [N]) is set where the stored values do
+  /// not hold the row: lse[r] − c_r > kRowScaledRange or not finite. Those rows get
+  /// rowScale 1 and the GemmDz filtered by `recompute` writes their dZ; the others
+  /// rowScale[r] = scale[r]·exp(c_r − lse[r]).
+  BufferRef referenceRow;
+  BufferRef recompute;
+  /// [Note: a scaled A in column parts] aScaled[r][j] = bf16(rowScale[r]·a[r][aCol0 + j]),
+  /// a of pitch aLd (0: k), j < k; with aOnly the kernel writes aScaled and nothing else
+  /// (the row scale computed again from the same inputs, the same bits).
+  int64_t aCol0 = 0;
+  int64_t aLd = 0;
+  bool aOnly = false;
   bool operator==(const DzFormKernel &) const = default;
 };
 
@@ -450,6 +505,13 @@ struct TargetCorrectionKernel {
 ///   loss = log(1 + exp(z_y^g − v_y^e)·S')
 /// (each term then carries only the error of its own z_c; S' is exact in form when y is
 /// the argmax, where m − z_y^g = 0). Rows whose target is outside [0, cols) get 0.
+/// [Note: a far target] When the target lies far below the row's maximum (d = m − z_y >
+/// kFarTarget) nothing cancels: the loss is at least d and p_y < exp(−d). The forms above
+/// would overflow there (exp(d) beyond 88 in f32; exp(d)·t is inf·0 when every other column
+/// underflows), so the row loss is taken as lse − v_y = (m − v_y) + log1p(t), and the target
+/// column's expm1(−log1p(X)) as −1 (dz_y = b, off by a·p_y, below its own rounding). Found by
+/// the GPU suite's far rows (loss ~120: the loss was inf).
+inline constexpr double kFarTarget = 30.0;
 /// [Note: the target column's dZ] The cross entropy's dZ is f = a·E + b per element, E =
 /// exp(G(x) − L) with L the row's logsumexp, b the one-hot's part (−a at the target column,
 /// 0 elsewhere; Materialize.cpp finds a and b by algebra). At the target column of a

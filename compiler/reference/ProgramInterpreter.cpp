@@ -862,6 +862,13 @@ private:
     if (st.rowScaled) {
       // [Note: row-scaled stored values]: factor(v)·exp(v − C), 0 at the target column;
       // the planner proved v <= C for every input, and a value above it is a planner bug.
+      // [Note: a per-row reference]: C = c_r, +inf (0 stored) for a target outside
+      // [0, cols); no bound is assumed (a row whose values leave the range is recomputed).
+      const bool perRow = st.referenceArg >= 0;
+      if (perRow && (st.referenceArg >= static_cast<int32_t>(g.args.size()) ||
+                     g.args[static_cast<size_t>(st.referenceArg)].kind != Operand::Kind::Row ||
+                     st.excludeArg < 0))
+        badProgram(name, "a per-row reference needs a row operand and a target");
       for (int64_t r = 0; r < rows_; ++r)
         for (int64_t c = 0; c < g.cols; ++c) {
           Point pt;
@@ -872,21 +879,33 @@ private:
             return operand(g.args[static_cast<size_t>(a)], ty, pt, name, true);
           }, n_, v);
           const double val = f.result(v, st.lseResult);
-          if (val > st.reference + 1e-9 * (1.0 + std::abs(st.reference)) ||
-              val < st.reference - kRowScaledRange - 1e-9 * (1.0 + std::abs(st.reference)))
+          const int64_t target =
+              st.excludeArg >= 0
+                  ? static_cast<int64_t>(operand(g.args[static_cast<size_t>(st.excludeArg)],
+                                                 DType::I64, pt, name, true))
+                  : -1;
+          double ref = st.reference;
+          if (perRow) {
+            ref = target >= 0 && target < g.cols
+                      ? operand(g.args[static_cast<size_t>(st.referenceArg)], DType::F32, pt,
+                                name, true)
+                      : kInf;
+          } else if (val > st.reference + 1e-9 * (1.0 + std::abs(st.reference)) ||
+                     val < st.reference - kRowScaledRange -
+                               1e-9 * (1.0 + std::abs(st.reference))) {
             badProgram(name, fmt::format("row {}, column {}: the stored value's v = {} lies "
                                          "outside the bound [{}, {}] the plan assumed",
                                          r, c, val, st.reference - kRowScaledRange,
                                          st.reference));
-          const bool excluded =
-              st.excludeArg >= 0 &&
-              static_cast<int64_t>(operand(g.args[static_cast<size_t>(st.excludeArg)],
-                                           DType::I64, pt, name, true)) == c;
+          }
+          const bool excluded = target == c;
           pt.acc = val; // the factor's Acc is v
           fac.run([&](int32_t a, DType ty) {
             return operand(g.args[static_cast<size_t>(a)], ty, pt, name, true);
           }, n_, fv);
-          const double x = excluded ? 0.0 : fac.result(fv, 0) * std::exp(val - st.reference);
+          const double x = excluded || ref == kInf
+                               ? 0.0
+                               : fac.result(fv, 0) * std::exp(val - ref);
           write(st.values, r * g.cols + c, DType::BF16,
                 opt_.roundDz ? roundToDType(x, DType::BF16) : x, vsite);
         }
@@ -933,18 +952,40 @@ private:
     if (k.rowScaled) {
       // [Note: row-scaled stored values]: per row; the stored values stay.
       Site site{name, "the row scale"};
-      if (!k.rowScale.valid() || !k.residual.valid() || !k.target.valid())
-        badProgram(name, "the row-scaled form needs a row scale, a residual and a target");
+      if ((!k.aOnly && (!k.rowScale.valid() || !k.residual.valid())) || !k.target.valid() ||
+          (k.aOnly && !k.aScaled.valid()))
+        badProgram(name, "the row-scaled form needs a row scale, a residual and a target (or "
+                         "only a scaled A)");
+      if (k.referenceRow.valid() != (k.recompute.valid() || k.aOnly))
+        badProgram(name, "a per-row reference and the recompute flags go together");
       for (int64_t r = 0; r < rows_; ++r) {
-        const double s = read(k.scale, r, DType::F32, site) *
-                         std::exp(k.reference - read(k.lse, r, DType::F32, site));
-        write(k.rowScale, r, DType::F32, s, site);
+        const double lse = read(k.lse, r, DType::F32, site);
+        const double scale = read(k.scale, r, DType::F32, site);
         const int64_t t = static_cast<int64_t>(read(k.target, r, k.targetType, site));
-        if (t >= 0 && t < k.cols)
-          write(k.residual, r, DType::F32, read(k.targetDz, r, DType::F32, site), site);
+        double s = scale * std::exp(k.reference - lse);
+        if (k.referenceRow.valid()) {
+          // [Note: a per-row reference]: the rows the stored values cannot hold are
+          // recomputed (row scale 1), the others scaled by exp(c_r − lse).
+          const double c = read(k.referenceRow, r, DType::F32, site);
+          const bool inside = t >= 0 && t < k.cols;
+          const bool redo = inside ? !(lse - c <= kRowScaledRange) : scale != 0.0;
+          if (!k.aOnly)
+            write(k.recompute, r, DType::I32, redo ? 1.0 : 0.0, site);
+          s = redo ? 1.0 : inside ? scale * std::exp(c - lse) : 0.0;
+        }
+        if (!k.aOnly) {
+          write(k.rowScale, r, DType::F32, s, site);
+          if (t >= 0 && t < k.cols)
+            write(k.residual, r, DType::F32, read(k.targetDz, r, DType::F32, site), site);
+        }
+        // [Note: a scaled A in column parts]: columns [aCol0, aCol0 + k) of A.
+        const int64_t ald = k.aLd > 0 ? k.aLd : k.k;
+        if (ald < k.aCol0 + k.k)
+          badProgram(name, fmt::format("A columns [{}, {}) of rows {} wide", k.aCol0,
+                                       k.aCol0 + k.k, ald));
         if (k.aScaled.valid())
           for (int64_t j = 0; j < k.k; ++j) {
-            const double x = s * read(k.a, r * k.k + j, k.aType, site);
+            const double x = s * read(k.a, r * ald + k.aCol0 + j, k.aType, site);
             write(k.aScaled, r * k.k + j, DType::BF16,
                   opt_.roundDz ? roundToDType(x, DType::BF16) : x, site);
           }
@@ -1000,6 +1041,9 @@ private:
     std::vector<double> v;
     for (int64_t r = 0; r < rows_; ++r)
       for (int64_t c = 0; c < cols; ++c) {
+        // [Note: a per-row reference]: the flagged rows only.
+        if (k.rowFilter.valid() && read(k.rowFilter, r, DType::I32, dsite) == 0.0)
+          break;
         Point pt;
         pt.row = r;
         pt.col = begin + c;
@@ -1116,19 +1160,25 @@ private:
       badProgram(name, fmt::format("k = {}", k.k));
     if (k.format == DzFormat::SplitBF16 && !k.dzLo.valid())
       badProgram(name, "SplitBF16 needs a lo buffer");
+    // [Note: a scaled A in column parts]: columns [outCol0, outCol0 + k) of rows ld wide.
+    const int64_t ld = k.outLd > 0 ? k.outLd : k.k;
+    if (k.outCol0 < 0 || k.outCol0 + k.k > ld)
+      badProgram(name, fmt::format("output columns [{}, {}) of rows {} wide", k.outCol0,
+                                   k.outCol0 + k.k, ld));
     for (int64_t c = 0; c < cols; ++c)
       for (int64_t j = 0; j < k.k; ++j) {
         Sum s;
         for (int64_t r = 0; r < rows_; ++r)
           s.add(dzAt(k.dz, k.dzLo, k.format, r * cols + c, site) *
                 read(k.a, r * k.k + j, k.aType, site));
+        const int64_t at = (begin + c) * ld + k.outCol0 + j;
         if (k.accumulateRowBlocks && rowBlock_ > 0 && k.outType != DType::F32)
           badProgram(name, "row blocks accumulate into an f32 dRhs only");
         if ((k.accumulateRowBlocks && rowBlock_ > 0) || accumulatesInto(k.out)) {
           // The device widens the old value, adds in f32 and rounds once.
-          element(k.out, (begin + c) * k.k + j, k.outType, site) += s.value();
+          element(k.out, at, k.outType, site) += s.value();
         } else {
-          write(k.out, (begin + c) * k.k + j, k.outType, s.value(), site);
+          write(k.out, at, k.outType, s.value(), site);
         }
       }
   }

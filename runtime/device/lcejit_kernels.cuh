@@ -468,30 +468,59 @@ dz_form_kernel(void *dz, const void *tile_max, const void *lse, const void *scal
 /// residual[r] = target_dz[r] (the whole target column, for rows whose target lies in
 /// [0, cols)) and a_scaled[r][j] = bf16(row_scale[r] * a[r][j]) (bf16 a; a_scaled may be
 /// null when no dB reads it). Grid-stride over 8-element vectors of a (k % 8 == 0).
+/// With reference_row ([Note: a per-row reference]) the reference is reference_row[r], and
+/// recompute[r] = 1 (row scale 1: a filtered dZ GEMM writes the row) where the stored values
+/// cannot hold the row: its target in [0, cols) and lse[r] - reference_row[r] not at most
+/// `range` (NaN included), or its target outside and scale[r] != 0; else 0 (row scale 0 for
+/// a target outside).
 template <class TargetT>
 __device__ __forceinline__ void
 dz_row_scale_kernel(const void *lse, const void *scale, const void *target_dz,
                     const void *target, void *residual, void *row_scale, const void *a,
-                    void *a_scaled, i64 n, i64 k, i64 cols, float reference) {
+                    void *a_scaled, i64 n, i64 k, i64 cols, float reference,
+                    const void *reference_row, void *recompute, float range,
+                    i64 a_col0 = 0, i64 a_ld = 0) {
+  // The row's scale and whether it is recomputed; every thread that needs a row's scale
+  // computes it (the same bits), none reads another's.
+  auto scale_of = [&](i64 r, bool &redo) {
+    const float l = static_cast<const float *>(lse)[r];
+    const float sc = static_cast<const float *>(scale)[r];
+    if (reference_row == nullptr) {
+      redo = false;
+      return sc * expf(reference - l);
+    }
+    const float c = static_cast<const float *>(reference_row)[r];
+    const i64 t = target_of<TargetT>::at(target, r);
+    if (t < 0 || t >= cols) {
+      redo = sc != 0.f;
+      return redo ? 1.f : 0.f;
+    }
+    redo = !(l - c <= range);
+    return redo ? 1.f : sc * expf(c - l);
+  };
   const i64 vecs = k / 8;
   const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
   const i64 first = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (i64 r = first; r < n; r += stride) {
-    static_cast<float *>(row_scale)[r] =
-        static_cast<const float *>(scale)[r] *
-        expf(reference - static_cast<const float *>(lse)[r]);
+  // row_scale null: a_scaled only ([Note: a scaled A in column parts]).
+  for (i64 r = first; row_scale != nullptr && r < n; r += stride) {
+    bool redo;
+    static_cast<float *>(row_scale)[r] = scale_of(r, redo);
+    if (recompute != nullptr)
+      static_cast<int *>(recompute)[r] = redo ? 1 : 0;
     const i64 t = target_of<TargetT>::at(target, r);
     if (residual != nullptr && t >= 0 && t < cols)
       static_cast<float *>(residual)[r] = static_cast<const float *>(target_dz)[r];
   }
   if (a_scaled == nullptr)
     return;
+  // Columns [a_col0, a_col0 + k) of a, rows a_ld wide (0: k).
+  const i64 ld = a_ld > 0 ? a_ld : k;
   for (i64 v = first; v < n * vecs; v += stride) {
     const i64 r = v / vecs;
-    // The same product as row_scale[r] above (written by another thread).
-    const float s = static_cast<const float *>(scale)[r] *
-                    expf(reference - static_cast<const float *>(lse)[r]);
-    const uint4 in = reinterpret_cast<const uint4 *>(a)[v];
+    bool redo;
+    const float s = scale_of(r, redo);
+    const uint4 in = *reinterpret_cast<const uint4 *>(static_cast<const u16 *>(a) + r * ld +
+                                                      a_col0 + (v - r * vecs) * 8);
     const u32 w[4] = {in.x, in.y, in.z, in.w};
     u32 o[4];
 #pragma unroll

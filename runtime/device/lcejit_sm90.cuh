@@ -989,7 +989,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       st_cs_u32(out + 4 * g, __float_as_uint(acc[4 * g + 2 * h])); // [Note: streamed outputs]
   }
   /// [Note: row-scaled stored values] (plan/Program.h): v <= C = Epi::STORE_REFERENCE
-  /// for every element. lse_of_values gives the thread's partial (m, t) as without
+  /// for every element (or C per row: [Note: a per-row reference]). lse_of_values gives the thread's partial (m, t) as without
   /// stores; a second pass stores bf16(factor(v) * exp(v - m) * exp(m - C)), 0 at the
   /// target column (v - m and m - C both lie in [-kRowScaledRange, 0]: no underflow). No
   /// tile maximum, no shuffles. (One loop that summed and stored from one exp per element
@@ -1003,8 +1003,14 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
     lse_of_values<R / 2>(m, t_out,
                          [&](int k) { return acc[4 * (k / 2) + 2 * h + k % 2]; });
     const float base = m == -f32_inf() ? 0.f : m;
-    const float to_ref = exp2_approx((base - static_cast<float>(Epi::STORE_REFERENCE)) *
-                                     1.4426950408889634f);
+    // [Note: a per-row reference]: c = the row's target value, +inf (every value 0) for a
+    // row whose target lies outside [0, cols).
+    float ref = static_cast<float>(Epi::STORE_REFERENCE);
+    if constexpr (Epi::STORE_ROW_REFERENCE) {
+      const i64 tg = epi.store_target(rv);
+      ref = tg >= 0 && tg < cols ? epi.store_reference(rv) : f32_inf();
+    }
+    const float to_ref = exp2_approx((base - ref) * 1.4426950408889634f);
     pack_values<true>(acc, rv, h, row, col0, t, base, to_ref);
     if (row < n) {
       store_pairs(acc, h, row, col0, t);
@@ -1108,6 +1114,9 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
   void *dz;
   float *residual; ///< f32 [n] (Epi::RESIDUAL): [Note: the target-column residual]
   i64 n, chunk_begin, chunk_cols;
+  /// i32 [n] or null: only rows with row_filter[row] != 0 are written ([Note: a per-row
+  /// reference] in plan/Program.h).
+  const int *row_filter = nullptr;
 
   /// The accumulator index of row half h's target column in this thread's tile at col0,
   /// or -1 (rows past n, targets outside the tile or in another lane).
@@ -1155,7 +1164,7 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
     // (in place of its accumulator), then every store: 73 %. With one exp per
     // element the stores bunched at the end cost more than the chain (A: 89 ->
     // 85 %), and interleaving groups of values and stores spilled.
-    if (Epi::FULL_TILE_PASSES && pairs && row0 + 64 <= n &&
+    if (Epi::FULL_TILE_PASSES && pairs && row_filter == nullptr && row0 + 64 <= n &&
         col0 + 2 * R <= chunk_cols) {
       // Per row one base (element pair q of the row is 8 q columns on), so
       // that the stores take constant offsets: 64-bit addresses per element
@@ -1199,7 +1208,7 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
       const int h = (i / 2) % 2;
       const i64 row = row0 + acc_row(i, t);
       const i64 c = col0 + acc_col(i, t);
-      if (row >= n || c >= chunk_cols)
+      if (row >= n || c >= chunk_cols || (row_filter != nullptr && row_filter[row] == 0))
         continue;
       const float v0 = epi.value(acc[i], row, chunk_begin + c, rv[h],
                                  epi.load_col(chunk_begin + c));
@@ -1246,6 +1255,31 @@ gemm_dz_kernel(const TensorMap &map_a, const TensorMap &map_b, const Epi &epi,
   DzEpilogue<Cfg, FORMAT, Epi> e{epi, dz, static_cast<float *>(residual), n, chunk_begin,
                                  chunk_cols};
   gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(n, chunk_cols, 8), e, k);
+}
+
+/// [Note: a per-row reference] (plan/Program.h): gemm_dz_kernel for the rows r with
+/// row_filter[r] != 0 only. Grid: SPLITS CTAs per 128-row tile; CTA (tile, s) takes the
+/// column tiles [s * per, (s + 1) * per) of its row tile, per = ceil(tiles / SPLITS), and
+/// returns at once (before any barrier or copy) when no row of its tile is flagged, which
+/// is what nearly every launch does.
+template <class Cfg, int FORMAT, int SPLITS, class Epi>
+__device__ __forceinline__ void
+gemm_dz_filtered_kernel(const TensorMap &map_a, const TensorMap &map_b, const Epi &epi,
+                        void *dz, void *residual, const void *row_filter, i64 n, i64 k,
+                        i64 chunk_begin, i64 chunk_cols) {
+  const i64 row_tile = static_cast<i64>(blockIdx.x) / SPLITS;
+  const int split = static_cast<int>(blockIdx.x % SPLITS);
+  const int *filter = static_cast<const int *>(row_filter);
+  const i64 r = row_tile * Cfg::BM + threadIdx.x % Cfg::BM;
+  if (!__syncthreads_or(r < n && filter[r] != 0))
+    return;
+  const i64 tiles = (chunk_cols + Cfg::BN - 1) / Cfg::BN;
+  const i64 per = (tiles + SPLITS - 1) / SPLITS;
+  const i64 t_begin = min_i64(static_cast<i64>(split) * per, tiles);
+  const i64 t_end = min_i64(t_begin + per, tiles);
+  DzEpilogue<Cfg, FORMAT, Epi> e{epi, dz, static_cast<float *>(residual), n, chunk_begin,
+                                 chunk_cols, filter};
+  gemm_tiles<Cfg>(map_a, map_b, RowOfTiles{row_tile, t_begin, t_end}, e, k);
 }
 
 /// f32 out[row][col] (+)= acc over an rows x cols output with ld columns;

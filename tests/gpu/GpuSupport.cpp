@@ -113,13 +113,13 @@ void RefKernels::fillTargets(const DeviceBuffer &out, DType dtype, int64_t n, ui
 
 void RefKernels::peakRows(const DeviceBuffer &h, const DeviceBuffer &w, DType dtype,
                           const DeviceBuffer &y, DType targetType, int64_t n, int64_t d,
-                          int64_t vocab, double boost) {
+                          int64_t vocab, double boost, int64_t every) {
   CUdeviceptr ph = h.ptr(), pw = w.ptr(), py = y.ptr();
   int code = dtypeCode(dtype), is64 = targetType == DType::I64;
-  long long nn = n, dd = d, vv = vocab;
+  long long nn = n, dd = d, vv = vocab, ev = every;
   if (n > 0)
     launch("peak_rows", static_cast<unsigned>(n), 1, 256,
-           {&ph, &pw, &code, &py, &is64, &nn, &dd, &vv, &boost});
+           {&ph, &pw, &code, &py, &is64, &nn, &dd, &vv, &boost, &ev});
 }
 
 void RefKernels::toF64(const DeviceBuffer &in, DType dtype, const DeviceBuffer &out, int64_t n) {

@@ -73,7 +73,8 @@ public:
                    int64_t ignoreIndex, int ignoreEvery, int64_t badRow = -1, int64_t badValue = 0);
   /// Raises each row's target logit by about `boost` (h[i] += boost·w[y_i]/|w[y_i]|²).
   void peakRows(const DeviceBuffer &h, const DeviceBuffer &w, DType dtype, const DeviceBuffer &y,
-                DType targetType, int64_t n, int64_t d, int64_t vocab, double boost);
+                DType targetType, int64_t n, int64_t d, int64_t vocab, double boost,
+                int64_t every = 1);
   void toF64(const DeviceBuffer &in, DType dtype, const DeviceBuffer &out, int64_t n);
   /// layout 0: C = A·Bᵀ (A [M,K], B [N,K]); 1: C = A·B (B [K,N]); 2: C = Aᵀ·B (A [K,M]).
   void gemm(const DeviceBuffer &a, const DeviceBuffer &b, const DeviceBuffer &c, int64_t m,

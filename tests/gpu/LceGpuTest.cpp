@@ -31,6 +31,9 @@ enum class Logits {
   Random,     ///< |z| of a few units
   Peaked,     ///< the target logit ~20 above the rest (softmax near one-hot)
   Saturating, ///< std(z) ~ 30 with softcap 30: tanh saturates
+  /// Every 5th row's target logit 100 below the rest (row loss ~100): [Note: a per-row
+  /// reference] recomputes those rows (their values would leave bf16's range).
+  Far,
 };
 
 struct Case {
@@ -130,6 +133,8 @@ TEST_P(LceGpu, MatchesFp64Reference) {
                 c.ignoreIndexOption ? c.ignoreEvery : 0);
   if (c.logits == Logits::Peaked)
     k.peakRows(h, w, c.dtype, y, c.target, c.n, c.d, c.v, 20.0);
+  if (c.logits == Logits::Far)
+    k.peakRows(h, w, c.dtype, y, c.target, c.n, c.d, c.v, -100.0, 5);
 
   DeviceBuffer dH(c.n * c.d * es), dW(c.v * c.d * dtypeSize(c.gradWeight));
   dH.poison();
@@ -158,6 +163,10 @@ TEST_P(LceGpu, MatchesFp64Reference) {
   if (materialized)
     EXPECT_NE(op.scheduleSummary(c.n).find("materialized"), std::string::npos)
         << "this case is meant to run the materialized backward: " << op.scheduleSummary(c.n);
+  if (materialized && c.logits == Logits::Far)
+    EXPECT_NE(op.inspect(c.n, "plan").find("row-scaled against each row's target value"),
+              std::string::npos)
+        << "this case is meant to store against a per-row reference and recompute its far rows";
   if (recompute)
     EXPECT_EQ(op.scheduleSummary(c.n).find("materialized"), std::string::npos)
         << "this case is meant to run the recompute: " << op.scheduleSummary(c.n);
@@ -276,6 +285,16 @@ INSTANTIATE_TEST_SUITE_P(
         // through the residual (the stored value there is 0).
         Case{"bf16_mat_peaked_softcap_n2000_d512_v32000", BF, 2000, 512, 32000, 30.0, 0,
              R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Peaked},
+        // [Note: a per-row reference]: rows whose loss (~100) is too large for the values
+        // stored against their target logit, mixed with ordinary rows in the same tiles;
+        // the dZ GEMM writes them instead. Row blocks, ignored rows, i32 targets; the
+        // "rec_" twin runs the recompute on the same inputs.
+        Case{"bf16_mat_far_n2000_d512_v32000", BF, 2000, 512, 32000, {}, 0, R::Mean, F32,
+             DType::I64, true, Precision::Fast, Logits::Far},
+        Case{"bf16_rec_far_n2000_d512_v32000", BF, 2000, 512, 32000, {}, 0, R::Mean, F32,
+             DType::I64, true, Precision::Fast, Logits::Far},
+        Case{"bf16_mat_far_rowblocks_n4097_d256_v32000_ignore_budget100", BF, 4097, 256, 32000,
+             {}, 7, R::Sum, F32, I32, true, Precision::Fast, Logits::Far, 100},
         // N * V > 2^31 (element indices past int32).
         Case{"bf16_n20000_d64_v128256_nv_over_2e31", BF, 20000, 64, 128256, {}, 0, R::Mean,
              F32}),

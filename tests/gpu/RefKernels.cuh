@@ -283,10 +283,10 @@ extern "C" __global__ void compare_f64(const void *x, int dtype, const double *r
 extern "C" __global__ void __launch_bounds__(256) peak_rows(void *h, const void *w, int dtype,
                                                            const void *y, int is64, long long n,
                                                            long long d, long long vocab,
-                                                           double boost) {
+                                                           double boost, long long every) {
   __shared__ double part[256];
   long long i = blockIdx.x;
-  if (i >= n)
+  if (i >= n || i % every != 0)
     return;
   long long t = is64 ? ((const long long *)y)[i] : ((const int *)y)[i];
   if (t < 0 || t >= vocab)

@@ -284,9 +284,10 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
 
 /// [Note: row-scaled stored values]: a softcap bounds the forward's value to [-c, c]; with
 /// c = 30 the planner stores against the constant 30 and wires the row scale into dA, the
-/// scaled A into dB and the whole target column into the residual. Without a bound (no
-/// softcap), with a range wider than kRowScaledRange (c = 50), without the residual, or
-/// with the option off, it keeps the tile maxima and DzForm's pass.
+/// scaled A into dB and the whole target column into the residual. Without the residual,
+/// or with the option off, it keeps the tile maxima and DzForm's pass. (Without a bound,
+/// or with a range wider than kRowScaledRange (c = 50), the per-row reference: the next
+/// test.)
 TEST(Planner, RowScaledStoredValuesForABoundedValue) {
   auto plan = [](std::optional<double> softcap, bool rowScaled, bool residual) {
     auto g = lceFused(4096, 128256, DType::BF16, softcap);
@@ -355,8 +356,8 @@ TEST(Planner, RowScaledStoredValuesForABoundedValue) {
   }
   for (int off = 0; off < 4; ++off) {
     SCOPED_TRACE(off);
-    plan::Program p = off == 0   ? plan(std::nullopt, true, true)
-                      : off == 1 ? plan(50.0, true, true)
+    plan::Program p = off == 0   ? plan(std::nullopt, false, true)
+                      : off == 1 ? plan(std::nullopt, true, false)
                       : off == 2 ? plan(30.0, false, true)
                                  : plan(30.0, true, false);
     EXPECT_NE(decision(p, "backward: materialized:"), "") << p.toJson(2);
@@ -368,6 +369,117 @@ TEST(Planner, RowScaledStoredValuesForABoundedValue) {
     EXPECT_FALSE(k.z->rowScaled);
     EXPECT_FALSE(k.dlhs->rowScale.valid());
     EXPECT_EQ(k.drhs->a, k.f->gemm.a);
+  }
+}
+
+/// [Note: a per-row reference]: without a bound on the forward's value (no softcap, or a
+/// softcap of range 100 > kRowScaledRange) the values are stored against each row's target
+/// value: the RowDot and a row kernel applying the value chain run before the forward,
+/// which reads c_r as a row operand; the DzForm flags the rows it cannot hold and the dZ
+/// GEMM stays first in the loop, filtered to them. [Note: a scaled A in column parts]: dB
+/// runs in two column halves so that a 2048-row block still fits 512 MiB (four blocks at
+/// N = 8192, as with the tile maxima).
+TEST(Planner, PerRowReferenceWithoutABound) {
+  for (std::optional<double> softcap : {std::optional<double>(), std::optional<double>(50.0)}) {
+    SCOPED_TRACE(softcap.value_or(0.0));
+    auto g = lceFused(4096, 128256, DType::BF16, softcap);
+    plan::PlanOptions o = wgmmaOptions(8192);
+    o.workspaceBudgetBytes = int64_t(512) << 20;
+    o.backward = plan::PlanOptions::Backward::Materialized;
+    plan::Program p = g->plan(o);
+    const std::string d = decision(p, "backward: materialized, row-scaled against each row's");
+    ASSERT_NE(d, "") << p.toJson(2);
+    EXPECT_NE(d.find("loss exceeds 64"), std::string::npos) << d;
+    const plan::GemmReduceKernel *f = nullptr;
+    const plan::RowDotKernel *dot = nullptr;
+    const plan::RowKernel *ref = nullptr;
+    std::vector<const plan::DzFormKernel *> forms;
+    std::vector<const plan::GemmDRhsKernel *> drhs;
+    const plan::GemmDzKernel *z = nullptr;
+    int fwdStep = -1, dotStep = -1, refStep = -1, loopStep = -1;
+    for (size_t si = 0; si < p.steps.size(); ++si) {
+      const plan::Step &st = p.steps[si];
+      if (st.kind == plan::Step::Kind::ChunkLoop) {
+        loopStep = static_cast<int>(si);
+        ASSERT_FALSE(st.loopKernels.empty());
+        z = std::get_if<plan::GemmDzKernel>(&p.kernels[static_cast<size_t>(st.loopKernels[0])].body);
+        for (int32_t ki : st.loopKernels) {
+          const plan::Kernel &k = p.kernels[static_cast<size_t>(ki)];
+          if (auto *x = std::get_if<plan::GemmDRhsKernel>(&k.body))
+            drhs.push_back(x);
+          if (auto *x = std::get_if<plan::DzFormKernel>(&k.body))
+            forms.push_back(x);
+        }
+        continue;
+      }
+      const plan::Kernel &k = p.kernels[static_cast<size_t>(st.kernel)];
+      if (auto *x = std::get_if<plan::GemmReduceKernel>(&k.body)) {
+        f = x;
+        fwdStep = static_cast<int>(si);
+      }
+      if (auto *x = std::get_if<plan::RowDotKernel>(&k.body)) {
+        dot = x;
+        dotStep = static_cast<int>(si);
+      }
+      if (auto *x = std::get_if<plan::DzFormKernel>(&k.body))
+        forms.insert(forms.begin(), x);
+      if (k.name == "lce_ref0") {
+        ref = std::get_if<plan::RowKernel>(&k.body);
+        refStep = static_cast<int>(si);
+      }
+    }
+    ASSERT_TRUE(f && f->stored && dot && ref && z) << p.toJson(2);
+    EXPECT_LT(dotStep, refStep);
+    EXPECT_LT(refStep, fwdStep);
+    EXPECT_LT(fwdStep, loopStep);
+    EXPECT_LT(refStep, p.schedule.firstBlockedStep) << "c_r of every row, once";
+    // The forward stores against c_r, read as an f32 row operand that ref0 writes from
+    // the RowDot's value through the chain (softcap's tanh included).
+    const plan::StoredTile &st = *f->stored;
+    EXPECT_TRUE(st.rowScaled);
+    ASSERT_GE(st.referenceArg, 0);
+    const plan::Operand &c = f->gemm.args[static_cast<size_t>(st.referenceArg)];
+    EXPECT_EQ(c.kind, plan::Operand::Kind::Row);
+    EXPECT_EQ(c.dtype, DType::F32);
+    EXPECT_FALSE(st.tileMax.valid());
+    ASSERT_EQ(ref->sinks.size(), 1u);
+    EXPECT_EQ(ref->sinks[0].buf, c.buf);
+    bool readsDot = false, tanh = false;
+    for (const plan::Operand &o : ref->args)
+      readsDot |= o.kind == plan::Operand::Kind::Row && o.buf == dot->out;
+    for (const plan::ScalarInst &in : ref->func.insts)
+      tanh |= in.op == plan::ScalarOp::Tanh;
+    EXPECT_TRUE(readsDot);
+    EXPECT_EQ(tanh, softcap.has_value());
+    // The DzForm flags rows; the dZ GEMM writes the flagged ones.
+    ASSERT_EQ(forms.size(), 2u) << "part 0 with the rows, part 1 A only";
+    const plan::DzFormKernel &z0 = *forms[0];
+    EXPECT_TRUE(z0.rowScaled && !z0.aOnly);
+    EXPECT_EQ(z0.referenceRow, c.buf);
+    ASSERT_TRUE(z0.recompute.valid() && z0.rowScale.valid() && z0.aScaled.valid());
+    EXPECT_EQ(z->rowFilter, z0.recompute);
+    EXPECT_EQ(z->dz, st.values);
+    EXPECT_EQ(z->residual.buf, z0.residual);
+    EXPECT_EQ(z->format, plan::DzFormat::BF16);
+    // dB in two column halves of A, the second part's scaled A made between them.
+    EXPECT_EQ(z0.k, 2048);
+    EXPECT_EQ(z0.aLd, 4096);
+    EXPECT_EQ(z0.aCol0, 0);
+    EXPECT_EQ(p.workspace[static_cast<size_t>(z0.aScaled.index)].bytesPerRow, 2 * 2048);
+    const plan::DzFormKernel &z1 = *forms[1];
+    EXPECT_TRUE(z1.aOnly);
+    EXPECT_EQ(z1.aCol0, 2048);
+    EXPECT_EQ(z1.aScaled, z0.aScaled);
+    EXPECT_FALSE(z1.rowScale.valid() || z1.residual.valid() || z1.recompute.valid());
+    ASSERT_EQ(drhs.size(), 2u);
+    for (int q = 0; q < 2; ++q) {
+      EXPECT_EQ(drhs[static_cast<size_t>(q)]->k, 2048);
+      EXPECT_EQ(drhs[static_cast<size_t>(q)]->outLd, 4096);
+      EXPECT_EQ(drhs[static_cast<size_t>(q)]->outCol0, 2048 * q);
+      EXPECT_EQ(drhs[static_cast<size_t>(q)]->a, z0.aScaled);
+      EXPECT_TRUE(drhs[static_cast<size_t>(q)]->tile.tmaStore);
+    }
+    EXPECT_EQ(p.runSchedule(8192).rowsPerBlock, 2048) << p.runSchedule(8192).describe();
   }
 }
 
@@ -392,8 +504,10 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
     plan::PlanOptions o = wgmmaOptions(8192);
     o.workspaceBudgetBytes = int64_t(512) << 20;
     o.backward = plan::PlanOptions::Backward::Materialized;
+    // (Row-scaled: [Note: row-scaled stored values] with softcap, and without it the
+    // per-row reference, tested above; here the tile maxima without softcap.)
+    o.rowScaled = softcap.has_value();
     plan::Program p = g->plan(o);
-    // (Row-scaled with softcap: [Note: row-scaled stored values], the next test.)
     EXPECT_NE(decision(p, softcap ? "backward: materialized, row-scaled:"
                                   : "backward: materialized:"),
               "")
@@ -447,7 +561,8 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
     for (const std::string &d : p.decisions)
       lines += d.rfind("backward:", 0) == 0;
     EXPECT_EQ(lines, 1) << "one backward decision";
-    EXPECT_NE(decision(p, "backward: materialized:"), "") << "the default";
+    EXPECT_NE(decision(p, "backward: materialized, row-scaled against each row's target"), "")
+        << "the default";
     EXPECT_EQ(decision(p, "vocab-chunked recompute"), "");
     plan::PlanOptions recompute = wgmmaOptions(8192);
     recompute.backward = plan::PlanOptions::Backward::Recompute;
@@ -540,7 +655,10 @@ TEST(Planner, ExactTargetLogitForTheRowLoss) {
             lossStep = static_cast<int>(si);
           }
     }
-    EXPECT_LT(fwdStep, dotStep);
+    if (softcap)
+      EXPECT_LT(fwdStep, dotStep);
+    else // [Note: a per-row reference]: the forward stores against it
+      EXPECT_LT(dotStep, fwdStep);
     ASSERT_GE(loss, 0) << "a row kernel reads the RowDot's output";
     EXPECT_LT(dotStep, lossStep);
     EXPECT_LE(dotStep, p.schedule.lastBlockedStep) << "it runs per row block with the forward";
@@ -550,6 +668,8 @@ TEST(Planner, ExactTargetLogitForTheRowLoss) {
                          [&](const plan::ScalarInst &in) { return in.op == op; });
     };
     EXPECT_TRUE(has(plan::ScalarOp::Expm1) && has(plan::ScalarOp::Log1p)) << "log1p(exp(d)*S')";
+    EXPECT_TRUE(has(plan::ScalarOp::CmpGt) && has(plan::ScalarOp::Select))
+        << "[Note: a far target]: lse - v_y beyond kFarTarget";
     EXPECT_EQ(has(plan::ScalarOp::Tanh), softcap.has_value()) << "v_y = softcap(x_y)";
     EXPECT_NE(decision(p, "loss: lce_zy0 sums the target logit again in f64 (N*4096"), "");
 

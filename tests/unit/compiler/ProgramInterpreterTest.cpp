@@ -670,3 +670,99 @@ TEST(ProgramInterpreter, RowScaledStoredValuesComputeTheGraph) {
     }
   EXPECT_EQ(rowScaled, 6);
 }
+
+/// [Note: a per-row reference]: without softcap the materialized Program stores against
+/// each row's target value c_r. Every fifth counted row has its target logit pushed 100
+/// below the rest (row loss > kRowScaledRange: values the stored form cannot hold), mixed
+/// in the same tiles with ordinary and ignored rows; D = 128 gives dB in two column parts
+/// ([Note: a scaled A in column parts]). Unrounded it computes the graph, in one block and
+/// in row blocks. It fails when the filtered dZ GEMM that writes the far rows is taken out
+/// of the loop, and when the second part's scaled A is not made: both checked here.
+TEST(ProgramInterpreter, PerRowReferenceComputesTheGraph) {
+  for (bool blocked : {false, true}) {
+    fe::LceSpec s = spec(128, 1024, -100, fe::LceReduction::Mean, DType::I64);
+    auto g = fe::buildLceGraph(s);
+    Module ref = unfused(*g);
+    auto fg = pipeline::compileGraph(*g);
+    const int64_t n = 77, d = s.hidden, v = s.vocab;
+    auto in = lceInputs(s, n, 4242, 0.5);
+    std::vector<double> &h = in[0].data, &w = in[1].data, &y = in[2].data;
+    std::vector<int64_t> far;
+    for (int64_t r = 0; r < n; r += 5) {
+      const int64_t t = static_cast<int64_t>(y[static_cast<size_t>(r)]);
+      if (t < 0)
+        continue;
+      double norm = 0;
+      for (int64_t j = 0; j < d; ++j)
+        norm += w[static_cast<size_t>(t * d + j)] * w[static_cast<size_t>(t * d + j)];
+      for (int64_t j = 0; j < d; ++j)
+        h[static_cast<size_t>(r * d + j)] -= 100.0 * w[static_cast<size_t>(t * d + j)] / norm;
+      far.push_back(r);
+    }
+    // The far rows' losses are beyond the stored form's range (so the test reaches the
+    // recompute), the others well inside it.
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t t = static_cast<int64_t>(y[static_cast<size_t>(r)]);
+      if (t < 0)
+        continue;
+      std::vector<double> z(static_cast<size_t>(v));
+      double m = -1e300;
+      for (int64_t c = 0; c < v; ++c) {
+        double acc = 0;
+        for (int64_t j = 0; j < d; ++j)
+          acc += h[static_cast<size_t>(r * d + j)] * w[static_cast<size_t>(c * d + j)];
+        z[static_cast<size_t>(c)] = acc;
+        m = std::max(m, acc);
+      }
+      double se = 0;
+      for (double zc : z)
+        se += std::exp(zc - m);
+      const double loss = m + std::log(se) - z[static_cast<size_t>(t)];
+      const bool isFar = std::find(far.begin(), far.end(), r) != far.end();
+      if (isFar)
+        ASSERT_GT(loss, plan::kRowScaledRange + 10) << "row " << r;
+      else
+        ASSERT_LT(loss, plan::kRowScaledRange - 10) << "row " << r;
+    }
+    ASSERT_GE(far.size(), 10u);
+    auto want = ref::interpretTx(ref.func(), in);
+    plan::Program p = fg->plan(options(n));
+    if (blocked)
+      p = rowBlocked(p, n);
+    const std::string what = fmt::format("{} ({})", blocked ? "row-blocked" : "one block",
+                                         p.runSchedule(n).describe());
+    bool perRow = false;
+    for (const plan::Kernel &k : p.kernels)
+      if (const auto *f = std::get_if<plan::GemmReduceKernel>(&k.body); f && f->stored)
+        perRow = f->stored->rowScaled && f->stored->referenceArg >= 0;
+    ASSERT_TRUE(perRow) << what << "\n" << p.toJson(2);
+    EXPECT_EQ(blocked, p.runSchedule(n).rowBlocks > 1) << what;
+    EXPECT_TRUE(matches(ref::interpretProgram(p, in, n), want, kTolProgram, what));
+
+    // Mutations: without the far rows' dZ GEMM, or without the second part's scaled A.
+    for (int mutation = 0; mutation < 2; ++mutation) {
+      plan::Program q = p;
+      bool removed = false;
+      for (plan::Step &st : q.steps)
+        if (st.kind == plan::Step::Kind::ChunkLoop)
+          std::erase_if(st.loopKernels, [&](int32_t ki) {
+            const plan::Kernel &k = q.kernels[static_cast<size_t>(ki)];
+            const bool hit =
+                mutation == 0 ? k.kind() == plan::KernelKind::GemmDz
+                              : k.kind() == plan::KernelKind::DzForm &&
+                                    std::get<plan::DzFormKernel>(k.body).aOnly;
+            removed |= hit;
+            return hit;
+          });
+      ASSERT_TRUE(removed) << what << " mutation " << mutation;
+      ref::ProgramRunResult got;
+      try {
+        got = ref::interpretProgram(q, in, n);
+      } catch (const std::exception &) {
+        continue; // an unwritten buffer read: failing is what a mutation must do
+      }
+      EXPECT_FALSE(matches(got, want, kTolProgram, what))
+          << what << ": mutation " << mutation << " must change the result";
+    }
+  }
+}
