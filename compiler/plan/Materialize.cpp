@@ -1105,6 +1105,11 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
         dzf.recompute = addBuf("dzrow_recompute0", 4, false);
         auto &Zm = std::get<GemmDzKernel>(p.kernels[static_cast<size_t>(zi)].body);
         Zm.rowFilter = dzf.recompute;
+        // A small cooperative tile: the kernel rarely runs, and its epilogue, unrolled over
+        // a consumer's accumulators, is what NVRTC spends its time on (64 per thread here,
+        // against 128 with ping-pong's 128x128: the module is on the first call's path).
+        Zm.gemm.tile.bn = 64;
+        Zm.gemm.tile.pingpong = false;
         if (!(Zm.residual.buf == dzf.residual) || !(Zm.dz == st.values))
           throw Fail{"internal: the dZ GEMM does not write the stored values and residual"};
       }
