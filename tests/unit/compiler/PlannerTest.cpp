@@ -481,6 +481,43 @@ TEST(Planner, PerRowReferenceWithoutABound) {
     }
     EXPECT_EQ(p.runSchedule(8192).rowsPerBlock, 2048) << p.runSchedule(8192).describe();
   }
+  // Where the scaled H is no heavier than the tile maxima (D = 256, V = 32000: 512 against
+  // 1000 bytes a row) dB runs once over all of D.
+  {
+    auto g = lceFused(256, 32000, DType::BF16, std::nullopt);
+    plan::PlanOptions o = wgmmaOptions(4096);
+    o.backward = plan::PlanOptions::Backward::Materialized;
+    plan::Program p = g->plan(o);
+    EXPECT_NE(decision(p, "row-scaled against each row's target value"), "") << p.toJson(2);
+    int drhs = 0, aOnly = 0;
+    for (const plan::Kernel &k : p.kernels) {
+      if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body)) {
+        ++drhs;
+        EXPECT_EQ(d->k, 256);
+        EXPECT_EQ(d->outLd, 0);
+      }
+      if (const auto *z = std::get_if<plan::DzFormKernel>(&k.body))
+        aOnly += z->aOnly;
+    }
+    EXPECT_EQ(drhs, 1);
+    EXPECT_EQ(aOnly, 0);
+  }
+  // Without the f64 target logit (LCEJIT_EXACT_TARGET=0) there is no reference to store
+  // against: the tile maxima and DzForm, and no filtered dZ GEMM.
+  {
+    auto g = lceFused(4096, 128256, DType::BF16, std::nullopt);
+    plan::PlanOptions o = wgmmaOptions(8192);
+    o.backward = plan::PlanOptions::Backward::Materialized;
+    o.exactTargetLogit = false;
+    plan::Program p = g->plan(o);
+    EXPECT_NE(decision(p, "backward: materialized: the forward GEMM stores fp16"), "")
+        << p.toJson(2);
+    for (const plan::Kernel &k : p.kernels) {
+      EXPECT_NE(k.kind(), KernelKind::GemmDz) << k.name;
+      if (const auto *f = std::get_if<plan::GemmReduceKernel>(&k.body); f && f->stored)
+        EXPECT_TRUE(!f->stored->rowScaled && f->stored->tileMax.valid());
+    }
+  }
 }
 
 /// [Note: the materialized backward]: on the wgmma path, fast precision, whole column
