@@ -18,8 +18,10 @@ namespace lcejit::plan {
 /// is then unchanged). `name` prefixes the new kernels' names. With `exactTarget` the
 /// row kernel forms the target column's dZ as [Note: the target column's dZ] says.
 /// `rowScaled`: where the forward's value is bounded, store it against a constant
-/// reference ([Note: row-scaled stored values] in Program.h); Program::decisions is not
-/// touched, the caller reads StoredTile::rowScaled.
+/// reference ([Note: row-scaled stored values] in Program.h), otherwise, where the Program
+/// sums the f64 target logit, against each row's target value ([Note: a per-row
+/// reference]); Program::decisions is not touched, the caller reads
+/// StoredTile::rowScaled and StoredTile::referenceArg.
 std::string materializeBackward(Program &program, const std::string &name,
                                 bool exactTarget = true, bool rowScaled = true);
 

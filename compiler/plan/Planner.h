@@ -62,9 +62,10 @@ struct PlanOptions {
   /// only for comparisons (LCEJIT_MULTICAST=0).
   bool multicast = true;
   /// The materialized schedule stores a bounded value (a softcap) against a constant
-  /// reference, and the backward scales rows instead of forming dZ in a pass over the
-  /// stored values ([Note: row-scaled stored values] in Program.h). Off only for
-  /// comparisons (LCEJIT_ROW_SCALED=0).
+  /// reference, any other against each row's target value ([Note: a per-row reference]),
+  /// and the backward scales rows instead of forming dZ in a pass over the stored values
+  /// ([Note: row-scaled stored values] in Program.h). Off only for comparisons
+  /// (LCEJIT_ROW_SCALED=0).
   bool rowScaled = true;
   /// > 0: a fixed chunk width instead of the budget's (tests).
   int64_t fixedChunkCols = 0;
