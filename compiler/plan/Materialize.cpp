@@ -39,6 +39,15 @@
 namespace lcejit::plan {
 namespace {
 
+/// The index of `o` in `args`, appended when it is not there yet.
+int32_t argIndex(std::vector<Operand> &args, const Operand &o) {
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i] == o)
+      return static_cast<int32_t>(i);
+  args.push_back(o);
+  return static_cast<int32_t>(args.size()) - 1;
+}
+
 /// A ScalarFunc under construction: a copy of one function (indices kept) that new,
 /// hash-consed instructions are appended to.
 /// Materialize step 11: a GemmDLhs of the (one-chunk) loop that writes an f32 workspace
@@ -648,13 +657,7 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
       }
     }
     // The factor over the forward's operands (Acc = v).
-    auto fwdArg = [&](const Operand &o) {
-      for (size_t i = 0; i < F.gemm.args.size(); ++i)
-        if (F.gemm.args[i] == o)
-          return static_cast<int32_t>(i);
-      F.gemm.args.push_back(o);
-      return static_cast<int32_t>(F.gemm.args.size()) - 1;
-    };
+    auto fwdArg = [&](const Operand &o) { return argIndex(F.gemm.args, o); };
     Operand accOp;
     accOp.kind = Operand::Kind::Acc;
     const int32_t vArg = fwdArg(accOp);
@@ -862,13 +865,7 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
         st.reference = range->second;
       } else if (st.rowScaled) {
         RowKernel ref;
-        auto refArg = [&](const Operand &o) {
-          for (size_t i = 0; i < ref.args.size(); ++i)
-            if (ref.args[i] == o)
-              return static_cast<int32_t>(i);
-          ref.args.push_back(o);
-          return static_cast<int32_t>(ref.args.size()) - 1;
-        };
+        auto refArg = [&](const Operand &o) { return argIndex(ref.args, o); };
         Expr o{ScalarFunc{}};
         const int32_t vy = chainOnDot(o, refArg);
         const int32_t res = o.f.insts[static_cast<size_t>(vy)].type == DType::F32
@@ -898,14 +895,7 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
     RowKernel rk;
     {
       Extract ex(x.f);
-      std::map<int32_t, int32_t> argOf; // dz arg -> row kernel arg
-      auto rowArg = [&](const Operand &o) {
-        for (size_t i = 0; i < rk.args.size(); ++i)
-          if (rk.args[i] == o)
-            return static_cast<int32_t>(i);
-        rk.args.push_back(o);
-        return static_cast<int32_t>(rk.args.size()) - 1;
-      };
+      auto rowArg = [&](const Operand &o) { return argIndex(rk.args, o); };
       ex.argMap = [&](int32_t a) {
         const Operand &o = args[static_cast<size_t>(a)];
         if (o.kind == Operand::Kind::Acc || o.kind == Operand::Kind::ColIndex)
