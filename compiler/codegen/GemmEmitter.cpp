@@ -113,6 +113,11 @@ void checkShape(const GemmShape &s, const std::string &what) {
     LCEJIT_CHECK(t.clusterM == 1 || (t.clusterM == 2 && s.bKMajor),
                  "{}: clusterM = {} (1, or 2 with a K-major B: [Note: sm90 multicast])", what,
                  t.clusterM);
+    LCEJIT_CHECK(t.splitK == 1 || ((t.splitK == 2 || t.splitK == 4) && !t.pingpong &&
+                                   !t.tmaStore && t.clusterM == 1),
+                 "{}: splitK = {} (1, or 2 or 4 on cooperative consumers without clusters "
+                 "or a TMA store: [Note: sm90 split-K])",
+                 what, t.splitK);
     LCEJIT_CHECK(plan::wgmmaSharedBytes(t) <= 232448,
                  "{}: {} bytes of shared memory for bn = {} and {} stages", what,
                  plan::wgmmaSharedBytes(t), t.bn, t.stages);
@@ -170,6 +175,10 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
                                      ctx.kernel().kind() == plan::KernelKind::GemmReduce),
                "kernel '{}': only a wgmma GemmReduce runs as clusters (clusterM = {})",
                ctx.name(), t.clusterM);
+  LCEJIT_CHECK(t.splitK == 1 || (s.math == MathMode::WgmmaBF16 &&
+                                  ctx.kernel().kind() == plan::KernelKind::GemmDLhs),
+               "kernel '{}': only a wgmma GemmDLhs splits K over a cluster (splitK = {})",
+               ctx.name(), t.splitK);
   if (s.math == MathMode::WgmmaBF16) {
     w.line("#if !defined(LCEJIT_SM90)");
     w.line("#error \"kernel {} runs the sm_90a mainloop: compile with "
@@ -178,8 +187,9 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
     w.line("#endif");
     w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}{}> {};", t.bn,
            t.stages, s.aKMajor ? "K_MAJOR" : "MN_MAJOR", s.bKMajor ? "K_MAJOR" : "MN_MAJOR",
-           t.clusterM > 1 ? fmt::format(", {}, {}, {}", t.pingpong ? 1 : 0, t.tmaStore ? 1 : 0,
-                                        t.clusterM)
+           t.splitK > 1     ? fmt::format(", 0, 0, 1, {}", t.splitK)
+           : t.clusterM > 1 ? fmt::format(", {}, {}, {}", t.pingpong ? 1 : 0, t.tmaStore ? 1 : 0,
+                                          t.clusterM)
            : t.tmaStore ? ", 0, 1"
            : t.pingpong ? ", 1"
                         : "",
@@ -208,7 +218,7 @@ std::string tileText(const GemmShape &s) {
   const TileConfig &t = s.tile;
   if (s.math == MathMode::WgmmaBF16)
     return fmt::format("math {}, tile {}x{}x{}, 384 threads (TMA producer warpgroup + 2 "
-                       "wgmma consumer warpgroups, {}), {} stages{}{}",
+                       "wgmma consumer warpgroups, {}), {} stages{}{}{}",
                        plan::mathModeName(s.math), t.bm, t.bn, t.bk,
                        t.pingpong ? "ping-pong: alternate tiles" : "cooperative", t.stages,
                        t.tmaStore ? "; f32 tiles out through shared memory and TMA" : "",
@@ -216,7 +226,12 @@ std::string tileText(const GemmShape &s) {
                                                     "each B tile by TMA multicast when the "
                                                     "row tiles pair up",
                                                     t.clusterM)
-                                      : "");
+                                      : "",
+                       t.splitK > 1 ? fmt::format("; up to {} CTAs (a cluster) per tile, each "
+                                                  "over part of K, when the call's tiles leave "
+                                                  "SMs idle ([Note: sm90 split-K])",
+                                                  t.splitK)
+                                    : "");
   return fmt::format(
       "math {}, tile {}x{}x{}, warps {}x{} ({} threads), {} stages",
       plan::mathModeName(s.math), t.bm, t.bn, t.bk, t.warpsM, t.warpsN,

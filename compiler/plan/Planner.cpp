@@ -1125,6 +1125,9 @@ private:
       GemmDLhsKernel d;
       d.math = bwdMath;
       d.tile = bwdTile;
+      // [Note: sm90 split-K]: the launch splits K when the call's tiles leave SMs idle.
+      if (bwdMath == MathMode::WgmmaBF16 && !bwdTile.pingpong && opt_.splitK)
+        d.tile.splitK = 4;
       d.format = fmtDz;
       d.bType = abType;
       d.k = k;
@@ -1342,9 +1345,35 @@ private:
     decideRowBlocks();
     tuneLhsTile();
     if (prog_.hasChunkLoop())
-      for (int64_t n : {std::max<int64_t>(bucketLow_, 1), bucket_})
+      for (int64_t n : {std::max<int64_t>(bucketLow_, 1), bucket_}) {
         prog_.decisions.push_back("run schedule (example): " + prog_.runSchedule(n).describe());
+        describeLhsSplit(n);
+      }
     return true;
+  }
+
+  /// [Note: sm90 split-K]: what the launch of a full row block's dA does at N = n (the
+  /// split is the launch's, from the call's rows: plan::chooseSplitK).
+  void describeLhsSplit(int64_t n) {
+    const RunSchedule s = prog_.runSchedule(n);
+    for (const Kernel &kernel : prog_.kernels) {
+      const auto *d = std::get_if<GemmDLhsKernel>(&kernel.body);
+      if (!d || d->math != MathMode::WgmmaBF16 || d->tile.splitK <= 1 || s.chunkCols <= 0)
+        continue;
+      const int64_t rows = std::min(s.rowsPerBlock, n);
+      const int64_t tiles = ((rows + 127) / 128) * ((d->k + d->tile.bn - 1) / d->tile.bn);
+      const int64_t kblocks = (s.chunkCols + 63) / 64;
+      const int32_t split = chooseSplitK(tiles, kblocks, opt_.target.numSMs, d->tile.splitK);
+      prog_.decisions.push_back(fmt::format(
+          "dA split-K (example): N = {}: {} rows a block make {} tiles of 128x{} on {} SMs: "
+          "{}",
+          n, rows, tiles, d->tile.bn, opt_.target.numSMs,
+          split > 1 ? fmt::format("clusters of {} CTAs per tile, each over about {} of the "
+                                  "{} k-blocks, summed through distributed shared memory",
+                                  split, kblocks / split, kblocks)
+                    : std::string("one CTA per tile (split, the tiles would not all run at "
+                                  "once: [Note: sm90 split-K])")));
+    }
   }
 
   /// [Note: dA tile width] (SchedulePolicy.h): the materialized schedule's wgmma dA runs

@@ -67,6 +67,10 @@ struct PlanOptions {
   /// ([Note: row-scaled stored values] in Program.h). Off only for comparisons
   /// (LCEJIT_ROW_SCALED=0).
   bool rowScaled = true;
+  /// wgmma: dA's output tiles may be shared by clusters of up to 4 CTAs, each over part of
+  /// K, when the call's tiles would leave SMs idle ([Note: sm90 split-K] in
+  /// lcejit_sm90.cuh). Off only for comparisons (LCEJIT_SPLIT_K=0).
+  bool splitK = true;
   /// > 0: a fixed chunk width instead of the budget's (tests).
   int64_t fixedChunkCols = 0;
   /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).

@@ -180,6 +180,8 @@ static json toJ(const TileConfig &t) {
     j["tma_store"] = true;
   if (t.clusterM != 1)
     j["cluster_m"] = t.clusterM;
+  if (t.splitK != 1)
+    j["split_k"] = t.splitK;
   return j;
 }
 
@@ -758,7 +760,20 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
       rows = n;
       cols = cc;
       break;
-    case KernelKind::GemmDLhs: rows = n; cols = std::get<GemmDLhsKernel>(kernel.body).k; break;
+    case KernelKind::GemmDLhs: {
+      rows = n;
+      cols = std::get<GemmDLhsKernel>(kernel.body).k;
+      // [Note: sm90 split-K]: a cluster of `split` CTAs per tile, one tile per cluster.
+      const int32_t split = t.splitK > 1 ? chooseSplitK(ceilDiv(rows, 128) * ceilDiv(cols, t.bn),
+                                                        ceilDiv(cc, 64), target.numSMs, t.splitK)
+                                         : 1;
+      if (split > 1) {
+        d.grid[0] = ceilDiv(rows, 128) * ceilDiv(cols, t.bn) * split;
+        d.cluster = split;
+        return d;
+      }
+      break;
+    }
     case KernelKind::GemmDRhs: rows = cc; cols = std::get<GemmDRhsKernel>(kernel.body).k; break;
     default: break;
     }

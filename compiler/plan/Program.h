@@ -198,6 +198,12 @@ struct TileConfig {
   /// as clusters when the call's row tiles pair up (Program::launchDims), else one CTA
   /// loads both halves. B's TMA box is then bn / clusterM rows.
   int32_t clusterM = 1;
+  /// WgmmaBF16 cooperative GemmDLhs only: at most this many CTAs (2 or 4, a thread-block
+  /// cluster) may share one output tile, each over its own k-blocks, rank 0 adding the
+  /// others' partial sums through distributed shared memory in rank order ([Note: sm90
+  /// split-K] in lcejit_sm90.cuh). Program::launchDims picks 1, 2 or 4 for the call's
+  /// tile count (plan::chooseSplitK): a block whose tiles leave SMs idle runs split.
+  int32_t splitK = 1;
   int32_t threads() const { return 32 * warpsM * warpsN; }
   bool operator==(const TileConfig &) const = default;
 };

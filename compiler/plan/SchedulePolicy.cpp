@@ -118,6 +118,22 @@ int32_t chooseLhsTileWidth(int64_t rows, int64_t k, int32_t numSMs) {
   return best;
 }
 
+int32_t chooseSplitK(int64_t tiles, int64_t kblocks, int32_t numSMs, int32_t maxSplit) {
+  const int64_t sms = std::max<int32_t>(numSMs, 1);
+  if (tiles <= 0)
+    return 1;
+  int32_t best = 1;
+  for (int32_t s : {2, 4}) {
+    // Clusters of 2 are a TPC's two SMs: SMs / 2 of them fit at once. Clusters of 4 must
+    // fit a GPC whole, which a harvested GPC of 14 or 18 SMs does not evenly: keep a
+    // tenth of the SMs in reserve.
+    const int64_t fit = s == 2 ? sms : sms * 9 / 10;
+    if (s <= maxSplit && kblocks >= int64_t(8) * s && tiles * s <= fit)
+      best = s;
+  }
+  return best;
+}
+
 RunSchedule chooseRunSchedule(const Program &p, int64_t n) {
   RunSchedule s = chooseBlocksAndChunks(p, n);
   s.splits = chooseColumnSplits(p, s.rowsPerBlock);

@@ -58,6 +58,21 @@ int32_t chooseColumnSplits(const Program &program, int64_t rowsPerBlock);
 /// 73 % x 0.97 against 55 %). Pure; a table test pins it.
 int32_t chooseLhsTileWidth(int64_t rows, int64_t k, int32_t numSMs);
 
+/// [Note: sm90 split-K] How many CTAs (1, 2 or 4, at most `maxSplit`) share each of a
+/// wgmma GemmDLhs launch's `tiles` output tiles of `kblocks` k-blocks, as a thread-block
+/// cluster: the most that still run every tile at once (tiles x split CTAs resident in
+/// one round) and give every rank at least 8 k-blocks. A launch of few tiles (a short
+/// call, the last row block of a call) then finishes in 1 / split of the time.
+///
+/// Not when the split needs more than one round, though the count of rounds says it
+/// should pay: Gemma-2's dA (96 tiles of 128 x 192 on 132 SMs, 96 SMs busy) in clusters of
+/// 4, three rounds of quarter tiles, ran 7 % slower than unsplit on the H200 (2.48–2.54
+/// against 2.31–2.33 ms a block, docs/performance.md, session 11): each round holds a
+/// third of the tiles, so the block's stored values are read from DRAM three times
+/// instead of once, and clusters of 4 do not pack the harvested GPCs evenly. Pure; a
+/// table test pins it.
+int32_t chooseSplitK(int64_t tiles, int64_t kblocks, int32_t numSMs, int32_t maxSplit);
+
 /// Bytes of one workspace buffer for `n` rows, blocks of `rowsPerBlock` rows and chunks of
 /// `chunkCols` columns, before alignment.
 int64_t bufferBytes(const BufferSpec &b, int64_t n, int64_t rowsPerBlock, int64_t chunkCols);

@@ -41,6 +41,7 @@ constexpr std::string_view kTmaStore = "LCEJIT_TMA_STORE";
 constexpr std::string_view kExactTarget = "LCEJIT_EXACT_TARGET";
 constexpr std::string_view kMulticast = "LCEJIT_MULTICAST";
 constexpr std::string_view kRowScaled = "LCEJIT_ROW_SCALED";
+constexpr std::string_view kSplitK = "LCEJIT_SPLIT_K";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -67,6 +68,7 @@ struct Values {
   bool exactTarget = true;
   bool multicast = true;
   bool rowScaled = true;
+  bool splitK = true;
 };
 
 /// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
@@ -241,6 +243,7 @@ std::unique_ptr<Values> readAll() {
   v->exactTarget = parseBool(kExactTarget, readEnv(kExactTarget), true);
   v->multicast = parseBool(kMulticast, readEnv(kMulticast), true);
   v->rowScaled = parseBool(kRowScaled, readEnv(kRowScaled), true);
+  v->splitK = parseBool(kSplitK, readEnv(kSplitK), true);
   return v;
 }
 
@@ -300,6 +303,10 @@ const std::vector<KnobInfo> &allKnobs() {
       {kTargetResidual, "bool", "1",
        "Fast precision: add dZ's target-column bf16 rounding residual back as a rank-1 "
        "update (0: leave it out, to measure what it buys; part of the cache key)."},
+      {kSplitK, "bool", "1",
+       "wgmma dA: tiles that would leave SMs idle run on clusters of 2 or 4 CTAs, each over "
+       "part of K, summed in a fixed order (0: never split, to measure what it buys; part of "
+       "the cache key)."},
   };
   return knobs;
 }
@@ -345,6 +352,7 @@ bool tmaStore() { return current().tmaStore; }
 bool exactTarget() { return current().exactTarget; }
 bool multicast() { return current().multicast; }
 bool rowScaled() { return current().rowScaled; }
+bool splitK() { return current().splitK; }
 
 namespace {
 std::atomic<int64_t> gGeneration{0};

@@ -120,6 +120,11 @@ bool multicast();
 /// values] in plan/Program.h); off only to measure what that buys.
 bool rowScaled();
 
+/// LCEJIT_SPLIT_K (boolean, default on): a wgmma dA GEMM whose output tiles would leave
+/// SMs idle runs each tile on a cluster of 2 or 4 CTAs, each over part of K ([Note: sm90
+/// split-K] in lcejit_sm90.cuh); off only to measure what that buys.
+bool splitK();
+
 /// Makes the next accessor call read the environment again. For tests only.
 void reloadForTesting();
 

@@ -98,6 +98,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.exactTargetLogit = knobs::exactTarget();
   p.multicast = knobs::multicast();
   p.rowScaled = knobs::rowScaled();
+  p.splitK = knobs::splitK();
   if (forwardOnly_)
     p.outputTypes = {DType::F32};
   else
@@ -130,6 +131,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += "|no-multicast";
   if (!knobs::rowScaled())
     tile += "|no-row-scaled";
+  if (!knobs::splitK())
+    tile += "|no-split-k";
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice.
   static_assert(sizeof(plan::Target) == 3 * sizeof(int32_t),

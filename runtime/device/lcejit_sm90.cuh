@@ -213,6 +213,22 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ void st_shared_f32x2(u32 addr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
+__device__ __forceinline__ void st_shared_f32x4(u32 addr, float x, float y, float z, float w) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(x), "f"(y),
+               "f"(z), "f"(w)
+               : "memory");
+}
+/// Four floats at `addr` in the shared memory of cluster CTA `rank` (the same offset as
+/// `addr` in this CTA's).
+__device__ __forceinline__ float4 ld_cluster_f32x4(u32 addr, u32 rank) {
+  float4 v;
+  asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %4, %5;\n"
+               "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n}\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr), "r"(rank)
+               : "memory");
+  return v;
+}
 /// The 1024-byte aligned base of the dynamic shared memory ([Note: sm90 shared memory]).
 __device__ __forceinline__ u32 smem_base() {
   return (smem_addr(lcejit_dynamic_smem) + 1023u) & ~1023u;
@@ -431,7 +447,7 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[BN / 2], u64 desc_a,
 //===----------------------------------------------------------------------===//
 
 template <int BN_, int STAGES_, int MAJOR_A_, int MAJOR_B_, int PINGPONG_ = 0,
-          int TMA_STORE_ = 0, int CLUSTER_M_ = 1>
+          int TMA_STORE_ = 0, int CLUSTER_M_ = 1, int SPLIT_K_ = 1>
 struct GemmConfig {
   static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
   static constexpr int MAJOR_A = MAJOR_A_, MAJOR_B = MAJOR_B_;
@@ -445,6 +461,9 @@ struct GemmConfig {
   /// [Note: sm90 multicast] 2: B arrives in two halves of BN / 2 rows, each loaded by one
   /// CTA of a cluster pair and multicast to both (one CTA alone loads both halves).
   static constexpr int CLUSTER_M = CLUSTER_M_;
+  /// [Note: sm90 split-K] > 1: launched as clusters of up to SPLIT_K CTAs, each over its
+  /// own k-blocks of one tile, summed through distributed shared memory (SplitKTiles).
+  static constexpr int SPLIT_K = SPLIT_K_;
   static constexpr int SLICES = PINGPONG ? 2 : 1; ///< 64-row slices per consumer
   static constexpr int THREADS = 384;
   static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
@@ -467,6 +486,12 @@ struct GemmConfig {
   static_assert(SMEM_BYTES <= 232448, "sm90 GEMM: shared memory over 227 KB");
   static_assert(CLUSTER_M == 1 || (CLUSTER_M == 2 && MAJOR_B == K_MAJOR),
                 "sm90 GEMM: clusters of 2 along M, with a K-major B (halves of BN / 2 rows)");
+  /// A consumer's partial tile in the split-K exchange: BN / 2 floats per thread.
+  static constexpr int SPLIT_BYTES = 128 * (BN / 2) * 4;
+  static_assert(SPLIT_K == 1 || ((SPLIT_K == 2 || SPLIT_K == 4) && !PINGPONG && !TMA_STORE &&
+                                 CLUSTER_M == 1 && 2 * SPLIT_BYTES <= STAGES * STAGE_BYTES),
+                "sm90 GEMM: split-K runs clusters of 2 or 4 cooperative CTAs whose two "
+                "partial tiles fit in the stages");
 };
 
 /// Tiles in groups of `group` tile rows: within a group, consecutive tiles walk
@@ -496,6 +521,38 @@ struct PersistentTiles {
   __device__ __forceinline__ void tile(i64 t, i64 &tm, i64 &tn) const {
     order.tile(t, tm, tn);
   }
+  __device__ __forceinline__ u32 splits() const { return 1; }
+  __device__ __forceinline__ u32 split_rank() const { return 0; }
+  __device__ __forceinline__ void k_range(i64 kblocks, i64 &b, i64 &e) const {
+    b = 0;
+    e = kblocks;
+  }
+};
+
+/// [Note: sm90 split-K] The tiles of a split-K launch: a cluster of `splits` CTAs
+/// (consecutive along x) per tile, rank r over k-blocks [kb r / splits, kb (r + 1) /
+/// splits). The ranks above 0 leave their f32 partial tiles in their own shared memory
+/// (the stages, which the mainloop no longer reads); after a cluster barrier rank 0 adds
+/// them to its accumulators through distributed shared memory, in rank order (the sum
+/// is the same bits on every run), and alone runs the epilogue; a second cluster
+/// barrier frees the partials' shared memory before any producer loads the next tile
+/// into it. Without a cluster (splits = 1) these are PersistentTiles. The launch
+/// (plan::Program::launchDims) gives a cluster one tile: grid = tiles x splits.
+struct SplitKTiles {
+  TileOrder order;
+  u32 nsplit, rank;
+  __device__ __forceinline__ i64 first() const { return blockIdx.x / nsplit; }
+  __device__ __forceinline__ i64 stride() const { return gridDim.x / nsplit; }
+  __device__ __forceinline__ i64 end() const { return order.tiles_m * order.tiles_n; }
+  __device__ __forceinline__ void tile(i64 t, i64 &tm, i64 &tn) const {
+    order.tile(t, tm, tn);
+  }
+  __device__ __forceinline__ u32 splits() const { return nsplit; }
+  __device__ __forceinline__ u32 split_rank() const { return rank; }
+  __device__ __forceinline__ void k_range(i64 kblocks, i64 &b, i64 &e) const {
+    b = kblocks * rank / nsplit;
+    e = kblocks * (rank + 1) / nsplit;
+  }
 };
 
 /// Column tiles [begin, end) of one row tile (GemmReduce: a CTA per row tile
@@ -509,6 +566,12 @@ struct RowOfTiles {
     tm = row;
     tn = t;
   }
+  __device__ __forceinline__ u32 splits() const { return 1; }
+  __device__ __forceinline__ u32 split_rank() const { return 0; }
+  __device__ __forceinline__ void k_range(i64 kblocks, i64 &b, i64 &e) const {
+    b = 0;
+    e = kblocks;
+  }
 };
 
 /// Persistent tiles of an m x n output, grouped `group` tile rows at a time.
@@ -518,6 +581,45 @@ __device__ __forceinline__ PersistentTiles persistent_tiles(i64 m, i64 n,
   return PersistentTiles{TileOrder{(m + Cfg::BM - 1) / Cfg::BM,
                                    (n + Cfg::BN - 1) / Cfg::BN,
                                    group > 0 ? static_cast<i64>(group) : 1}};
+}
+
+/// Split-K tiles of an m x n output over the launch's clusters ([Note: sm90 split-K]).
+template <class Cfg>
+__device__ __forceinline__ SplitKTiles split_k_tiles(i64 m, i64 n, int group) {
+  const u32 splits = cluster_nctarank();
+  return SplitKTiles{TileOrder{(m + Cfg::BM - 1) / Cfg::BM, (n + Cfg::BN - 1) / Cfg::BN,
+                               group > 0 ? static_cast<i64>(group) : 1},
+                     splits, splits > 1 ? cluster_ctarank() : 0u};
+}
+
+/// [Note: sm90 split-K] The exchange of one tile's partial sums, run by every consumer
+/// thread of the cluster after its k-blocks: `slot` is this thread's first float4 of its
+/// consumer's partial (float4 q of thread t at 16 t + 2048 q), in the stages.
+template <class Cfg>
+__device__ __forceinline__ void split_k_exchange(float (&acc)[Cfg::ACC], u32 slot, u32 splits,
+                                                 u32 rank) {
+  if (rank != 0) {
+    named_bar_sync(6, 256); // both consumers' wgmma have read the stages
+#pragma unroll
+    for (int q = 0; q < Cfg::ACC / 4; ++q)
+      st_shared_f32x4(slot + 2048u * q, acc[4 * q], acc[4 * q + 1], acc[4 * q + 2],
+                      acc[4 * q + 3]);
+    fence_proxy_async_shared(); // before TMA writes these bytes for a later tile
+  }
+  cluster_sync(); // the partials are written
+  if (rank == 0) {
+    for (u32 r = 1; r < splits; ++r) {
+#pragma unroll
+      for (int q = 0; q < Cfg::ACC / 4; ++q) {
+        const float4 v = ld_cluster_f32x4(slot + 2048u * q, r);
+        acc[4 * q] += v.x;
+        acc[4 * q + 1] += v.y;
+        acc[4 * q + 2] += v.z;
+        acc[4 * q + 3] += v.w;
+      }
+    }
+  }
+  cluster_sync(); // rank 0 has read them
 }
 
 //===----------------------------------------------------------------------===//
@@ -569,16 +671,27 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
 
   const i64 kblocks = (k + BK - 1) / BK;
 
+  // [Note: sm90 split-K]: every thread of a split-K cluster takes part in its two cluster
+  // barriers per tile, the producer warpgroup's too.
+  const bool split = Cfg::SPLIT_K > 1 && tiles.splits() > 1;
+
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (t == 0) {
+    if (t == 0 || split) {
       int s = 0;
       u32 phase = 0;
       for (i64 tile = tiles.first(); tile < tiles.end(); tile += tiles.stride()) {
+        if (split && t != 0) {
+          cluster_sync(); // the partials are written
+          cluster_sync(); // rank 0 has read them: the stages may be loaded again
+          continue;
+        }
         i64 tm, tn;
         tiles.tile(tile, tm, tn);
         const int m0 = static_cast<int>(tm * BM), n0 = static_cast<int>(tn * BN);
-        for (i64 kb = 0; kb < kblocks; ++kb) {
+        i64 kb_begin, kb_end;
+        tiles.k_range(kblocks, kb_begin, kb_end);
+        for (i64 kb = kb_begin; kb < kb_end; ++kb) {
           const int k0 = static_cast<int>(kb * BK);
           mbar_wait(empty + 8 * s, phase ^ 1u);
           const u32 bar = full + 8 * s;
@@ -612,6 +725,10 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
             s = 0;
             phase ^= 1u;
           }
+        }
+        if (split) {
+          cluster_sync();
+          cluster_sync();
         }
       }
     }
@@ -699,7 +816,10 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
       }
       i64 tm, tn;
       tiles.tile(tile, tm, tn);
-      if (kblocks == 0) {
+      i64 kb_begin, kb_end;
+      tiles.k_range(kblocks, kb_begin, kb_end);
+      const i64 nk = kb_end - kb_begin;
+      if (nk == 0) {
 #pragma unroll
         for (int j = 0; j < SL; ++j)
 #pragma unroll
@@ -709,7 +829,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
         issue(true);
         int prev = s;
         advance();
-        for (i64 kb = 1; kb < kblocks; ++kb) {
+        for (i64 kb = 1; kb < nk; ++kb) {
           issue(false);
           wgmma_wait<1>(); // k-block kb - 1 has retired: free its stage
 #pragma unroll
@@ -728,6 +848,14 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
       // Let the other consumer run the next tile's mainloop under this epilogue.
       if (Cfg::PINGPONG && tile + tiles.stride() < tiles.end())
         named_bar_arrive(2 + (1 - g), 256);
+      if constexpr (Cfg::SPLIT_K > 1) {
+        if (split) {
+          split_k_exchange<Cfg>(acc[0], base + g * Cfg::SPLIT_BYTES + 16 * t, tiles.splits(),
+                                tiles.split_rank());
+          if (tiles.split_rank() != 0)
+            continue; // rank 0 runs the epilogue of the sum
+        }
+      }
 #pragma unroll
       for (int j = 0; j < SL; ++j)
         epi.tile(acc[j], j, tm * BM + 64 * (SL == 1 ? g : j), tn * BN, t);
@@ -1508,7 +1636,13 @@ __device__ __forceinline__ void
 dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, i64 k,
            i64 chunk_cols, const void *residual, const void *target, const void *b,
            i64 cols, bool last, const void *row_scale) {
-  const PersistentTiles tiles = persistent_tiles<Cfg>(n, k, 8);
+  // [Note: sm90 split-K]: the launch decides whether the tiles run split.
+  const auto tiles = [&] {
+    if constexpr (Cfg::SPLIT_K > 1)
+      return split_k_tiles<Cfg>(n, k, 8);
+    else
+      return persistent_tiles<Cfg>(n, k, 8);
+  }();
   if constexpr (RESIDUAL) {
     ResidualEpilogue<TargetT, Epi> r{e,    static_cast<const float *>(residual),
                                      target, static_cast<const u16 *>(b),

@@ -418,6 +418,95 @@ TEST(LceGpuClusters, MulticastChangesNoBit) {
   }
 }
 
+/// [Note: sm90 split-K]: dA on clusters of CTAs that each sum part of K, rank 0 adding
+/// the others' partial tiles through distributed shared memory. At D = 2304, N = 64 makes
+/// 18 dA tiles of 128 x 128, which the launch splits four ways, N = 200 36 and N = 500 48
+/// (of 128 x 192), in halves; the split must give the same bits on every run (the partials are added in rank order),
+/// change nothing but dH (loss and dW bit for bit), and move each dH element by at most one
+/// bf16 ulp from the unsplit sum (f32 sums in another order, rounded once). That some
+/// elements do move shows the split ran.
+TEST(LceGpuClusters, SplitKIsDeterministicAndChangesOnlyTheSumOrder) {
+  for (int64_t n : {64, 200, 500}) {
+    SCOPED_TRACE(fmt::format("N = {}", n));
+    LinearCrossEntropyOptions o;
+    o.hidden = 2304;
+    o.vocab = 32000;
+    o.dtype = DType::BF16;
+    o.softcap = 30.0;
+    o.ignoreIndex = -100;
+    RefKernels &k = RefKernels::get();
+    DeviceBuffer h(n * o.hidden * 2), w(o.vocab * o.hidden * 2), y(n * 8),
+        dH(n * o.hidden * 2), dW(o.vocab * o.hidden * 4);
+    const double scale = 2.0 / std::pow(double(o.hidden), 0.25);
+    k.fillRandom(h, o.dtype, n * o.hidden, 91, scale);
+    k.fillRandom(w, o.dtype, o.vocab * o.hidden, 92, scale);
+    k.fillTargets(y, DType::I64, n, 93, o.vocab, -100, 7);
+    struct Result {
+      float loss;
+      std::vector<uint16_t> dH;
+      std::vector<uint32_t> dW;
+      std::string plan;
+    };
+    auto run = [&](bool split) {
+      lcejit::testing::ScopedEnv knob;
+      knob.set("LCEJIT_SPLIT_K", split ? "1" : "0");
+      LinearCrossEntropy op(o);
+      dH.poison();
+      dW.poison();
+      Result r;
+      r.loss = op.forwardBackward(
+          TensorRef{h.data(), o.dtype, {n, o.hidden}, {}},
+          TensorRef{w.data(), o.dtype, {o.vocab, o.hidden}, {}},
+          TensorRef{y.data(), DType::I64, {n}, {}},
+          MutableTensorRef{dH.data(), o.dtype, {n, o.hidden}, {}},
+          MutableTensorRef{dW.data(), DType::F32, {o.vocab, o.hidden}, {}});
+      r.dH = dH.download<uint16_t>();
+      r.dW = dW.download<uint32_t>();
+      r.plan = op.inspect(n, "plan");
+      return r;
+    };
+    const Result split = run(true), again = run(true), whole = run(false);
+    ASSERT_NE(split.plan.find("\"split_k\": 4"), std::string::npos) << "dA may split";
+    ASSERT_EQ(whole.plan.find("\"split_k\""), std::string::npos) << "LCEJIT_SPLIT_K=0";
+    ASSERT_TRUE(std::isfinite(split.loss));
+    uint32_t a, b, c;
+    std::memcpy(&a, &split.loss, 4);
+    std::memcpy(&b, &again.loss, 4);
+    std::memcpy(&c, &whole.loss, 4);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(a, c) << "the loss does not depend on dA";
+    auto value = [](uint16_t bits) {
+      const uint32_t u = uint32_t(bits) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return double(f);
+    };
+    double maxAbs = 0;
+    for (uint16_t x : whole.dH)
+      maxAbs = std::max(maxAbs, std::abs(value(x)));
+    size_t poisoned = 0, rerun = 0, moved = 0, far = 0, dWDiff = 0;
+    for (size_t i = 0; i < split.dH.size(); ++i) {
+      poisoned += (split.dH[i] & 0x7FFF) > 0x7F80; // a bf16 NaN: an element never written
+      rerun += split.dH[i] != again.dH[i];
+      if (split.dH[i] != whole.dH[i]) {
+        ++moved;
+        // One bf16 ulp of the element, plus what f32 sums of V terms in another order may
+        // differ by where they cancel (far below an ulp of the largest element).
+        const double x = value(split.dH[i]), y = value(whole.dH[i]);
+        far += std::abs(x - y) >
+               bf16Ulp(std::max(std::abs(x), std::abs(y))) + bf16Ulp(maxAbs) / 16;
+      }
+    }
+    for (size_t i = 0; i < split.dW.size(); ++i)
+      dWDiff += split.dW[i] != whole.dW[i];
+    EXPECT_EQ(poisoned, 0u);
+    EXPECT_EQ(rerun, 0u) << "of " << split.dH.size() << " dH elements: the split is not deterministic";
+    EXPECT_EQ(far, 0u) << "dH elements more than one bf16 ulp from the unsplit sum";
+    EXPECT_GT(moved, 0u) << "no dH element changed: did the launch split?";
+    EXPECT_EQ(dWDiff, 0u) << "of " << split.dW.size() << " dW elements";
+  }
+}
+
 /// [Note: launch trace] (runtime/LaunchTrace.h): with the trace on, a call records every
 /// launch of its schedule in order (N = 3000 in two row blocks under a 100 MiB budget:
 /// the blocked kernels twice), each with a positive GPU time and a gap of at least zero; the traced call's

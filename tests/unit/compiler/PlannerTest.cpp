@@ -202,6 +202,9 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
     const plan::TileConfig coop{128, 256, 64, 3, 4, 4};
     plan::TileConfig db = coop;
     db.tmaStore = true;
+    // dA may split K over clusters of up to 4 ([Note: sm90 split-K]).
+    plan::TileConfig da = coop;
+    da.splitK = 4;
     // The forward's CTAs pair up in clusters ([Note: sm90 multicast]); the persistent dZ
     // GEMM's do not.
     plan::TileConfig fwd = pingpong;
@@ -209,7 +212,7 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
     EXPECT_EQ(t, kernel.kind() == KernelKind::GemmReduce ? fwd
                  : fused                                 ? pingpong
                  : drhs                                  ? db
-                                                         : coop)
+                                                         : da)
         << kernel.name;
     std::vector<plan::Param> params = plan::kernelParams(kernel);
     ASSERT_GE(params.size(), 2u);
@@ -235,6 +238,36 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
       EXPECT_EQ(d.grid[0], 132) << kernel.name << ": persistent, one CTA per SM";
       EXPECT_EQ(d.cluster, 1) << kernel.name;
     }
+    if (kernel.kind() == KernelKind::GemmDLhs) {
+      // [Note: sm90 split-K]: a launch whose tiles leave SMs idle runs one tile per cluster
+      // of 2 or 4 CTAs (grid = tiles x split); 128 tiles fill a wave as they are; a short
+      // K is never split.
+      auto dims = [&](int64_t rows, int64_t kCols) { return p.launchDims(k, rows, kCols); };
+      EXPECT_EQ(dims(1024, 8192).grid[0], 128);
+      EXPECT_EQ(dims(1024, 8192).cluster, 1) << "8 x 16 tiles: one wave unsplit";
+      EXPECT_EQ(dims(512, 8192).grid[0], 64 * 2);
+      EXPECT_EQ(dims(512, 8192).cluster, 2) << "64 tiles: halves in one round";
+      EXPECT_EQ(dims(100, 8192).grid[0], 16 * 4);
+      EXPECT_EQ(dims(100, 8192).cluster, 4) << "16 tiles: quarters in one round";
+      EXPECT_EQ(dims(100, 1024).cluster, 2) << "16 k-blocks: 8 per half, too few for quarters";
+      EXPECT_EQ(dims(100, 960).cluster, 1) << "15 k-blocks: too few for halves";
+      EXPECT_EQ(dims(100, 960).grid[0], 16);
+    }
+  }
+  // LCEJIT_SPLIT_K=0: dA never splits.
+  {
+    plan::PlanOptions o = recompute;
+    o.splitK = false;
+    plan::Program q = llama->plan(o);
+    int dlhs = 0;
+    for (int32_t k = 0; k < static_cast<int32_t>(q.kernels.size()); ++k)
+      if (q.kernels[static_cast<size_t>(k)].kind() == KernelKind::GemmDLhs) {
+        ++dlhs;
+        EXPECT_EQ(plan::gemmTile(q.kernels[static_cast<size_t>(k)]).splitK, 1);
+        EXPECT_EQ(q.launchDims(k, 100, 8192).cluster, 1);
+        EXPECT_EQ(q.launchDims(k, 100, 8192).grid[0], 16);
+      }
+    EXPECT_EQ(dlhs, 1);
   }
   // LCEJIT_MULTICAST=0: no clusters.
   {
@@ -260,10 +293,11 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
           EXPECT_NE(prm.kind, plan::Param::Kind::TensorMapOut) << kernel.name;
       }
   }
-  // A short launch gets one CTA per tile.
+  // A short launch gets one cluster of 4 CTAs per tile ([Note: sm90 split-K]).
   for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k) {
     if (p.kernels[static_cast<size_t>(k)].kind() == KernelKind::GemmDLhs) {
-      EXPECT_EQ(p.launchDims(k, 128, 8192).grid[0], 16); // 1 row tile x 4096 / 256
+      EXPECT_EQ(p.launchDims(k, 128, 8192).grid[0], 16 * 4); // 1 row tile x 4096 / 256
+      EXPECT_EQ(p.launchDims(k, 128, 8192).cluster, 4);
     }
   }
 
@@ -1000,6 +1034,54 @@ TEST(Planner, LhsTileWidthTable) {
   plan::Program llama = lceFused(4096, 128256, DType::BF16, std::nullopt)->plan(o);
   EXPECT_EQ(widthOf(llama), 256);
   EXPECT_EQ(decision(llama, "dA tile:"), "");
+}
+
+/// [Note: sm90 split-K] as a table: (tiles, k-blocks, SMs) -> CTAs per tile; then the
+/// planner's decisions for the Gemma-2 head (a block of 1024 rows: 96 tiles of 128 x 192,
+/// unsplit) and the Llama-3 head in the bucket of N = 300 (N = 257: 48 tiles, halves).
+TEST(Planner, SplitKTable) {
+  struct Row {
+    int64_t tiles, kblocks;
+    int32_t sms, maxSplit, want;
+    const char *why;
+  };
+  const std::vector<Row> table = {
+      {96, 4000, 132, 4, 1, "Gemma-2's dA: 96 tiles fill a round unsplit; split needs three"},
+      {96, 4000, 132, 2, 1, "halves: 192 CTAs, two rounds"},
+      {256, 2004, 132, 4, 1, "Llama-3's dA: two rounds unsplit"},
+      {208, 168, 132, 4, 1, "lean's 1664-row blocks: two rounds unsplit"},
+      {128, 4000, 132, 4, 1, "one round of 128: nothing to gain"},
+      {64, 4000, 132, 4, 2, "64 tiles: 128 CTAs in halves, one round"},
+      {66, 4000, 132, 4, 2, "66 tiles: 132 CTAs in halves"},
+      {67, 4000, 132, 4, 1, "67 tiles: halves would need two rounds"},
+      {29, 4000, 132, 4, 4, "29 tiles: 116 CTAs in quarters, within 0.9 of the SMs"},
+      {30, 4000, 132, 4, 2, "30 tiles: 120 CTAs in quarters is over 0.9 of the SMs"},
+      {16, 4000, 132, 4, 4, "16 tiles: quarters"},
+      {16, 4000, 132, 2, 2, "16 tiles, at most halves"},
+      {16, 31, 132, 4, 2, "31 k-blocks: under 8 per rank for quarters, enough for halves"},
+      {16, 16, 132, 4, 2, "16 k-blocks: 8 per half"},
+      {16, 15, 132, 4, 1, "15 k-blocks: under 8 per rank for halves"},
+      {96, 4000, 132, 1, 1, "no split allowed"},
+      {0, 4000, 132, 4, 1, "no tiles"},
+      {1, 4000, 1, 4, 1, "one SM"},
+  };
+  for (const Row &r : table)
+    EXPECT_EQ(plan::chooseSplitK(r.tiles, r.kblocks, r.sms, r.maxSplit), r.want)
+        << r.tiles << " tiles, " << r.kblocks << " k-blocks, " << r.sms << " SMs: " << r.why;
+
+  plan::PlanOptions o = wgmmaOptions(8192);
+  o.workspaceBudgetBytes = int64_t(512) << 20;
+  plan::Program gemma = lceFused(2304, 256000, DType::BF16, 30.0)->plan(o);
+  EXPECT_NE(decision(gemma, "dA split-K (example): N = 16384: 1024 rows a block make 96 tiles of "
+                            "128x192 on 132 SMs: one CTA per tile"),
+            "");
+  plan::Program llama = lceFused(4096, 128256, DType::BF16, std::nullopt)->plan(wgmmaOptions(300));
+  EXPECT_NE(decision(llama, "dA split-K (example): N = 257: 257 rows a block make 48 tiles of "
+                            "128x256 on 132 SMs: clusters of 2 CTAs per tile"),
+            "");
+  EXPECT_NE(decision(llama, "dA split-K (example): N = 1024: 1024 rows a block make 128 tiles "
+                            "of 128x256 on 132 SMs: one CTA per tile"),
+            "");
 }
 
 /// [Note: column splits per call] as a table: the Llama-3 head on the wgmma path (ping-
