@@ -1125,9 +1125,6 @@ private:
       GemmDLhsKernel d;
       d.math = bwdMath;
       d.tile = bwdTile;
-      // [Note: sm90 split-K]: the launch splits K when the call's tiles leave SMs idle.
-      if (bwdMath == MathMode::WgmmaBF16 && !bwdTile.pingpong && opt_.splitK)
-        d.tile.splitK = 4;
       d.format = fmtDz;
       d.bType = abType;
       d.k = k;
@@ -1379,6 +1376,10 @@ private:
   /// [Note: dA tile width] (SchedulePolicy.h): the materialized schedule's wgmma dA runs
   /// over the whole vocabulary per row block; its tile width is chosen from the rows of a
   /// block at the top of the bucket.
+  ///
+  /// [Note: sm90 split-K]: it may also split K over clusters when a call's tiles are few.
+  /// Only here: the recompute's dA, an f32 accumulation per chunk, spills 16 bytes with
+  /// the exchange compiled in (sm_90a, softcap).
   void tuneLhsTile() {
     if (!prog_.schedule.wholeRows || !prog_.hasChunkLoop())
       return;
@@ -1387,6 +1388,8 @@ private:
       auto *d = std::get_if<GemmDLhsKernel>(&kernel.body);
       if (!d || d->math != MathMode::WgmmaBF16)
         continue;
+      if (opt_.splitK && !d->tile.pingpong)
+        d->tile.splitK = 4;
       const int32_t bn = chooseLhsTileWidth(rows, d->k, opt_.target.numSMs);
       if (bn == d->tile.bn)
         continue;

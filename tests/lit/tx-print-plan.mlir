@@ -60,7 +60,6 @@
 // WGMMA-NEXT: "bk": 64,
 // WGMMA-NEXT: "bm": 128,
 // WGMMA-NEXT: "bn": 256,
-// WGMMA-NEXT: "split_k": 4,
 // WGMMA-NEXT: "stages": 4,
 // WGMMA: "kind": "gemm_dlhs",
 // WGMMA: "math": "wgmma.bf16",

@@ -202,9 +202,6 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
     const plan::TileConfig coop{128, 256, 64, 3, 4, 4};
     plan::TileConfig db = coop;
     db.tmaStore = true;
-    // dA may split K over clusters of up to 4 ([Note: sm90 split-K]).
-    plan::TileConfig da = coop;
-    da.splitK = 4;
     // The forward's CTAs pair up in clusters ([Note: sm90 multicast]); the persistent dZ
     // GEMM's do not.
     plan::TileConfig fwd = pingpong;
@@ -212,7 +209,7 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
     EXPECT_EQ(t, kernel.kind() == KernelKind::GemmReduce ? fwd
                  : fused                                 ? pingpong
                  : drhs                                  ? db
-                                                         : da)
+                                                         : coop)
         << kernel.name;
     std::vector<plan::Param> params = plan::kernelParams(kernel);
     ASSERT_GE(params.size(), 2u);
@@ -238,35 +235,32 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
       EXPECT_EQ(d.grid[0], 132) << kernel.name << ": persistent, one CTA per SM";
       EXPECT_EQ(d.cluster, 1) << kernel.name;
     }
-    if (kernel.kind() == KernelKind::GemmDLhs) {
-      // [Note: sm90 split-K]: a launch whose tiles leave SMs idle runs one tile per cluster
-      // of 2 or 4 CTAs (grid = tiles x split); 128 tiles fill a wave as they are; a short
-      // K is never split.
-      auto dims = [&](int64_t rows, int64_t kCols) { return p.launchDims(k, rows, kCols); };
+  }
+  // [Note: sm90 split-K]: the materialized schedule's dA may split K (the recompute's, an
+  // f32 accumulation per chunk, may not: above). A launch whose tiles would all run at
+  // once split runs one tile per cluster of 2 or 4 CTAs (grid = tiles x split); 128 tiles
+  // fill a round as they are; a short K is not split. LCEJIT_SPLIT_K=0: never.
+  for (bool on : {true, false}) {
+    plan::PlanOptions o = wgmmaOptions(8192);
+    o.splitK = on;
+    plan::Program q = llama->plan(o);
+    int dlhs = 0;
+    for (int32_t k = 0; k < static_cast<int32_t>(q.kernels.size()); ++k) {
+      if (q.kernels[static_cast<size_t>(k)].kind() != KernelKind::GemmDLhs)
+        continue;
+      ++dlhs;
+      EXPECT_EQ(plan::gemmTile(q.kernels[static_cast<size_t>(k)]).splitK, on ? 4 : 1);
+      auto dims = [&](int64_t rows, int64_t kCols) { return q.launchDims(k, rows, kCols); };
       EXPECT_EQ(dims(1024, 8192).grid[0], 128);
-      EXPECT_EQ(dims(1024, 8192).cluster, 1) << "8 x 16 tiles: one wave unsplit";
-      EXPECT_EQ(dims(512, 8192).grid[0], 64 * 2);
-      EXPECT_EQ(dims(512, 8192).cluster, 2) << "64 tiles: halves in one round";
-      EXPECT_EQ(dims(100, 8192).grid[0], 16 * 4);
-      EXPECT_EQ(dims(100, 8192).cluster, 4) << "16 tiles: quarters in one round";
-      EXPECT_EQ(dims(100, 1024).cluster, 2) << "16 k-blocks: 8 per half, too few for quarters";
+      EXPECT_EQ(dims(1024, 8192).cluster, 1) << "8 x 16 tiles: one round unsplit";
+      EXPECT_EQ(dims(512, 8192).grid[0], on ? 64 * 2 : 64);
+      EXPECT_EQ(dims(512, 8192).cluster, on ? 2 : 1) << "64 tiles: halves in one round";
+      EXPECT_EQ(dims(100, 8192).grid[0], on ? 16 * 4 : 16);
+      EXPECT_EQ(dims(100, 8192).cluster, on ? 4 : 1) << "16 tiles: quarters in one round";
+      EXPECT_EQ(dims(100, 1024).cluster, on ? 2 : 1) << "16 k-blocks: 8 per half";
       EXPECT_EQ(dims(100, 960).cluster, 1) << "15 k-blocks: too few for halves";
       EXPECT_EQ(dims(100, 960).grid[0], 16);
     }
-  }
-  // LCEJIT_SPLIT_K=0: dA never splits.
-  {
-    plan::PlanOptions o = recompute;
-    o.splitK = false;
-    plan::Program q = llama->plan(o);
-    int dlhs = 0;
-    for (int32_t k = 0; k < static_cast<int32_t>(q.kernels.size()); ++k)
-      if (q.kernels[static_cast<size_t>(k)].kind() == KernelKind::GemmDLhs) {
-        ++dlhs;
-        EXPECT_EQ(plan::gemmTile(q.kernels[static_cast<size_t>(k)]).splitK, 1);
-        EXPECT_EQ(q.launchDims(k, 100, 8192).cluster, 1);
-        EXPECT_EQ(q.launchDims(k, 100, 8192).grid[0], 16);
-      }
     EXPECT_EQ(dlhs, 1);
   }
   // LCEJIT_MULTICAST=0: no clusters.
@@ -293,11 +287,10 @@ TEST(Planner, WgmmaMainloopWhereItCanRun) {
           EXPECT_NE(prm.kind, plan::Param::Kind::TensorMapOut) << kernel.name;
       }
   }
-  // A short launch gets one cluster of 4 CTAs per tile ([Note: sm90 split-K]).
+  // A short launch gets one CTA per tile.
   for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k) {
     if (p.kernels[static_cast<size_t>(k)].kind() == KernelKind::GemmDLhs) {
-      EXPECT_EQ(p.launchDims(k, 128, 8192).grid[0], 16 * 4); // 1 row tile x 4096 / 256
-      EXPECT_EQ(p.launchDims(k, 128, 8192).cluster, 4);
+      EXPECT_EQ(p.launchDims(k, 128, 8192).grid[0], 16); // 1 row tile x 4096 / 256
     }
   }
 

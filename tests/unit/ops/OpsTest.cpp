@@ -278,10 +278,23 @@ TEST(OpsExecutor, WgmmaOperandsFollowTheKernelTemplates) {
       if (params[i].kind == plan::Param::Kind::N)
         rows = r.args[i].value.i64; // the row block's rows
     }
-    // Pairs of row tiles launch as clusters of 2.
+    // Pairs of row tiles launch as clusters of 2; a dA whose tiles are few splits K over
+    // clusters ([Note: sm90 split-K]: plan::chooseSplitK, 132 SMs).
+    const int64_t lhsSplit =
+        k.kind() == plan::KernelKind::GemmDLhs
+            ? plan::chooseSplitK((rows + 127) / 128 * ((D + bn - 1) / bn), (cc + 63) / 64, p.target.numSMs,
+                                 plan::gemmTile(k).splitK)
+            : 1;
     EXPECT_EQ(r.dims.cluster,
-              k.kind() == plan::KernelKind::GemmReduce && (rows + 127) / 128 % 2 == 0 ? 2 : 1)
+              k.kind() == plan::KernelKind::GemmReduce && (rows + 127) / 128 % 2 == 0 ? 2
+                                                                                      : lhsSplit)
         << k.name << ", " << rows << " rows";
+    if (k.kind() == plan::KernelKind::GemmDLhs)
+      EXPECT_EQ(r.dims.grid[0], lhsSplit > 1 ? (rows + 127) / 128 * ((D + bn - 1) / bn) * lhsSplit
+                                             : std::min<int64_t>((rows + 127) / 128 *
+                                                                     ((D + bn - 1) / bn),
+                                                                 p.target.numSMs))
+          << k.name;
     // Row-indexed inputs start at the block's first row.
     const CUdeviceptr Hb =
         H + static_cast<CUdeviceptr>(r.rowBlock * ep.schedule.rowsPerBlock * D * 2);
