@@ -543,18 +543,23 @@ Executor::Executor(Program program, const Module &module)
   }
 }
 
-Executor::Executor(Program program, std::vector<const Module *> moduleOfKernel)
+Executor::Executor(Program program, std::vector<const Module *> moduleOfKernel,
+                   std::vector<std::string> entryOfKernel)
     : program_(std::move(program)), modules_(std::move(moduleOfKernel)) {
   if (modules_.empty())
     return; // the one-module constructor fills both lists
   LCEJIT_CHECK(modules_.size() == program_.kernels.size(),
                "Executor for '{}': {} modules for {} kernels", program_.name, modules_.size(),
                program_.kernels.size());
+  LCEJIT_CHECK(entryOfKernel.empty() || entryOfKernel.size() == program_.kernels.size(),
+               "Executor for '{}': {} entry points for {} kernels", program_.name,
+               entryOfKernel.size(), program_.kernels.size());
   for (size_t i = 0; i < modules_.size(); ++i) {
     LCEJIT_CHECK(modules_[i] && modules_[i]->loaded(),
                  "Executor for '{}': kernel '{}' has no loaded module", program_.name,
                  program_.kernels[i].name);
-    functions_.push_back(modules_[i]->function(program_.kernels[i].name));
+    functions_.push_back(modules_[i]->function(entryOfKernel.empty() ? program_.kernels[i].name
+                                                                     : entryOfKernel[i]));
   }
 }
 

@@ -210,8 +210,11 @@ public:
   /// `module` must outlive the Executor; the Program is copied.
   Executor(plan::Program program, const Module &module);
   /// The same with each kernel in its own module: moduleOfKernel[k] holds kernel k
-  /// ([Note: module parts] in compiler/codegen/Emitter.h). The modules must outlive it.
-  Executor(plan::Program program, std::vector<const Module *> moduleOfKernel);
+  /// ([Note: module parts] in compiler/codegen/Emitter.h) under the entry point
+  /// entryOfKernel[k] (empty: the kernels' own names; a kernel whose code another kernel's
+  /// entry point already is may be given that one). The modules must outlive it.
+  Executor(plan::Program program, std::vector<const Module *> moduleOfKernel,
+           std::vector<std::string> entryOfKernel = {});
 
   /// Enqueues one run on `stream` (see the file comment). Asynchronous: device checks
   /// raised by kernels land in the error word, read with enqueueErrorReadback().

@@ -7,8 +7,8 @@
 // each on its own; here every file is placed after the files it includes (a
 // depth-first order, ties by name), its local includes and `#pragma once` are
 // turned into comments, and each file is framed by begin/end marker lines so a
-// dump shows where helper code ends. System includes
-// (<cuda_bf16.h>, <cuda_fp16.h>) stay; NVRTC finds them through -I.
+// dump shows where helper code ends. They include no system header ([Note: no
+// system headers] in lcejit_common.cuh).
 //
 //===----------------------------------------------------------------------===//
 #pragma once

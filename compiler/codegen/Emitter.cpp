@@ -9,6 +9,8 @@
 
 #include <fmt/ranges.h>
 
+#include <map>
+#include <regex>
 #include <set>
 
 namespace lcejit::codegen {
@@ -103,15 +105,63 @@ std::string emitModule(const plan::Program &program, const std::vector<int32_t> 
 
 } // namespace
 
+std::vector<std::string> EmittedPart::entryPoints() const {
+  std::vector<std::string> out;
+  for (const std::string &n : kernelNames)
+    if (std::find(out.begin(), out.end(), n) == out.end())
+      out.push_back(n);
+  return out;
+}
+
+namespace {
+
+/// [Note: module parts]: kernel i's section with its comments dropped, its name replaced
+/// by '@' and its index (the launch contract's) by '#': equal for two kernels whose code
+/// is the same.
+std::string codeKey(const plan::Program &program, int32_t i) {
+  const std::string &name = program.kernels[static_cast<size_t>(i)].name;
+  const std::string text = emitKernelSource(program, i);
+  static const std::regex index(R"(launch_ok\(([A-Za-z_0-9]+), [0-9]+,)");
+  std::string key;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos)
+      end = text.size();
+    std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t first = line.find_first_not_of(' ');
+    if (first == std::string::npos || line.compare(first, 2, "//") == 0)
+      continue;
+    if (size_t c = line.find(" //"); c != std::string::npos)
+      line.erase(c);
+    for (size_t at = line.find(name); at != std::string::npos; at = line.find(name, at + 1))
+      line.replace(at, name.size(), "@");
+    key += std::regex_replace(line, index, "launch_ok($1, #,");
+    key += '\n';
+  }
+  return key;
+}
+
+} // namespace
+
 std::vector<EmittedPart> emitCudaParts(const plan::Program &program) {
   checkNames(program);
   std::vector<EmittedPart> parts;
+  std::map<std::string, size_t> partOfCode; // codeKey -> the GEMM part that compiles it
   EmittedPart rows;
   for (int32_t i = 0; i < static_cast<int32_t>(program.kernels.size()); ++i) {
     const plan::Kernel &k = program.kernels[static_cast<size_t>(i)];
     if (!plan::isGemmKind(k.kind())) {
       rows.kernels.push_back(i);
       rows.kernelNames.push_back(k.name);
+      continue;
+    }
+    auto [it, fresh] = partOfCode.emplace(codeKey(program, i), parts.size());
+    if (!fresh) {
+      EmittedPart &shared = parts[it->second];
+      shared.kernels.push_back(i);
+      shared.kernelNames.push_back(shared.kernelNames.front());
       continue;
     }
     EmittedPart p;
@@ -121,11 +171,24 @@ std::vector<EmittedPart> emitCudaParts(const plan::Program &program) {
   }
   if (!rows.kernels.empty())
     parts.push_back(std::move(rows));
-  for (size_t j = 0; j < parts.size(); ++j)
-    parts[j].source =
-        emitModule(program, parts[j].kernels,
-                   fmt::format("Module part {} of {} (the kernels {}; [Note: module parts]).",
-                               j + 1, parts.size(), fmt::join(parts[j].kernelNames, ", ")));
+  for (size_t j = 0; j < parts.size(); ++j) {
+    // The module holds the sections of its entry points (a shared kernel's is the first's).
+    std::vector<int32_t> sections;
+    for (size_t m = 0; m < parts[j].kernels.size(); ++m)
+      if (parts[j].kernelNames[m] == program.kernels[static_cast<size_t>(parts[j].kernels[m])].name)
+        sections.push_back(parts[j].kernels[m]);
+    std::vector<std::string> sharing;
+    for (size_t m = 0; m < parts[j].kernels.size(); ++m) {
+      const std::string &own = program.kernels[static_cast<size_t>(parts[j].kernels[m])].name;
+      if (parts[j].kernelNames[m] != own)
+        sharing.push_back(fmt::format("{} runs as {}", own, parts[j].kernelNames[m]));
+    }
+    parts[j].source = emitModule(
+        program, sections,
+        fmt::format("Module part {} of {} (the kernels {}{}; [Note: module parts]).", j + 1,
+                    parts.size(), fmt::join(parts[j].entryPoints(), ", "),
+                    sharing.empty() ? "" : fmt::format("; {}", fmt::join(sharing, ", "))));
+  }
   return parts;
 }
 

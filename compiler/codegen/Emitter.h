@@ -39,10 +39,18 @@ EmittedModule emitCuda(const plan::Program &program);
 /// prelude plus some kernels, in parallel threads: every GEMM kernel alone (their
 /// unrolled epilogues dominate ptxas time), and all row and cast kernels together. The
 /// first call of a bucket then waits for the slowest kernel, not for the sum.
+///
+/// A GEMM kernel whose section is another's but for its name, its index and its comments
+/// (dB's second column half, [Note: a scaled A in column parts]) is not compiled again:
+/// it joins that kernel's part, which lists the other's entry point for it. A launch
+/// contract it breaks is then reported under the other's index and name (the two take
+/// the same launch, so both would break it).
 struct EmittedPart {
   std::string source;                   ///< prelude + this part's kernels
   std::vector<int32_t> kernels;         ///< Program kernel indices, in Program order
-  std::vector<std::string> kernelNames; ///< their entry points
+  std::vector<std::string> kernelNames; ///< the entry point of each (may repeat)
+  /// kernelNames without repeats, in order: what the module defines.
+  std::vector<std::string> entryPoints() const;
 };
 std::vector<EmittedPart> emitCudaParts(const plan::Program &program);
 

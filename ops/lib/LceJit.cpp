@@ -228,7 +228,7 @@ ProgramLookup LceJit::lookup(int64_t n, const plan::Target &target, bool compile
           try {
             runtime::KernelRequest req;
             req.label = fmt::format("{}.{}", entry->program.name,
-                                    fmt::join(entry->parts[i].kernelNames, "+"));
+                                    fmt::join(entry->parts[i].entryPoints(), "+"));
             req.bucket = fmt::format("[{},{}]", entry->program.bucketLow, entry->program.bucket);
             req.source = entry->parts[i].source;
             req.arch = target.archName();

@@ -285,12 +285,17 @@ struct LinearCrossEntropy::Impl {
                  cp->binaries.size(), cp->parts.size());
     lp->modules.reserve(cp->parts.size());
     std::vector<const runtime::Module *> moduleOfKernel(cp->program.kernels.size(), nullptr);
+    std::vector<std::string> entryOfKernel(cp->program.kernels.size());
     for (size_t i = 0; i < cp->parts.size(); ++i) {
       lp->modules.emplace_back(cp->binaries[i]->cubin);
-      for (int32_t k : cp->parts[i].kernels)
-        moduleOfKernel[static_cast<size_t>(k)] = &lp->modules.back();
+      for (size_t j = 0; j < cp->parts[i].kernels.size(); ++j) {
+        const auto k = static_cast<size_t>(cp->parts[i].kernels[j]);
+        moduleOfKernel[k] = &lp->modules.back();
+        entryOfKernel[k] = cp->parts[i].kernelNames[j]; // [Note: module parts]: may be shared
+      }
     }
-    lp->executor = std::make_unique<runtime::Executor>(cp->program, std::move(moduleOfKernel));
+    lp->executor = std::make_unique<runtime::Executor>(cp->program, std::move(moduleOfKernel),
+                                                       std::move(entryOfKernel));
     ops::callPathCounters().programLoads.fetch_add(1, std::memory_order_relaxed);
     return *loaded.emplace(cp.get(), std::move(lp)).first->second;
   }

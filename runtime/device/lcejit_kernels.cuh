@@ -262,12 +262,12 @@ gemm_dz_kernel(const Epi &epi, const void *a, const void *b, void *dz,
           epi.value(ml.acc[i][j], row, chunk_begin + c, rows[i], colv[j]);
       const i64 idx = row * chunk_cols + c;
       if (FORMAT == DZ_SPLIT_BF16) {
-        const __nv_bfloat16 hi = __float2bfloat16_rn(v);
-        const __nv_bfloat16 lo = __float2bfloat16_rn(v - __bfloat162float(hi));
-        static_cast<__nv_bfloat16 *>(dz)[idx] = hi;
-        static_cast<__nv_bfloat16 *>(dz_lo)[idx] = lo;
+        const u16 hi = bf16_bits(v);
+        const u16 lo = bf16_bits(v - elem_bf16::to_f32(hi));
+        static_cast<u16 *>(dz)[idx] = hi;
+        static_cast<u16 *>(dz_lo)[idx] = lo;
       } else if (FORMAT == DZ_BF16) {
-        static_cast<__nv_bfloat16 *>(dz)[idx] = __float2bfloat16_rn(v);
+        static_cast<u16 *>(dz)[idx] = bf16_bits(v);
         if constexpr (Epi::RESIDUAL)
           if (chunk_begin + c == epi.residual_target(rows[i]))
             static_cast<float *>(residual)[row] = bf16_residual(v);

@@ -1095,14 +1095,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
           f[u] *= scale;
       }
       // One cvt.rn.{bf16x2,f16x2}.f32 packs the pair (f[0] in the low half).
-      u32 packed;
-      if constexpr (BF16) {
-        const __nv_bfloat162 p2 = __floats2bfloat162_rn(f[0], f[1]);
-        packed = *reinterpret_cast<const u32 *>(&p2);
-      } else {
-        const __half2 p2 = __floats2half2_rn(f[0], f[1]);
-        packed = *reinterpret_cast<const u32 *>(&p2);
-      }
+      const u32 packed = BF16 ? bf16x2_bits(f[0], f[1]) : f16x2_bits(f[0], f[1]);
       acc[i] = __uint_as_float(packed);
     }
   }

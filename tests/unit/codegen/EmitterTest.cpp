@@ -68,12 +68,11 @@ TEST(Emitter, EveryEmbeddedHeaderIsInThePreludeInIncludeOrder) {
   const std::string &prelude = codegen::deviceHeaderPrelude();
   for (const std::string &n : order)
     EXPECT_NE(prelude.find("// ==== begin " + n), std::string::npos) << n;
-  // Local includes and #pragma once are commented out; system includes stay.
-  EXPECT_FALSE(
-      std::regex_search(prelude, std::regex(R"(\n\s*#\s*include\s*"lcejit_)")));
+  // Local includes and #pragma once are commented out, and there is no system include
+  // ([Note: no system headers]: NVRTC parses nothing but the prelude).
+  EXPECT_FALSE(std::regex_search(prelude, std::regex(R"(\n\s*#\s*include)")));
   EXPECT_FALSE(
       std::regex_search(prelude, std::regex(R"(\n\s*#\s*pragma\s+once)")));
-  EXPECT_NE(prelude.find("#include <cuda_bf16.h>"), std::string::npos);
 }
 
 class EmitterPrograms : public ::testing::TestWithParam<std::string> {};
@@ -136,13 +135,15 @@ TEST_P(EmitterPrograms, ModulePartsCoverEveryKernelOnce) {
     }
     EXPECT_FALSE(rows && gemm) << "a GEMM kernel shares a module with row kernels";
     if (gemm) {
-      EXPECT_EQ(part.kernels.size(), 1u) << "GEMM kernels are compiled alone";
+      EXPECT_EQ(part.entryPoints().size(), 1u) << "GEMM kernels are compiled alone";
     }
     rowParts += rows;
     EXPECT_NE(part.source.find(codegen::deviceHeaderPrelude()), std::string::npos);
     for (size_t i = 0; i < p.kernels.size(); ++i) {
       const bool mine = std::find(part.kernels.begin(), part.kernels.end(),
-                                  static_cast<int32_t>(i)) != part.kernels.end();
+                                  static_cast<int32_t>(i)) != part.kernels.end() &&
+                        std::find(part.kernelNames.begin(), part.kernelNames.end(),
+                                  p.kernels[i].name) != part.kernelNames.end();
       EXPECT_EQ(part.source.find(emitKernelSource(p, static_cast<int32_t>(i))) !=
                     std::string::npos,
                 mine)
@@ -152,6 +153,61 @@ TEST_P(EmitterPrograms, ModulePartsCoverEveryKernelOnce) {
   EXPECT_LE(rowParts, 1u);
   for (size_t i = 0; i < seen.size(); ++i)
     EXPECT_EQ(seen[i], 1) << p.kernels[i].name;
+}
+
+/// [Note: module parts]: a GEMM kernel whose code is another's but for its name and index
+/// joins that kernel's part under the other's entry point (the module holds one section);
+/// one that differs in anything else (here its stage count) is a part of its own.
+TEST_P(EmitterPrograms, ModulePartsShareAGemmKernelsCode) {
+  Program p = makeTestProgram(GetParam());
+  int32_t g = -1;
+  for (int32_t i = 0; i < static_cast<int32_t>(p.kernels.size()) && g < 0; ++i)
+    if (isGemmKind(p.kernels[static_cast<size_t>(i)].kind()))
+      g = i;
+  if (g < 0)
+    GTEST_SKIP() << "no GEMM kernel in this program";
+  const std::string name = p.kernels[static_cast<size_t>(g)].name;
+  Kernel twin = p.kernels[static_cast<size_t>(g)];
+  twin.name = name + "_twin";
+  p.kernels.push_back(twin);
+  const int32_t twinIndex = static_cast<int32_t>(p.kernels.size()) - 1;
+  Kernel other = p.kernels[static_cast<size_t>(g)];
+  other.name = name + "_other";
+  std::visit(
+      [](auto &body) {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, GemmReduceKernel> || std::is_same_v<T, GemmDzKernel>)
+          body.gemm.tile.stages += 1;
+        else if constexpr (std::is_same_v<T, GemmDLhsKernel> || std::is_same_v<T, GemmDRhsKernel>)
+          body.tile.stages += 1;
+      },
+      other.body);
+  p.kernels.push_back(other);
+  const int32_t otherIndex = twinIndex + 1;
+
+  std::vector<codegen::EmittedPart> parts = codegen::emitCudaParts(p);
+  const codegen::EmittedPart *shared = nullptr, *own = nullptr;
+  for (const codegen::EmittedPart &part : parts) {
+    auto has = [&](int32_t k) {
+      return std::find(part.kernels.begin(), part.kernels.end(), k) != part.kernels.end();
+    };
+    if (has(g))
+      shared = &part;
+    if (has(otherIndex))
+      own = &part;
+  }
+  ASSERT_NE(shared, nullptr);
+  ASSERT_NE(own, nullptr);
+  EXPECT_EQ(shared->kernels, (std::vector<int32_t>{g, twinIndex}));
+  EXPECT_EQ(shared->kernelNames, (std::vector<std::string>{name, name}));
+  EXPECT_EQ(shared->entryPoints(), std::vector<std::string>{name});
+  EXPECT_NE(shared->source.find(emitKernelSource(p, g)), std::string::npos);
+  EXPECT_EQ(shared->source.find(name + "_twin("), std::string::npos)
+      << "the twin's section is not compiled";
+  EXPECT_NE(shared->source.find(name + "_twin runs as " + name), std::string::npos)
+      << "the part's banner says who shares it";
+  EXPECT_NE(shared, own) << "a different stage count is different code";
+  EXPECT_EQ(own->kernelNames, std::vector<std::string>{name + "_other"});
 }
 
 TEST_P(EmitterPrograms, GemmSharedMemoryMatchesTheLaunch) {
