@@ -353,6 +353,56 @@ TEST(LceGpuForward, LossMatchesTheReferenceAndForwardBackward) {
   }
 }
 
+/// One bf16 softcap-30 call with random data (seeds s, s + 1, s + 2; every `ignoreEvery`-th
+/// target ignored), run with knob `name` set to each value asked for: the loss, dH and an
+/// f32 dW as bits, and the plan. The comparisons of two code paths that must agree.
+class KnobRuns {
+public:
+  struct Result {
+    float loss;
+    std::vector<uint16_t> dH;
+    std::vector<uint32_t> dW;
+    std::string plan;
+  };
+  KnobRuns(int64_t n, int64_t hidden, uint64_t seed, int64_t ignoreEvery)
+      : n_(n), h_(n * hidden * 2), w_(kVocab * hidden * 2), y_(n * 8), dH_(n * hidden * 2),
+        dW_(kVocab * hidden * 4) {
+    o_.hidden = hidden;
+    o_.vocab = kVocab;
+    o_.dtype = DType::BF16;
+    o_.softcap = 30.0;
+    o_.ignoreIndex = -100;
+    RefKernels &k = RefKernels::get();
+    const double scale = 2.0 / std::pow(double(hidden), 0.25);
+    k.fillRandom(h_, o_.dtype, n * hidden, seed, scale);
+    k.fillRandom(w_, o_.dtype, kVocab * hidden, seed + 1, scale);
+    k.fillTargets(y_, DType::I64, n, seed + 2, kVocab, -100, ignoreEvery);
+  }
+  Result run(const char *name, const char *value) {
+    lcejit::testing::ScopedEnv knob;
+    knob.set(name, value);
+    LinearCrossEntropy op(o_);
+    dH_.poison();
+    dW_.poison();
+    Result r;
+    r.loss = op.forwardBackward(TensorRef{h_.data(), o_.dtype, {n_, o_.hidden}, {}},
+                                TensorRef{w_.data(), o_.dtype, {kVocab, o_.hidden}, {}},
+                                TensorRef{y_.data(), DType::I64, {n_}, {}},
+                                MutableTensorRef{dH_.data(), o_.dtype, {n_, o_.hidden}, {}},
+                                MutableTensorRef{dW_.data(), DType::F32, {kVocab, o_.hidden}, {}});
+    r.dH = dH_.download<uint16_t>();
+    r.dW = dW_.download<uint32_t>();
+    r.plan = op.inspect(n_, "plan");
+    return r;
+  }
+
+private:
+  static constexpr int64_t kVocab = 32000; // a multiple of 8 (wgmma) and of 128 (materialized)
+  int64_t n_;
+  LinearCrossEntropyOptions o_;
+  DeviceBuffer h_, w_, y_, dH_, dW_;
+};
+
 /// [Note: sm90 multicast]: the forward's cluster pairs share each W tile through TMA
 /// multicast. That changes where a stage's bytes come from, not the arithmetic, so the
 /// loss and both gradients must be bit-identical to single CTAs (LCEJIT_MULTICAST=0), for
@@ -362,41 +412,9 @@ TEST(LceGpuForward, LossMatchesTheReferenceAndForwardBackward) {
 TEST(LceGpuClusters, MulticastChangesNoBit) {
   for (int64_t n : {256, 384, 1000}) {
     SCOPED_TRACE(fmt::format("N = {}", n));
-    LinearCrossEntropyOptions o;
-    o.hidden = 256;
-    o.vocab = 32000; // a multiple of 8 (wgmma) and of 128 (materialized)
-    o.dtype = DType::BF16;
-    o.softcap = 30.0;
-    o.ignoreIndex = -100;
-    RefKernels &k = RefKernels::get();
-    DeviceBuffer h(n * o.hidden * 2), w(o.vocab * o.hidden * 2), y(n * 8),
-        dH(n * o.hidden * 2), dW(o.vocab * o.hidden * 4);
-    const double scale = 2.0 / std::pow(double(o.hidden), 0.25);
-    k.fillRandom(h, o.dtype, n * o.hidden, 71, scale);
-    k.fillRandom(w, o.dtype, o.vocab * o.hidden, 72, scale);
-    k.fillTargets(y, DType::I64, n, 73, o.vocab, -100, 9);
-    struct Result {
-      float loss;
-      std::vector<uint16_t> dH;
-      std::vector<uint32_t> dW;
-    };
-    auto run = [&](bool multicast) {
-      lcejit::testing::ScopedEnv knob;
-      knob.set("LCEJIT_MULTICAST", multicast ? "1" : "0");
-      LinearCrossEntropy op(o);
-      dH.poison();
-      dW.poison();
-      Result r;
-      r.loss = op.forwardBackward(
-          TensorRef{h.data(), o.dtype, {n, o.hidden}, {}},
-          TensorRef{w.data(), o.dtype, {o.vocab, o.hidden}, {}},
-          TensorRef{y.data(), DType::I64, {n}, {}},
-          MutableTensorRef{dH.data(), o.dtype, {n, o.hidden}, {}},
-          MutableTensorRef{dW.data(), DType::F32, {o.vocab, o.hidden}, {}});
-      r.dH = dH.download<uint16_t>();
-      r.dW = dW.download<uint32_t>();
-      return r;
-    };
+    KnobRuns runs(n, 256, 71, 9);
+    using Result = KnobRuns::Result;
+    auto run = [&](bool multicast) { return runs.run("LCEJIT_MULTICAST", multicast ? "1" : "0"); };
     const Result pairs = run(true), single = run(false);
     ASSERT_TRUE(std::isfinite(pairs.loss));
     uint32_t a, b;
@@ -428,43 +446,9 @@ TEST(LceGpuClusters, MulticastChangesNoBit) {
 TEST(LceGpuClusters, SplitKIsDeterministicAndChangesOnlyTheSumOrder) {
   for (int64_t n : {64, 200, 500}) {
     SCOPED_TRACE(fmt::format("N = {}", n));
-    LinearCrossEntropyOptions o;
-    o.hidden = 2304;
-    o.vocab = 32000;
-    o.dtype = DType::BF16;
-    o.softcap = 30.0;
-    o.ignoreIndex = -100;
-    RefKernels &k = RefKernels::get();
-    DeviceBuffer h(n * o.hidden * 2), w(o.vocab * o.hidden * 2), y(n * 8),
-        dH(n * o.hidden * 2), dW(o.vocab * o.hidden * 4);
-    const double scale = 2.0 / std::pow(double(o.hidden), 0.25);
-    k.fillRandom(h, o.dtype, n * o.hidden, 91, scale);
-    k.fillRandom(w, o.dtype, o.vocab * o.hidden, 92, scale);
-    k.fillTargets(y, DType::I64, n, 93, o.vocab, -100, 7);
-    struct Result {
-      float loss;
-      std::vector<uint16_t> dH;
-      std::vector<uint32_t> dW;
-      std::string plan;
-    };
-    auto run = [&](bool split) {
-      lcejit::testing::ScopedEnv knob;
-      knob.set("LCEJIT_SPLIT_K", split ? "1" : "0");
-      LinearCrossEntropy op(o);
-      dH.poison();
-      dW.poison();
-      Result r;
-      r.loss = op.forwardBackward(
-          TensorRef{h.data(), o.dtype, {n, o.hidden}, {}},
-          TensorRef{w.data(), o.dtype, {o.vocab, o.hidden}, {}},
-          TensorRef{y.data(), DType::I64, {n}, {}},
-          MutableTensorRef{dH.data(), o.dtype, {n, o.hidden}, {}},
-          MutableTensorRef{dW.data(), DType::F32, {o.vocab, o.hidden}, {}});
-      r.dH = dH.download<uint16_t>();
-      r.dW = dW.download<uint32_t>();
-      r.plan = op.inspect(n, "plan");
-      return r;
-    };
+    KnobRuns runs(n, 2304, 91, 7);
+    using Result = KnobRuns::Result;
+    auto run = [&](bool split) { return runs.run("LCEJIT_SPLIT_K", split ? "1" : "0"); };
     const Result split = run(true), again = run(true), whole = run(false);
     ASSERT_NE(split.plan.find("\"split_k\": 4"), std::string::npos) << "dA may split";
     ASSERT_EQ(whole.plan.find("\"split_k\""), std::string::npos) << "LCEJIT_SPLIT_K=0";
