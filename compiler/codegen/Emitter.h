@@ -40,6 +40,12 @@ EmittedModule emitCuda(const plan::Program &program);
 /// unrolled epilogues dominate ptxas time), and all row and cast kernels together. The
 /// first call of a bucket then waits for the slowest kernel, not for the sum.
 ///
+/// A part's text is a function of its kernels alone: its banner names neither the bucket
+/// nor the Program's other kernels. Buckets plan the same kernels where the shapes allow
+/// (Llama-3's head plans [4097, 16384] and [16385, 65536] alike), and the kernel cache,
+/// keyed by the text, then compiles each once: a new bucket's first call compiles only
+/// what is new in it.
+///
 /// A GEMM kernel whose section is another's but for its name, its index and its comments
 /// (dB's second column half, [Note: a scaled A in column parts]) is not compiled again:
 /// it joins that kernel's part, which lists the other's entry point for it. A launch

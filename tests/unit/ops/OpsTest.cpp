@@ -598,6 +598,39 @@ TEST(OpsCacheKey, EveryComponentChangesTheKeyAndNOnlyThroughItsBucket) {
   distinct(base(), lessSmem, "shared memory per block");
 }
 
+/// [Note: module parts]: a part's text names no bucket, so buckets that plan the same
+/// kernels (a small head plans N = 300, 1025 and 5000 alike) compile them once: the first
+/// bucket's lookup compiles (an empty cache directory), the others find every part in
+/// memory, though each is a Program of its own (planned, keyed by its bucket). The whole
+/// module of a dump still names its bucket.
+TEST(OpsCacheKey, BucketsThatPlanTheSameKernelsCompileThemOnce) {
+  char dir[] = "/tmp/lcejit-ops-cache-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  {
+    lcejit::testing::ScopedEnv env{{"LCEJIT_CACHE_DIR", dir}};
+    LinearCrossEntropyOptions o;
+    o.hidden = 64;
+    o.vocab = 1000;
+    ops::LceJit jit(o);
+    const plan::Target t = ops::LceJit::defaultTarget();
+    ops::ProgramLookup first = jit.lookup(300, t, true);
+    EXPECT_TRUE(first.planned);
+    EXPECT_EQ(first.binaryOrigin, runtime::CacheOrigin::Compiled);
+    for (int64_t n : {1025, 5000}) {
+      SCOPED_TRACE(fmt::format("N = {}", n));
+      ops::ProgramLookup next = jit.lookup(n, t, true);
+      EXPECT_TRUE(next.planned) << "a bucket of its own";
+      EXPECT_NE(next.compiled->program.bucket, first.compiled->program.bucket);
+      EXPECT_NE(next.compiled->source, first.compiled->source) << "the dump names the bucket";
+      ASSERT_EQ(next.compiled->parts.size(), first.compiled->parts.size());
+      for (size_t i = 0; i < next.compiled->parts.size(); ++i)
+        EXPECT_EQ(next.compiled->parts[i].source, first.compiled->parts[i].source) << i;
+      EXPECT_EQ(next.binaryOrigin, runtime::CacheOrigin::Memory) << "nothing compiled";
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(OpsCacheKey, SMCountChangesThePlanItKeys) {
   // Why the SM count is in the key: the planner sizes column splits by it (the mma.sync
   // schedule of sm_80 fills every SM twice). A wide vocabulary and a small N leave room.
