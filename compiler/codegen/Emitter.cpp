@@ -177,13 +177,12 @@ std::vector<EmittedPart> emitCudaParts(const plan::Program &program) {
   for (size_t j = 0; j < parts.size(); ++j) {
     // The module holds the sections of its entry points (a shared kernel's is the first's).
     std::vector<int32_t> sections;
-    for (size_t m = 0; m < parts[j].kernels.size(); ++m)
-      if (parts[j].kernelNames[m] == program.kernels[static_cast<size_t>(parts[j].kernels[m])].name)
-        sections.push_back(parts[j].kernels[m]);
     std::vector<std::string> sharing;
     for (size_t m = 0; m < parts[j].kernels.size(); ++m) {
       const std::string &own = program.kernels[static_cast<size_t>(parts[j].kernels[m])].name;
-      if (parts[j].kernelNames[m] != own)
+      if (parts[j].kernelNames[m] == own)
+        sections.push_back(parts[j].kernels[m]);
+      else
         sharing.push_back(fmt::format("{} runs as {}", own, parts[j].kernelNames[m]));
     }
     parts[j].source = emitModule(

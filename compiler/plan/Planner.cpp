@@ -1350,17 +1350,17 @@ private:
   }
 
   /// [Note: sm90 split-K]: what the launch of a full row block's dA does at N = n (the
-  /// split is the launch's, from the call's rows: plan::chooseSplitK).
+  /// split is the launch's: Program::launchDims for the block's rows).
   void describeLhsSplit(int64_t n) {
     const RunSchedule s = prog_.runSchedule(n);
-    for (const Kernel &kernel : prog_.kernels) {
-      const auto *d = std::get_if<GemmDLhsKernel>(&kernel.body);
+    for (int32_t k = 0; k < static_cast<int32_t>(prog_.kernels.size()); ++k) {
+      const auto *d = std::get_if<GemmDLhsKernel>(&prog_.kernels[static_cast<size_t>(k)].body);
       if (!d || d->math != MathMode::WgmmaBF16 || d->tile.splitK <= 1 || s.chunkCols <= 0)
         continue;
       const int64_t rows = std::min(s.rowsPerBlock, n);
       const int64_t tiles = ((rows + 127) / 128) * ((d->k + d->tile.bn - 1) / d->tile.bn);
       const int64_t kblocks = (s.chunkCols + 63) / 64;
-      const int32_t split = chooseSplitK(tiles, kblocks, opt_.target.numSMs, d->tile.splitK);
+      const int32_t split = prog_.launchDims(k, rows, s.chunkCols).cluster;
       prog_.decisions.push_back(fmt::format(
           "dA split-K (example): N = {}: {} rows a block make {} tiles of 128x{} on {} SMs: "
           "{}",
