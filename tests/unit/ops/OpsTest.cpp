@@ -896,9 +896,10 @@ TEST_P(OpsNvrtc, EveryGeneratedKernelCompilesForSm90aAndSm80) {
 }
 
 CompileCase compileCase(const char *name, DType dt, std::optional<double> cap, bool ignore,
-                        Reduction r, DType gw, int64_t n, int64_t vocab = 32003) {
+                        Reduction r, DType gw, int64_t n, int64_t vocab = 32003,
+                        int64_t hidden = 200) {
   LinearCrossEntropyOptions o;
-  o.hidden = 200;
+  o.hidden = hidden;
   o.vocab = vocab;
   o.dtype = dt;
   o.softcap = cap;
@@ -923,7 +924,14 @@ INSTANTIATE_TEST_SUITE_P(
         compileCase("bf16_materialized_softcap", DType::BF16, 30.0, true, Reduction::Sum,
                     DType::F32, 3000, 32000),
         compileCase("bf16_recompute_softcap", DType::BF16, 30.0, true, Reduction::Mean,
-                    DType::F32, 8192, 32000)),
+                    DType::F32, 8192, 32000),
+        // The heads the benchmarks run: their dA carries 128 (Llama-3) or 96 (Gemma-2)
+        // accumulators a thread with the split-K exchange and the residual epilogue, where
+        // the small heads above carry 32.
+        compileCase("bf16_llama3_head", DType::BF16, {}, true, Reduction::Mean, DType::F32,
+                    8192, 128256, 4096),
+        compileCase("bf16_gemma2_head_softcap", DType::BF16, 30.0, true, Reduction::Mean,
+                    DType::F32, 8192, 256000, 2304)),
     [](const ::testing::TestParamInfo<CompileCase> &i) { return std::string(i.param.name); });
 
 //===----------------------------------------------------------------------===//
