@@ -228,16 +228,6 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
       break;
     }
   }
-  // [Note: sm90 overlapped dB] (plan/Planner.cpp): the launch before must be the dA that
-  // lets it start (a skipped dA leaves another kernel there, which does not).
-  if (const auto *rhs = std::get_if<plan::GemmDRhsKernel>(&kernel.body);
-      rhs && rhs->tile.dynamicTiles && !plan.launches.empty()) {
-    const LaunchRecord &prev = plan.launches.back();
-    const auto *lhs =
-        std::get_if<plan::GemmDLhsKernel>(&program.kernels[static_cast<size_t>(prev.kernel)].body);
-    rec.overlapsPrevious = lhs && lhs->launchDependents && prev.chunk == rec.chunk &&
-                           prev.rowBlock == rec.rowBlock;
-  }
   plan.launches.push_back(std::move(rec));
 }
 
@@ -442,7 +432,6 @@ PreparedRun prepareRun(const Program &program, int64_t n) {
     l.chunk = rec.chunk;
     l.rowBlock = rec.rowBlock;
     l.dims = rec.dims;
-    l.overlapsPrevious = rec.overlapsPrevious;
     LCEJIT_CHECK(rec.args.size() <= kMaxKernelArgs, "kernel '{}' takes {} arguments",
                  program.kernels[static_cast<size_t>(rec.kernel)].name, rec.args.size());
     for (const KernelArg &a : rec.args)
@@ -616,25 +605,16 @@ void Executor::launch(const PreparedRun &r, CUstream stream) const {
     cfg.blockDimZ = 1;
     cfg.sharedMemBytes = static_cast<unsigned>(l.dims.sharedBytes);
     cfg.hStream = stream;
-    CUlaunchAttribute attrs[2]{};
-    unsigned numAttrs = 0;
+    CUlaunchAttribute cluster{};
     if (l.dims.cluster > 1) {
       // [Note: sm90 multicast]: consecutive CTAs along x form one cluster.
-      CUlaunchAttribute &cluster = attrs[numAttrs++];
       cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
       cluster.value.clusterDim.x = static_cast<unsigned>(l.dims.cluster);
       cluster.value.clusterDim.y = 1;
       cluster.value.clusterDim.z = 1;
+      cfg.attrs = &cluster;
+      cfg.numAttrs = 1;
     }
-    // [Note: sm90 overlapped dB]: may start while the dA before it runs. Not under the
-    // launch trace, whose event between the two would time them together.
-    if (l.overlapsPrevious && !trace) {
-      CUlaunchAttribute &pdl = attrs[numAttrs++];
-      pdl.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-      pdl.value.programmaticStreamSerializationAllowed = 1;
-    }
-    cfg.attrs = numAttrs > 0 ? attrs : nullptr;
-    cfg.numAttrs = numAttrs;
     CUevent before = trace ? traceEvent(stream) : nullptr;
     CUresult res = d.launchKernelEx(&cfg, f, params, nullptr);
     if (trace)

@@ -114,9 +114,6 @@ struct LaunchRecord {
   /// The operands of a WgmmaBF16 GEMM as plain data ([Note: sm90 operand maps]); encoded
   /// into tensor maps only by run(), so planExecution stays a pure host computation.
   std::vector<Sm90Operand> maps;
-  /// [Note: sm90 overlapped dB] A dB with dynamic tiles right after the dA (same row block
-  /// and chunk) that lets it start: launched with programmatic stream serialization.
-  bool overlapsPrevious = false;
 };
 
 struct MemsetRecord {
@@ -167,7 +164,6 @@ struct PreparedRun {
     std::vector<Reloc> operandRelocs;
     std::vector<CUtensorMap> maps; ///< encoded by bindRun when an operand's base changed
     int32_t accumulateArg = -1; ///< index of the AccumulateOutputs argument (-1: none)
-    bool overlapsPrevious = false; ///< LaunchRecord::overlapsPrevious
   };
 
   int64_t n = -1;

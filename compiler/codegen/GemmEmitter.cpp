@@ -118,10 +118,6 @@ void checkShape(const GemmShape &s, const std::string &what) {
                  "{}: splitK = {} (1, or 2 or 4 on cooperative consumers without clusters "
                  "or a TMA store: [Note: sm90 split-K])",
                  what, t.splitK);
-    LCEJIT_CHECK(!t.dynamicTiles || (!t.pingpong && t.clusterM == 1 && t.splitK == 1),
-                 "{}: dynamic tiles run on cooperative consumers without clusters or a "
-                 "split ([Note: sm90 dynamic tiles])",
-                 what);
     LCEJIT_CHECK(plan::wgmmaSharedBytes(t) <= 232448,
                  "{}: {} bytes of shared memory for bn = {} and {} stages", what,
                  plan::wgmmaSharedBytes(t), t.bn, t.stages);
@@ -183,11 +179,6 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
                                   ctx.kernel().kind() == plan::KernelKind::GemmDLhs),
                "kernel '{}': only a wgmma GemmDLhs splits K over a cluster (splitK = {})",
                ctx.name(), t.splitK);
-  LCEJIT_CHECK(!t.dynamicTiles || (s.math == MathMode::WgmmaBF16 &&
-                                    ctx.kernel().kind() == plan::KernelKind::GemmDRhs),
-               "kernel '{}': only a wgmma GemmDRhs claims its tiles at run time "
-               "(dynamicTiles)",
-               ctx.name());
   if (s.math == MathMode::WgmmaBF16) {
     w.line("#if !defined(LCEJIT_SM90)");
     w.line("#error \"kernel {} runs the sm_90a mainloop: compile with "
@@ -196,8 +187,7 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
     w.line("#endif");
     w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}{}> {};", t.bn,
            t.stages, s.aKMajor ? "K_MAJOR" : "MN_MAJOR", s.bKMajor ? "K_MAJOR" : "MN_MAJOR",
-           t.dynamicTiles   ? fmt::format(", 0, {}, 1, 1, 1", t.tmaStore ? 1 : 0)
-           : t.splitK > 1   ? fmt::format(", 0, 0, 1, {}", t.splitK)
+           t.splitK > 1     ? fmt::format(", 0, 0, 1, {}", t.splitK)
            : t.clusterM > 1 ? fmt::format(", {}, {}, {}", t.pingpong ? 1 : 0, t.tmaStore ? 1 : 0,
                                           t.clusterM)
            : t.tmaStore ? ", 0, 1"
@@ -228,7 +218,7 @@ std::string tileText(const GemmShape &s) {
   const TileConfig &t = s.tile;
   if (s.math == MathMode::WgmmaBF16)
     return fmt::format("math {}, tile {}x{}x{}, 384 threads (TMA producer warpgroup + 2 "
-                       "wgmma consumer warpgroups, {}), {} stages{}{}{}{}",
+                       "wgmma consumer warpgroups, {}), {} stages{}{}{}",
                        plan::mathModeName(s.math), t.bm, t.bn, t.bk,
                        t.pingpong ? "ping-pong: alternate tiles" : "cooperative", t.stages,
                        t.tmaStore ? "; f32 tiles out through shared memory and TMA" : "",
@@ -241,10 +231,7 @@ std::string tileText(const GemmShape &s) {
                                                   "over part of K, when the call's tiles leave "
                                                   "SMs idle ([Note: sm90 split-K])",
                                                   t.splitK)
-                                    : "",
-                       t.dynamicTiles ? "; tiles claimed from a counter at run time ([Note: "
-                                        "sm90 dynamic tiles])"
-                                      : "");
+                                    : "");
   return fmt::format(
       "math {}, tile {}x{}x{}, warps {}x{} ({} threads), {} stages",
       plan::mathModeName(s.math), t.bm, t.bn, t.bk, t.warpsM, t.warpsN,
@@ -1070,12 +1057,7 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
       fmt::format("{} > 0", ctx.scalarParamName(Param::Kind::ChunkIndex));
   if (k.out.space == plan::Space::Output)
     accumulate = fmt::format("{} || {}", accumulate, ctx.accumulatesInto(k.out));
-  LCEJIT_CHECK(!k.launchDependents || isWgmma(ctx),
-               "kernel '{}': only a wgmma dA lets the dB after it start early", ctx.name());
   if (isWgmma(ctx)) {
-    if (k.launchDependents)
-      w.line("lcejit::sm90::grid_launch_dependents(); // the dB launched next may start "
-             "([Note: sm90 overlapped dB])");
     const std::string &cb = ctx.scalarParamName(Param::Kind::ChunkBegin);
     const std::string &cc = ctx.scalarParamName(Param::Kind::ChunkCols);
     if (res) {
@@ -1188,42 +1170,23 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
     terms.push_back(ctx.accumulatesInto(k.out));
   const std::string accumulate =
       terms.empty() ? std::string("false") : fmt::format("{}", fmt::join(terms, " || "));
-  // [Note: sm90 dynamic tiles]: the counter is the slot's two 32-bit words.
-  std::string counter;
-  if (k.tile.dynamicTiles) {
-    LCEJIT_CHECK(k.tileCounterSlot >= 0 && k.tileCounterSlot < ctx.program().numScalarSlots,
-                 "{}: dynamic tiles without a tile counter slot (slot {} of {})", what,
-                 k.tileCounterSlot, ctx.program().numScalarSlots);
-    counter = fmt::format(", reinterpret_cast<unsigned *>(static_cast<double *>({}) + {})",
-                          ctx.bufferName(BufferRef{plan::Space::Workspace,
-                                                   plan::kScalarSlotsBuffer}),
-                          k.tileCounterSlot);
-  }
-  // [Note: sm90 overlapped dB]: launched to overlap the dA before it, the kernel completes
-  // only after that dA has, so what the stream runs next sees both.
-  auto emitDependencyWait = [&] {
-    if (k.tile.dynamicTiles)
-      w.line("lcejit::sm90::grid_dependency_wait(); // [Note: sm90 overlapped dB]");
-  };
   if (isWgmma(ctx) && k.tile.tmaStore) {
     LCEJIT_CHECK(k.outType == DType::F32,
                  "{}: the TMA store epilogue writes an f32 output, not {}", what,
                  dtypeName(k.outType));
     w.line("lcejit::sm90::gemm_drhs_tma_kernel<{}_config>(map_a, map_b, map_out, {}, {}LL, "
-           "{}, {}{});",
+           "{}, {});",
            ctx.name(), ctx.scalarParamName(Param::Kind::N), k.k,
-           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate, counter);
-    emitDependencyWait();
+           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
     return;
   }
   if (isWgmma(ctx)) {
     w.line("lcejit::sm90::gemm_drhs_kernel<{}_config, {}>(map_a, map_b, {}, {}, {}LL, {}, "
-           "{}, {}{});",
+           "{}, {});",
            ctx.name(), elemTag(k.outType), ctx.bufferName(k.out),
            ctx.scalarParamName(Param::Kind::N), k.k,
            ctx.scalarParamName(Param::Kind::ChunkBegin),
-           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate, counter);
-    emitDependencyWait();
+           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
     return;
   }
   w.line("lcejit::gemm_drhs_kernel<{}_config, {}>({}, {}, {}, {}, {}, {}LL, "

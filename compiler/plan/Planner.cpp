@@ -1341,7 +1341,6 @@ private:
     }
     decideRowBlocks();
     tuneLhsTile();
-    overlapRhs();
     if (prog_.hasChunkLoop())
       for (int64_t n : {std::max<int64_t>(bucketLow_, 1), bucket_}) {
         prog_.decisions.push_back("run schedule (example): " + prog_.runSchedule(n).describe());
@@ -1372,73 +1371,6 @@ private:
                     : std::string("one CTA per tile (split, the tiles would not all run at "
                                   "once: [Note: sm90 split-K])")));
     }
-  }
-
-  /// [Note: sm90 overlapped dB] dA and dB of one chunk both read the chunk's dZ (or stored
-  /// values) and write different outputs, so dB may run while dA does. dA's tiles rarely
-  /// fill the machine evenly: Gemma-2's row block of 1024 rows makes 96 tiles of 128x192
-  /// for 132 SMs, so for the whole of dA (a K of all 256000 columns) 36 SMs idle; Llama-3's
-  /// 256 tiles leave 8 idle in their second round. So dA lets the dB launched right after
-  /// it start at once (programmatic dependent launch: griddepcontrol.launch_dependents at
-  /// the start of dA's CTAs; the executor launches dB with programmatic stream
-  /// serialization); dB's CTAs take the idle SMs, then every SM dA's CTAs leave. A static
-  /// tile walk would give the CTAs that start late as many tiles as the early ones, so dB
-  /// claims tiles from a counter ([Note: sm90 dynamic tiles] in lcejit_sm90.cuh). dB
-  /// completes only after dA has (griddepcontrol.wait before its CTAs exit), so the kernels
-  /// after it in the stream see both. Each dB tile sums the same products in the same order
-  /// whichever CTA runs it: the results are the same bits as without the overlap. Every
-  /// wgmma dB of a chunk loop claims its tiles (a second dB, [Note: a scaled A in column
-  /// parts], then shares the first's code and module); only the one right after dA starts
-  /// early.
-  void overlapRhs() {
-    if (!opt_.overlap)
-      return;
-    int32_t slot = -1;
-    std::vector<std::string> names, dynamic;
-    for (const Step &st : prog_.steps) {
-      if (st.kind != Step::Kind::ChunkLoop)
-        continue;
-      for (size_t i = 0; i + 1 < st.loopKernels.size(); ++i) {
-        Kernel &lhsK = prog_.kernels[static_cast<size_t>(st.loopKernels[i])];
-        auto *lhs = std::get_if<GemmDLhsKernel>(&lhsK.body);
-        if (!lhs || lhs->math != MathMode::WgmmaBF16)
-          continue;
-        // The dBs after this dA in the loop (other kernels may come between them).
-        for (size_t j = i + 1; j < st.loopKernels.size(); ++j) {
-          Kernel &rhsK = prog_.kernels[static_cast<size_t>(st.loopKernels[j])];
-          if (rhsK.kind() == KernelKind::GemmDLhs)
-            break;
-          auto *rhs = std::get_if<GemmDRhsKernel>(&rhsK.body);
-          if (!rhs || rhs->math != MathMode::WgmmaBF16 || rhs->tile.pingpong ||
-              rhs->tile.clusterM != 1 || rhs->tile.splitK != 1)
-            continue;
-          TileConfig t = rhs->tile;
-          t.dynamicTiles = true;
-          if (wgmmaSharedBytes(t) > opt_.target.maxSharedPerBlock)
-            continue;
-          if (slot < 0)
-            slot = newSlot();
-          rhs->tile = t;
-          rhs->tileCounterSlot = slot;
-          dynamic.push_back(rhsK.name);
-          if (j == i + 1) {
-            lhs->launchDependents = true;
-            names.push_back(fmt::format("{} starts while {} runs", rhsK.name, lhsK.name));
-          }
-        }
-      }
-    }
-    if (slot < 0)
-      return;
-    prog_.workspace[kScalarSlotsBuffer].bytesFixed = 8 * std::max<int64_t>(prog_.numScalarSlots, 1);
-    prog_.decisions.push_back(fmt::format(
-        "dB overlaps dA: {} claim{} tiles from a counter in scalar slot {} ([Note: sm90 "
-        "dynamic tiles]){}",
-        fmt::join(dynamic, " and "), dynamic.size() == 1 ? "s its" : " their", slot,
-        names.empty() ? std::string("; none follows a dA directly, so none starts early")
-                      : fmt::format("; {}, on the SMs dA's tiles leave idle (programmatic "
-                                    "dependent launch, [Note: sm90 overlapped dB])",
-                                    fmt::join(names, "; "))));
   }
 
   /// [Note: dA tile width] (SchedulePolicy.h): the materialized schedule's wgmma dA runs

@@ -71,10 +71,6 @@ struct PlanOptions {
   /// K, when the call's tiles would leave SMs idle ([Note: sm90 split-K] in
   /// lcejit_sm90.cuh). Off only for comparisons (LCEJIT_SPLIT_K=0).
   bool splitK = true;
-  /// wgmma: a dB that follows dA in a chunk loop claims its tiles at run time and is
-  /// launched to start while dA runs, on the SMs dA's tiles leave idle ([Note: sm90
-  /// overlapped dB] in Planner.cpp). Off only for comparisons (LCEJIT_OVERLAP=0).
-  bool overlap = true;
   /// > 0: a fixed chunk width instead of the budget's (tests).
   int64_t fixedChunkCols = 0;
   /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).

@@ -182,8 +182,6 @@ static json toJ(const TileConfig &t) {
     j["cluster_m"] = t.clusterM;
   if (t.splitK != 1)
     j["split_k"] = t.splitK;
-  if (t.dynamicTiles)
-    j["dynamic_tiles"] = true;
   return j;
 }
 
@@ -259,8 +257,6 @@ static json kernelBodyJson(const Kernel &k) {
           }
           if (b.rowScale.valid())
             j["row_scale"] = toJ(b.rowScale);
-          if (b.launchDependents)
-            j["launch_dependents"] = true;
         } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
           j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
                    {"format", dzFormatName(b.format)}, {"a_type", std::string(dtypeName(b.aType))},
@@ -273,8 +269,6 @@ static json kernelBodyJson(const Kernel &k) {
             j["out_col0"] = b.outCol0;
             j["out_ld"] = b.outLd;
           }
-          if (b.tileCounterSlot >= 0)
-            j["tile_counter_slot"] = b.tileCounterSlot;
         } else if constexpr (std::is_same_v<T, DzFormKernel>) {
           j = json{{"dz", toJ(b.dz)},         {"tile_max", toJ(b.tileMax)},
                    {"cols", b.cols},          {"tile_cols", b.tileCols},
@@ -502,8 +496,6 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.dzLo);
     pl.addBuffer(k.a);
     pl.addBuffer(k.out);
-    if (k.tile.dynamicTiles)
-      pl.addBuffer(scalars); // the tile counter's slot
     pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
@@ -620,9 +612,7 @@ static int64_t tileElems(int64_t x, int64_t bk) {
 int32_t wgmmaSharedBytes(const TileConfig &t) {
   const int64_t stage = int64_t(128) * 64 * 2 + int64_t(t.bn) * 64 * 2;
   const int64_t epilogue = t.tmaStore ? 2 * 2 * 64 * 32 * 4 : 0;
-  // [Note: sm90 dynamic tiles]: 4 tile indices and their full and empty barriers.
-  const int64_t ring = t.dynamicTiles ? 3 * 4 * 8 : 0;
-  return static_cast<int32_t>(1024 + t.stages * stage + epilogue + 2 * t.stages * 8 + ring);
+  return static_cast<int32_t>(1024 + t.stages * stage + epilogue + 2 * t.stages * 8);
 }
 
 MathMode gemmMath(const Kernel &kernel) {

@@ -204,13 +204,6 @@ struct TileConfig {
   /// split-K] in lcejit_sm90.cuh). Program::launchDims picks 1, 2 or 4 for the call's
   /// tile count (plan::chooseSplitK): a block whose tiles leave SMs idle runs split.
   int32_t splitK = 1;
-  /// WgmmaBF16 cooperative GemmDRhs without clusters only: the CTAs claim tiles at run time
-  /// from a counter in the scalar slot GemmDRhsKernel::tileCounterSlot instead of taking
-  /// every gridDim-th, so CTAs that start late (their SMs still busy with the dA before
-  /// the launch, [Note: sm90 overlapped dB]) take fewer tiles ([Note: sm90 dynamic tiles]
-  /// in lcejit_sm90.cuh). The kernel then also waits for the grid launched before it to
-  /// complete before it exits.
-  bool dynamicTiles = false;
   int32_t threads() const { return 32 * warpsM * warpsN; }
   bool operator==(const TileConfig &) const = default;
 };
@@ -421,10 +414,6 @@ struct GemmDLhsKernel {
   /// When valid, f32 [N]: each row's sum is multiplied by rowScale[r] before the residual
   /// is added ([Note: row-scaled stored values]; a loop of one chunk only).
   BufferRef rowScale;
-  /// [Note: sm90 overlapped dB] Lets the GemmDRhs launched right after it start while it
-  /// runs (griddepcontrol.launch_dependents at the start of every CTA): that dB has
-  /// dynamic tiles and fills the SMs this kernel's tiles leave idle. WgmmaBF16 only.
-  bool launchDependents = false;
   bool operator==(const GemmDLhsKernel &) const = default;
 };
 
@@ -445,10 +434,6 @@ struct GemmDRhsKernel {
   /// wgmma mainloop's TMA store.
   int64_t outCol0 = 0;
   int64_t outLd = 0;
-  /// With tile.dynamicTiles: the scalar slot (8 zeroed bytes per run) that holds the tile
-  /// counter ([Note: sm90 dynamic tiles]); the kernels of a Program that have dynamic tiles
-  /// share it (their launches never overlap one another, and each leaves it 0).
-  int32_t tileCounterSlot = -1;
   bool operator==(const GemmDRhsKernel &) const = default;
 };
 

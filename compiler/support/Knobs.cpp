@@ -42,7 +42,6 @@ constexpr std::string_view kExactTarget = "LCEJIT_EXACT_TARGET";
 constexpr std::string_view kMulticast = "LCEJIT_MULTICAST";
 constexpr std::string_view kRowScaled = "LCEJIT_ROW_SCALED";
 constexpr std::string_view kSplitK = "LCEJIT_SPLIT_K";
-constexpr std::string_view kOverlap = "LCEJIT_OVERLAP";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -70,7 +69,6 @@ struct Values {
   bool multicast = true;
   bool rowScaled = true;
   bool splitK = true;
-  bool overlap = true;
 };
 
 /// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
@@ -246,7 +244,6 @@ std::unique_ptr<Values> readAll() {
   v->multicast = parseBool(kMulticast, readEnv(kMulticast), true);
   v->rowScaled = parseBool(kRowScaled, readEnv(kRowScaled), true);
   v->splitK = parseBool(kSplitK, readEnv(kSplitK), true);
-  v->overlap = parseBool(kOverlap, readEnv(kOverlap), true);
   return v;
 }
 
@@ -310,10 +307,6 @@ const std::vector<KnobInfo> &allKnobs() {
        "wgmma dA: tiles that would leave SMs idle run on clusters of 2 or 4 CTAs, each over "
        "part of K, summed in a fixed order (0: never split, to measure what it buys; part of "
        "the cache key)."},
-      {kOverlap, "bool", "1",
-       "wgmma dB: claims its tiles at run time and starts while dA runs, on the SMs dA "
-       "leaves idle (0: dB after dA, static tiles, to measure what it buys; part of the "
-       "cache key)."},
   };
   return knobs;
 }
@@ -360,7 +353,6 @@ bool exactTarget() { return current().exactTarget; }
 bool multicast() { return current().multicast; }
 bool rowScaled() { return current().rowScaled; }
 bool splitK() { return current().splitK; }
-bool overlap() { return current().overlap; }
 
 namespace {
 std::atomic<int64_t> gGeneration{0};

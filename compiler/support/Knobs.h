@@ -125,11 +125,6 @@ bool rowScaled();
 /// split-K] in lcejit_sm90.cuh); off only to measure what that buys.
 bool splitK();
 
-/// LCEJIT_OVERLAP (boolean, default on): a wgmma dB claims its tiles at run time and
-/// starts while the dA before it runs ([Note: sm90 overlapped dB] in plan/Planner.cpp);
-/// off only to measure what that buys.
-bool overlap();
-
 /// Makes the next accessor call read the environment again. For tests only.
 void reloadForTesting();
 

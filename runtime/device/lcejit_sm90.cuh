@@ -149,22 +149,6 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 //===----------------------------------------------------------------------===//
-// Programmatic dependent launch ([Note: sm90 overlapped dB])
-//===----------------------------------------------------------------------===//
-
-/// Lets the grid launched after this one with programmatic stream serialization start
-/// once every CTA of this grid has executed this (or exited). A no-op for a launch
-/// without a dependent so configured.
-__device__ __forceinline__ void grid_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-/// Waits until the grids this one depends on programmatically have completed and their
-/// memory operations are visible; returns at once for an ordinary launch.
-__device__ __forceinline__ void grid_dependency_wait() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
-//===----------------------------------------------------------------------===//
 // TMA
 //===----------------------------------------------------------------------===//
 
@@ -463,7 +447,7 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[BN / 2], u64 desc_a,
 //===----------------------------------------------------------------------===//
 
 template <int BN_, int STAGES_, int MAJOR_A_, int MAJOR_B_, int PINGPONG_ = 0,
-          int TMA_STORE_ = 0, int CLUSTER_M_ = 1, int SPLIT_K_ = 1, int DYNAMIC_ = 0>
+          int TMA_STORE_ = 0, int CLUSTER_M_ = 1, int SPLIT_K_ = 1>
 struct GemmConfig {
   static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
   static constexpr int MAJOR_A = MAJOR_A_, MAJOR_B = MAJOR_B_;
@@ -480,11 +464,6 @@ struct GemmConfig {
   /// [Note: sm90 split-K] > 1: launched as clusters of up to SPLIT_K CTAs, each over its
   /// own k-blocks of one tile, summed through distributed shared memory (SplitKTiles).
   static constexpr int SPLIT_K = SPLIT_K_;
-  /// [Note: sm90 dynamic tiles] 1: the CTAs claim tiles from a counter (DynamicTiles);
-  /// the producer passes each claimed tile to the consumers through a ring of TILE_RING
-  /// slots after the barriers.
-  static constexpr int DYNAMIC = DYNAMIC_;
-  static constexpr int TILE_RING = 4;
   static constexpr int SLICES = PINGPONG ? 2 : 1; ///< 64-row slices per consumer
   static constexpr int THREADS = 384;
   static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
@@ -493,11 +472,8 @@ struct GemmConfig {
   static constexpr int EPI_OFFSET = STAGES * STAGE_BYTES;
   static constexpr int EPI_BYTES = TMA_STORE ? 2 * 2 * BOX_BYTES : 0;
   static constexpr int BAR_OFFSET = EPI_OFFSET + EPI_BYTES;
-  /// The tile ring: TILE_RING tile indices (8 bytes each), then its full and empty barriers.
-  static constexpr int RING_OFFSET = BAR_OFFSET + 2 * STAGES * 8;
-  static constexpr int RING_BYTES = DYNAMIC ? 3 * TILE_RING * 8 : 0;
-  /// 1024 bytes of slack to align the base, the stages, the barriers (and the tile ring).
-  static constexpr int SMEM_BYTES = 1024 + RING_OFFSET + RING_BYTES;
+  /// 1024 bytes of slack to align the base, the stages, the barriers.
+  static constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;
   static constexpr int ACC = BN / 2; ///< accumulator registers per slice
   static constexpr int EMPTY_ARRIVALS = PINGPONG ? 4 : 8; ///< consumer warps per stage
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
@@ -516,8 +492,6 @@ struct GemmConfig {
                                  CLUSTER_M == 1 && 2 * SPLIT_BYTES <= STAGES * STAGE_BYTES),
                 "sm90 GEMM: split-K runs clusters of 2 or 4 cooperative CTAs whose two "
                 "partial tiles fit in the stages");
-  static_assert(DYNAMIC == 0 || (DYNAMIC == 1 && !PINGPONG && CLUSTER_M == 1 && SPLIT_K == 1),
-                "sm90 GEMM: dynamic tiles on cooperative CTAs without clusters");
 };
 
 /// Tiles in groups of `group` tile rows: within a group, consecutive tiles walk
@@ -536,14 +510,11 @@ struct TileOrder {
   }
 };
 
-/// The tiles of a persistent launch: CTA b takes t = b, b + grid, ... < count. Each CTA
-/// runs every k-block of its tiles.
+/// The tiles of a persistent launch: CTA b takes t = b, b + grid, ... < count.
 struct PersistentTiles {
-  static constexpr bool DYNAMIC = false;
   TileOrder order;
   __device__ __forceinline__ i64 first() const { return blockIdx.x; }
   __device__ __forceinline__ i64 stride() const { return gridDim.x; }
-  __device__ __forceinline__ i64 next(i64 t) const { return t + stride(); }
   __device__ __forceinline__ i64 end() const {
     return order.tiles_m * order.tiles_n;
   }
@@ -558,34 +529,6 @@ struct PersistentTiles {
   }
 };
 
-/// [Note: sm90 dynamic tiles] The tiles of a persistent launch handed out at run time:
-/// CTA b starts with tile b; its producer thread then claims the next tile not yet taken,
-/// gridDim.x + the counter's old value, until one is past the end, and hands every tile
-/// (the end too) to the consumers through the tile ring. Claims come in the grouped order
-/// of `order`, so the CTAs running at one time still share their B tiles in L2, and a CTA
-/// that started late — its SM was busy with the launch before, [Note: sm90 overlapped
-/// dB] — takes fewer tiles instead of finishing last. counter[0] counts claims and
-/// counter[1] the CTAs done claiming; both are 0 before the launch (the run zeroes its
-/// scalar slots) and the last CTA to finish claiming sets them back to 0, so the next
-/// launch of the kernel in the run starts from 0 again. Only the producer thread calls
-/// next() and retire().
-struct DynamicTiles : PersistentTiles {
-  static constexpr bool DYNAMIC = true;
-  unsigned *counter;
-  __device__ __forceinline__ i64 next(i64) const {
-    return static_cast<i64>(gridDim.x) + static_cast<i64>(atomicAdd(counter, 1u));
-  }
-  /// After this CTA's last claim (or without any, a CTA with no first tile).
-  __device__ __forceinline__ void retire() const {
-    __threadfence(); // this CTA's claims come before its count below
-    if (atomicAdd(counter + 1, 1u) == gridDim.x - 1) {
-      __threadfence(); // every CTA's claims come before the reset
-      atomicExch(counter, 0u);
-      atomicExch(counter + 1, 0u);
-    }
-  }
-};
-
 /// [Note: sm90 split-K] The tiles of a split-K launch: a cluster of `splits` CTAs
 /// (consecutive along x) per tile, rank r over k-blocks [kb r / splits, kb (r + 1) /
 /// splits). The ranks above 0 leave their f32 partial tiles in their own shared memory
@@ -596,12 +539,10 @@ struct DynamicTiles : PersistentTiles {
 /// into it. Without a cluster (splits = 1) these are PersistentTiles. The launch
 /// (plan::Program::launchDims) gives a cluster one tile: grid = tiles x splits.
 struct SplitKTiles {
-  static constexpr bool DYNAMIC = false;
   TileOrder order;
   u32 nsplit, rank;
   __device__ __forceinline__ i64 first() const { return blockIdx.x / nsplit; }
   __device__ __forceinline__ i64 stride() const { return gridDim.x / nsplit; }
-  __device__ __forceinline__ i64 next(i64 t) const { return t + stride(); }
   __device__ __forceinline__ i64 end() const { return order.tiles_m * order.tiles_n; }
   __device__ __forceinline__ void tile(i64 t, i64 &tm, i64 &tn) const {
     order.tile(t, tm, tn);
@@ -617,11 +558,9 @@ struct SplitKTiles {
 /// Column tiles [begin, end) of one row tile (GemmReduce: a CTA per row tile
 /// and split).
 struct RowOfTiles {
-  static constexpr bool DYNAMIC = false;
   i64 row, begin, last;
   __device__ __forceinline__ i64 first() const { return begin; }
   __device__ __forceinline__ i64 stride() const { return 1; }
-  __device__ __forceinline__ i64 next(i64 t) const { return t + 1; }
   __device__ __forceinline__ i64 end() const { return last; }
   __device__ __forceinline__ void tile(i64 t, i64 &tm, i64 &tn) const {
     tm = row;
@@ -651,15 +590,6 @@ __device__ __forceinline__ SplitKTiles split_k_tiles(i64 m, i64 n, int group) {
   return SplitKTiles{TileOrder{(m + Cfg::BM - 1) / Cfg::BM, (n + Cfg::BN - 1) / Cfg::BN,
                                group > 0 ? static_cast<i64>(group) : 1},
                      splits, splits > 1 ? cluster_ctarank() : 0u};
-}
-
-/// Dynamic tiles of an m x n output ([Note: sm90 dynamic tiles]); counter: two zeroed words.
-template <class Cfg>
-__device__ __forceinline__ DynamicTiles dynamic_tiles(i64 m, i64 n, int group,
-                                                      unsigned *counter) {
-  return DynamicTiles{{TileOrder{(m + Cfg::BM - 1) / Cfg::BM, (n + Cfg::BN - 1) / Cfg::BN,
-                                 group > 0 ? static_cast<i64>(group) : 1}},
-                      counter};
 }
 
 /// [Note: sm90 split-K] The exchange of one tile's partial sums, run by every consumer
@@ -698,29 +628,6 @@ __device__ __forceinline__ void split_k_exchange(float (&acc)[Cfg::ACC], u32 slo
   cluster_sync(); // rank 0 has read them
 }
 
-/// [Note: sm90 dynamic tiles] The tile ring at `ring` (Cfg::RING_OFFSET): slot i's tile
-/// index at ring + 8 i, its full barrier (the producer's one arrival) at ring + 8 (R + i),
-/// its empty barrier (every consumer warp) at ring + 8 (2 R + i). The producer puts the
-/// seq-th tile of its CTA (an index past the end last) and the consumers take it in turn.
-template <class Cfg> __device__ __forceinline__ void ring_put(u32 ring, u32 seq, i64 tile) {
-  constexpr u32 R = Cfg::TILE_RING;
-  const u32 slot = seq % R;
-  mbar_wait(ring + 8 * (2 * R + slot), ((seq / R) & 1u) ^ 1u);
-  asm volatile("st.shared.s64 [%0], %1;" ::"r"(ring + 8 * slot), "l"(tile) : "memory");
-  mbar_arrive(ring + 8 * (R + slot)); // release: the index is visible to the waits
-}
-template <class Cfg>
-__device__ __forceinline__ i64 ring_take(u32 ring, u32 seq, u32 warp_leader) {
-  constexpr u32 R = Cfg::TILE_RING;
-  const u32 slot = seq % R;
-  mbar_wait(ring + 8 * (R + slot), (seq / R) & 1u);
-  i64 tile;
-  asm volatile("ld.shared.s64 %0, [%1];" : "=l"(tile) : "r"(ring + 8 * slot) : "memory");
-  __syncwarp(); // every lane has read the slot before its warp frees it
-  mbar_arrive_if(ring + 8 * (2 * R + slot), warp_leader);
-  return tile;
-}
-
 //===----------------------------------------------------------------------===//
 // The mainloop. For every tile of `tiles`, Epi::tile(acc, row0, col0, t)
 // gets consumer thread t's accumulators of the 64-row slice at (row0, col0)
@@ -738,9 +645,6 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
   const u32 base = smem_base();
   const u32 full = base + Cfg::BAR_OFFSET;
   const u32 empty = full + STAGES * 8;
-  const u32 ring = base + Cfg::RING_OFFSET; // [Note: sm90 dynamic tiles]
-  static_assert(!Tiles::DYNAMIC || Cfg::DYNAMIC,
-                "sm90 GEMM: dynamic tiles need a config with the tile ring (DYNAMIC)");
   // Warp-uniform by construction (a shuffle from lane 0, as CUTLASS's
   // canonical_warp_group_idx): ptxas may then keep what derives from it, the stage
   // index and the descriptors, in uniform registers.
@@ -763,13 +667,6 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
       mbar_init(full + 8 * s, 1);
       mbar_init(empty + 8 * s, Cfg::EMPTY_ARRIVALS * cn);
     }
-    if constexpr (Tiles::DYNAMIC) {
-#pragma unroll
-      for (int i = 0; i < Cfg::TILE_RING; ++i) {
-        mbar_init(ring + 8 * (Cfg::TILE_RING + i), 1);
-        mbar_init(ring + 8 * (2 * Cfg::TILE_RING + i), Cfg::EMPTY_ARRIVALS);
-      }
-    }
     mbar_fence_init();
     tma_prefetch(&map_a);
     tma_prefetch(&map_b);
@@ -789,11 +686,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     if (t == 0 || split) {
       int s = 0;
       u32 phase = 0;
-      u32 seq = 0; // [Note: sm90 dynamic tiles]: tiles handed to the consumers
-      i64 tile = tiles.first();
-      for (; tile < tiles.end(); tile = tiles.next(tile)) {
-        if constexpr (Tiles::DYNAMIC)
-          ring_put<Cfg>(ring, seq++, tile);
+      for (i64 tile = tiles.first(); tile < tiles.end(); tile += tiles.stride()) {
         if (split && t != 0) {
           cluster_sync(); // the partials are written
           cluster_sync(); // rank 0 has read them: the stages may be loaded again
@@ -843,10 +736,6 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
           cluster_sync();
           cluster_sync();
         }
-      }
-      if constexpr (Tiles::DYNAMIC) {
-        ring_put<Cfg>(ring, seq, tile); // past the end: the consumers stop
-        tiles.retire();
       }
     }
   } else {
@@ -914,19 +803,8 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     };
     epi.begin(g, t);
     i64 local = 0; // this CTA's tile count so far
-    // The tile after `tile`, the local-th of this CTA: from the ring with dynamic tiles.
-    auto next_of = [&](i64 tile, i64 seq) -> i64 {
-      if constexpr (Tiles::DYNAMIC)
-        return ring_take<Cfg>(ring, static_cast<u32>(seq), warp_leader);
-      else
-        return tiles.next(tile);
-    };
-    i64 tile0;
-    if constexpr (Tiles::DYNAMIC)
-      tile0 = ring_take<Cfg>(ring, 0, warp_leader);
-    else
-      tile0 = tiles.first();
-    for (i64 tile = tile0; tile < tiles.end(); ++local, tile = next_of(tile, local)) {
+    for (i64 tile = tiles.first(); tile < tiles.end();
+         tile += tiles.stride(), ++local) {
       if (Cfg::PINGPONG) {
         if ((local & 1) != g)
           continue; // the other consumer's tile
@@ -974,10 +852,8 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
         release(prev);
       }
       // Let the other consumer run the next tile's mainloop under this epilogue.
-      if constexpr (Cfg::PINGPONG) {
-        if (tile + tiles.stride() < tiles.end())
-          named_bar_arrive(2 + (1 - g), 256);
-      }
+      if (Cfg::PINGPONG && tile + tiles.stride() < tiles.end())
+        named_bar_arrive(2 + (1 - g), 256);
       if constexpr (Cfg::SPLIT_K > 1) {
         if (split) {
           split_k_exchange<Cfg>(acc[0], base + g * Cfg::SPLIT_BYTES + 16 * t, tiles.splits(),
@@ -1810,58 +1686,45 @@ gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
   }
 }
 
-/// The tiles of a GemmDRhs launch over a chunk_cols x k output: claimed from
-/// `tile_counter` (two zeroed words) with a DYNAMIC config ([Note: sm90 dynamic tiles]),
-/// else persistent.
-template <class Cfg, class Epi>
-__device__ __forceinline__ void drhs_tiles(const TensorMap &map_a, const TensorMap &map_b,
-                                           Epi &e, i64 n, i64 k, i64 chunk_cols,
-                                           unsigned *tile_counter) {
-  if constexpr (Cfg::DYNAMIC)
-    gemm_tiles<Cfg>(map_a, map_b, dynamic_tiles<Cfg>(chunk_cols, k, 8, tile_counter), e, n);
-  else
-    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n);
-}
-
 /// GemmDRhs: out [cols, k] rows [chunk_begin, + chunk_cols) = dZ^T * A, K = n
 /// (A operand dZ [n, chunk_cols] MN-major, B operand the forward A [n, k]
 /// MN-major). `accumulate` (row blocks after the first of an f32 out; any out
-/// when the call accumulates into it) adds to what out holds. tile_counter: see
-/// drhs_tiles.
+/// when the call accumulates into it) adds to what out holds.
 template <class Cfg, class OutElem>
 __device__ __forceinline__ void
 gemm_drhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
                  i64 n, i64 k, i64 chunk_begin, i64 chunk_cols,
-                 bool accumulate, unsigned *tile_counter = nullptr) {
+                 bool accumulate) {
   if (accumulate) {
     if constexpr (OutElem::BYTES == 4) { // elem_f32: float2 read-modify-write
       F32OutEpilogue e{static_cast<float *>(out), chunk_cols, k, k, chunk_begin,
                        true};
-      drhs_tiles<Cfg>(map_a, map_b, e, n, k, chunk_cols, tile_counter);
+      gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
+                      n);
     } else {
       RoundedOutEpilogue<OutElem, true> e{out, chunk_cols, k, chunk_begin};
-      drhs_tiles<Cfg>(map_a, map_b, e, n, k, chunk_cols, tile_counter);
+      gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
+                      n);
     }
   } else {
     RoundedOutEpilogue<OutElem> e{out, chunk_cols, k, chunk_begin};
-    drhs_tiles<Cfg>(map_a, map_b, e, n, k, chunk_cols, tile_counter);
+    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
+                    n);
   }
 }
 
 /// GemmDRhs with an f32 out written through shared memory and TMA ([Note: sm90 TMA
 /// store]): map_out is the f32 [chunk_cols, k] part of out that the chunk covers.
-/// `accumulate` adds to it (reduce-add copies) instead of storing. tile_counter: see
-/// drhs_tiles.
+/// `accumulate` adds to it (reduce-add copies) instead of storing.
 template <class Cfg>
 __device__ __forceinline__ void
 gemm_drhs_tma_kernel(const TensorMap &map_a, const TensorMap &map_b, const TensorMap &map_out,
-                     i64 n, i64 k, i64 chunk_cols, bool accumulate,
-                     unsigned *tile_counter = nullptr) {
+                     i64 n, i64 k, i64 chunk_cols, bool accumulate) {
   static_assert(Cfg::TMA_STORE, "gemm_drhs_tma_kernel needs a TMA_STORE config");
   if (threadIdx.x == 0)
     tma_prefetch(&map_out);
   F32TmaOutEpilogue<Cfg> e{&map_out, accumulate};
-  drhs_tiles<Cfg>(map_a, map_b, e, n, k, chunk_cols, tile_counter);
+  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n);
 }
 
 } // namespace sm90

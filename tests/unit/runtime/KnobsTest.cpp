@@ -196,8 +196,7 @@ TEST_F(KnobsTest, DefaultOnSwitches) {
                              {"LCEJIT_EXACT_TARGET", knobs::exactTarget},
                              {"LCEJIT_MULTICAST", knobs::multicast},
                              {"LCEJIT_ROW_SCALED", knobs::rowScaled},
-                             {"LCEJIT_SPLIT_K", knobs::splitK},
-                             {"LCEJIT_OVERLAP", knobs::overlap}};
+                             {"LCEJIT_SPLIT_K", knobs::splitK}};
   for (const Switch &sw : switches) {
     SCOPED_TRACE(sw.name);
     env.set(sw.name, std::nullopt);
@@ -265,7 +264,7 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_DUMP_DIR",       "LCEJIT_ALWAYS_COMPILE", "LCEJIT_ASSERT_NO_COMPILE",
       "LCEJIT_LOG",            "LCEJIT_CUDA_INCLUDE", "LCEJIT_WORKSPACE_MB",
       "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP",     "LCEJIT_BACKWARD",
-      "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K", "LCEJIT_OVERLAP"};
+      "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();
