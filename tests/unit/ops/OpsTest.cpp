@@ -117,8 +117,9 @@ TEST(OpsWorkspace, QueryScheduleAndInspectWithoutAGpu) {
     std::string s = op.scheduleSummary(n);
     EXPECT_GT(bytes, 0) << s;
     EXPECT_NE(s.find("N = " + std::to_string(n)), std::string::npos) << s;
-    if (s.find("OVER BUDGET") == std::string::npos)
+    if (s.find("OVER BUDGET") == std::string::npos) {
       EXPECT_LE(bytes, o.workspaceBudgetBytes) << s;
+    }
   }
   EXPECT_NE(op.scheduleSummary(5000).find("row block"), std::string::npos);
   expectError([&] { op.workspaceBytes(-2); }, ErrorKind::InvalidArgument, {"N", "-2"});
@@ -289,12 +290,13 @@ TEST(OpsExecutor, WgmmaOperandsFollowTheKernelTemplates) {
               k.kind() == plan::KernelKind::GemmReduce && (rows + 127) / 128 % 2 == 0 ? 2
                                                                                       : lhsSplit)
         << k.name << ", " << rows << " rows";
-    if (k.kind() == plan::KernelKind::GemmDLhs)
+    if (k.kind() == plan::KernelKind::GemmDLhs) {
       EXPECT_EQ(r.dims.grid[0], lhsSplit > 1 ? (rows + 127) / 128 * ((D + bn - 1) / bn) * lhsSplit
                                              : std::min<int64_t>((rows + 127) / 128 *
                                                                      ((D + bn - 1) / bn),
                                                                  p.target.numSMs))
           << k.name;
+    }
     // Row-indexed inputs start at the block's first row.
     const CUdeviceptr Hb =
         H + static_cast<CUdeviceptr>(r.rowBlock * ep.schedule.rowsPerBlock * D * 2);
