@@ -758,7 +758,10 @@ int runSeries(const Args &a, const Filler &fill, Cublas *blas) {
   LinearCrossEntropy op(benchOptions(a, D, V, std::nullopt));
   const int64_t compiles0 = LinearCrossEntropy::compileCount();
   double opTotal = 0, blasTotal = 0, firstMs = 0;
+  std::vector<double> opMs(ns.size(), 0.0), blasMs(ns.size(), 0.0);
+  std::vector<int64_t> compilesAt(ns.size(), 0);
   for (size_t i = 0; i < ns.size(); ++i) {
+    const int64_t compilesBefore = LinearCrossEntropy::compileCount();
     const long long N = ns[i];
     auto t0 = std::chrono::steady_clock::now();
     op.forwardBackward({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
@@ -768,6 +771,8 @@ int runSeries(const Args &a, const Filler &fill, Cublas *blas) {
     if (i == 0)
       firstMs = ms;
     opTotal += ms;
+    opMs[i] = ms;
+    compilesAt[i] = LinearCrossEntropy::compileCount() - compilesBefore;
     if (blas) {
       cu(d.ctxSynchronize(), "sync");
       auto b0 = std::chrono::steady_clock::now();
@@ -775,9 +780,16 @@ int runSeries(const Args &a, const Filler &fill, Cublas *blas) {
       blas->gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
       blas->gemm(true, false, int(V), int(D), int(N), z.data(), int(V), h.data(), int(D), dwb.data());
       cu(d.ctxSynchronize(), "sync");
-      blasTotal += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
+      blasMs[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
+      blasTotal += blasMs[i];
     }
   }
+  // Per call, in the order run: where the total's excess over the floor comes from (a first
+  // call per bucket loads its modules, from the disk cache when warm).
+  fmt::print("| # | N | lcejit ms | cuBLAS ms | ratio | compiles |\n|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < ns.size(); ++i)
+    fmt::print("| {} | {} | {:.2f} | {:.2f} | {:.3f} | {} |\n", i, ns[i], opMs[i], blasMs[i],
+               blasMs[i] > 0 ? opMs[i] / blasMs[i] : 0.0, compilesAt[i]);
   const int64_t compiles = LinearCrossEntropy::compileCount() - compiles0;
   fmt::print("series: 20 N in [4096, 33768] (D=4096 V=128256): lcejit {:.1f} ms total (first call "
              "{:.1f} ms), cuBLAS 3 GEMMs {:.1f} ms total, ratio {:.2f}; NVRTC compiles {}\n",
