@@ -11,9 +11,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <thread>
 #include <filesystem>
 #include <fstream>
@@ -265,6 +267,17 @@ ProgramLookup LceJit::lookup(int64_t n, const plan::Target &target, bool compile
 }
 
 int64_t LceJit::programCompileCount() { return programCompiles().load(); }
+
+int64_t grownWorkspaceBytes(int64_t held, int64_t needed, int64_t budget) {
+  LCEJIT_CHECK_ARG(held >= 0 && needed >= 0 && budget >= 0,
+                   "workspace sizes must be >= 0, got held {} needed {} budget {}", held, needed,
+                   budget);
+  constexpr int64_t kMin = 256; // the smallest allocation: a valid, aligned pointer
+  if (held == 0)
+    return std::max(needed, kMin);
+  const int64_t doubled = held > std::numeric_limits<int64_t>::max() / 2 ? held : 2 * held;
+  return std::max({needed, kMin, std::min(budget, doubled)});
+}
 
 void throwBadTarget(const LinearCrossEntropyOptions &o, int64_t row, int64_t value) {
   std::string ignore =

@@ -108,8 +108,18 @@ struct CallPathCounters {
   std::atomic<int64_t> programLookups{0}; ///< LceJit::lookup: a key built, the cache searched
   std::atomic<int64_t> programLoads{0};   ///< a Program's modules loaded into an op
   std::atomic<int64_t> runBuilds{0};      ///< a runtime::PreparedRun built for an op and N
+  std::atomic<int64_t> workspaceAllocs{0}; ///< the op's own workspace (re)allocated
 };
 CallPathCounters &callPathCounters();
+
+/// The size the op's own workspace grows to when a call needs `needed` bytes and it holds
+/// `held` (0: none yet). [Note: workspace growth]: the first allocation is what the call
+/// needs; a later one at least doubles, up to the budget, so that a run whose N drifts
+/// upwards (packed sequences, the 20-N series) reallocates a few times, not on every new
+/// high — each reallocation waits for the previous call and frees the old buffer, a host
+/// stall in an otherwise asynchronous loop. Never below `needed`, even over the budget (a
+/// budget too small for any schedule is the planner's to report).
+int64_t grownWorkspaceBytes(int64_t held, int64_t needed, int64_t budget);
 
 /// Validates and normalizes options (fills defaults); throws Error(InvalidArgument).
 LinearCrossEntropyOptions validateOptions(const LinearCrossEntropyOptions &options);

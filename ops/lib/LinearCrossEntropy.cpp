@@ -374,6 +374,7 @@ struct LinearCrossEntropy::Impl {
   void ensureWorkspace(int64_t bytes, bool capturing) {
     if (bytes <= workspaceBytes)
       return;
+    const int64_t held = workspaceBytes, budget = jit->options().workspaceBudgetBytes;
     LCEJIT_CHECK_ARG(!capturing,
                      "enqueue during CUDA graph capture needs {} bytes of workspace, the op has "
                      "{} (allocating is not capturable): call prepare(N) with the largest N "
@@ -392,8 +393,10 @@ struct LinearCrossEntropy::Impl {
       workspace = 0;
       workspaceBytes = 0;
     }
-    LCEJIT_CU(d.memAlloc(&workspace, static_cast<size_t>(std::max<int64_t>(bytes, 256))));
-    workspaceBytes = std::max<int64_t>(bytes, 256);
+    const int64_t grown = ops::grownWorkspaceBytes(held, bytes, budget);
+    LCEJIT_CU(d.memAlloc(&workspace, static_cast<size_t>(grown)));
+    workspaceBytes = grown;
+    ops::callPathCounters().workspaceAllocs.fetch_add(1, std::memory_order_relaxed);
   }
 };
 

@@ -5,6 +5,7 @@
 //   LceGpuHardening.WarmCallAllocatesNothingAndTakesNoSlowPath
 //   LceGpuHardening.EnqueueCapturedInACudaGraphReplaysCorrectly
 //   LceGpuHardening.WarmAccumulateCallAllocatesNothingAndAGraphKeepsItsMask
+//   LceGpuHardening.GrowingNReallocatesTheWorkspaceOnlyWhenDoublingIsNotEnough
 //
 // The warm-call tests count this thread's heap allocations with
 // tests/support/AllocationCounter (linked into the GPU runner: it replaces the global
@@ -271,6 +272,27 @@ TEST(LceGpuHardening, LaunchContractViolationIsReportedAndTheContextStaysUsable)
     EXPECT_TRUE(dWAfter == dWBefore) << "dW differs from the run before the violations";
     pr.expectMatchesReference(loss, "after the contract violations");
   }
+}
+
+/// [Note: workspace growth]: calls whose N drifts upwards in one bucket (123.5, 129.7, 135.9,
+/// 142.0, then 247.0 MiB of workspace) allocate the op's workspace twice (the first call's
+/// need, then double), not once per new high, and each still matches the fp64 reference.
+TEST(LceGpuHardening, GrowingNReallocatesTheWorkspaceOnlyWhenDoublingIsNotEnough) {
+  LinearCrossEntropyOptions o = options(32000);
+  LinearCrossEntropy op(o);
+  ops::CallPathCounters &c = ops::callPathCounters();
+  const int64_t allocs = c.workspaceAllocs.load();
+  uint64_t seed = 771;
+  for (int64_t n : {int64_t(2000), int64_t(2100), int64_t(2200), int64_t(2300), int64_t(4000)}) {
+    SCOPED_TRACE(fmt::format("N = {}", n));
+    Problem pr(o, n, seed += 10);
+    pr.dH.poison();
+    pr.dW.poison();
+    const float loss = op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW());
+    pr.expectMatchesReference(loss, fmt::format("N = {}", n));
+  }
+  EXPECT_EQ(c.workspaceAllocs.load() - allocs, 2)
+      << "five growing N: the first call's workspace, then one doubling that holds the rest";
 }
 
 /// A warm call (Program loaded, run prepared for this N) allocates nothing on the host,

@@ -426,6 +426,30 @@ TEST(OpsWorkspace, SetWorkspaceChecksItsArguments) {
   EXPECT_NO_THROW(op.setWorkspace(nullptr, 0));
 }
 
+/// [Note: workspace growth]: the op's own workspace is what the first call needs, then at
+/// least doubles (up to the budget) when a later call needs more.
+TEST(OpsWorkspace, GrowthDoublesUpToTheBudgetAndNeverBelowTheNeed) {
+  const int64_t MiB = int64_t(1) << 20, budget = 512 * MiB;
+  // First allocation: exactly the need (a small call does not take the whole budget).
+  EXPECT_EQ(ops::grownWorkspaceBytes(0, 3 * MiB, budget), 3 * MiB);
+  EXPECT_EQ(ops::grownWorkspaceBytes(0, 0, budget), 256);
+  // Growth doubles what is held...
+  EXPECT_EQ(ops::grownWorkspaceBytes(3 * MiB, 3 * MiB + 1, budget), 6 * MiB);
+  // ...or takes the need when it is larger than double...
+  EXPECT_EQ(ops::grownWorkspaceBytes(3 * MiB, 100 * MiB, budget), 100 * MiB);
+  // ...and stops at the budget: the 20-N series (510.8 MiB, then 511.0) allocates twice.
+  const int64_t first = 535602688, second = 535772416, third = 535908864;
+  const int64_t grown = ops::grownWorkspaceBytes(first, second, budget);
+  EXPECT_EQ(grown, budget);
+  EXPECT_GE(grown, third) << "a later, larger N of the series fits without a third allocation";
+  // A budget below the need (too small for any schedule) never shrinks the need.
+  EXPECT_EQ(ops::grownWorkspaceBytes(64 * MiB, 700 * MiB, budget), 700 * MiB);
+  EXPECT_EQ(ops::grownWorkspaceBytes(int64_t(1) << 62, (int64_t(1) << 62) + 1, budget),
+            (int64_t(1) << 62) + 1);
+  expectError([&] { ops::grownWorkspaceBytes(-1, 5, budget); }, ErrorKind::InvalidArgument,
+              {"held -1", "needed 5"});
+}
+
 TEST(OpsDevice, DeviceAvailableSaysWhyNot) {
   std::string why;
   bool ok = LinearCrossEntropy::deviceAvailable(&why);
