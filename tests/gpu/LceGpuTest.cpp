@@ -160,16 +160,19 @@ TEST_P(LceGpu, MatchesFp64Reference) {
       op.scheduleSummary(c.n));
   std::cout << report << "\n";
   RecordProperty("errors", report);
-  if (materialized)
+  if (materialized) {
     EXPECT_NE(op.scheduleSummary(c.n).find("materialized"), std::string::npos)
         << "this case is meant to run the materialized backward: " << op.scheduleSummary(c.n);
-  if (materialized && c.logits == Logits::Far)
+  }
+  if (materialized && c.logits == Logits::Far) {
     EXPECT_NE(op.inspect(c.n, "plan").find("row-scaled against each row's target value"),
               std::string::npos)
         << "this case is meant to store against a per-row reference and recompute its far rows";
-  if (recompute)
+  }
+  if (recompute) {
     EXPECT_EQ(op.scheduleSummary(c.n).find("materialized"), std::string::npos)
         << "this case is meant to run the recompute: " << op.scheduleSummary(c.n);
+  }
   EXPECT_EQ(ch.nonFinite, 0) << "dH has NaN/inf (unwritten poison?)";
   EXPECT_EQ(cw.nonFinite, 0) << "dW has NaN/inf (unwritten poison?)";
   const bool peaked = c.logits == Logits::Peaked;
@@ -535,8 +538,9 @@ TEST(LceGpuLaunchTrace, TimesEveryLaunchOfACall) {
     SCOPED_TRACE(fmt::format("launch {}: {}", i, t[i].kernel));
     EXPECT_GT(t[i].ms, 0.0);
     EXPECT_GE(t[i].gapMs, 0.0);
-    if (i == 0)
+    if (i == 0) {
       EXPECT_EQ(t[i].gapMs, 0.0);
+    }
     forwards += t[i].kernel.find("_fwd") != std::string::npos;
     lhs += t[i].kernel.find("_dlhs") != std::string::npos;
     rhs += t[i].kernel.find("_drhs") != std::string::npos;

@@ -541,8 +541,9 @@ TEST(Planner, PerRowReferenceWithoutABound) {
         << p.toJson(2);
     for (const plan::Kernel &k : p.kernels) {
       EXPECT_NE(k.kind(), KernelKind::GemmDz) << k.name;
-      if (const auto *f = std::get_if<plan::GemmReduceKernel>(&k.body); f && f->stored)
+      if (const auto *f = std::get_if<plan::GemmReduceKernel>(&k.body); f && f->stored) {
         EXPECT_TRUE(!f->stored->rowScaled && f->stored->tileMax.valid());
+      }
     }
   }
 }
@@ -914,10 +915,12 @@ TEST(Planner, TargetResidualWhereDzIsOneBf16Operand) {
        {g->plan(exact), g->plan(off), lceFused(4096, 128256, DType::F32, 30.0)->plan(options(8192))})
     for (const plan::Kernel &k : p.kernels) {
       EXPECT_NE(k.kind(), KernelKind::TargetCorrection) << k.name;
-      if (auto *x = std::get_if<plan::GemmDLhsKernel>(&k.body))
+      if (auto *x = std::get_if<plan::GemmDLhsKernel>(&k.body)) {
         EXPECT_FALSE(x->residual.valid());
-      if (auto *x = std::get_if<plan::GemmDzKernel>(&k.body))
+      }
+      if (auto *x = std::get_if<plan::GemmDzKernel>(&k.body)) {
         EXPECT_FALSE(x->residual.valid());
+      }
     }
   EXPECT_NE(decision(g->plan(off), "dZ residual: the target column's bf16 rounding of dZ, not "
                                    "added back (asked: LCEJIT_TARGET_RESIDUAL=0)"),
@@ -928,8 +931,9 @@ TEST(Planner, TargetResidualWhereDzIsOneBf16Operand) {
   plan::Program b = g->plan(bf16dW);
   for (const plan::Kernel &k : b.kernels) {
     EXPECT_NE(k.kind(), KernelKind::TargetCorrection);
-    if (auto *x = std::get_if<plan::GemmDLhsKernel>(&k.body))
+    if (auto *x = std::get_if<plan::GemmDLhsKernel>(&k.body)) {
       EXPECT_TRUE(x->residual.valid());
+    }
   }
   EXPECT_NE(decision(b, "; dW is bf16, written once per chunk: its target rows keep the "
                         "rounded dZ"),
@@ -1306,8 +1310,9 @@ TEST(Planner, KernelParamsOrder) {
     if (auto *d = std::get_if<plan::GemmDLhsKernel>(&k.body)) {
       EXPECT_TRUE(hasBuf(d->dz) && hasBuf(d->b) && hasBuf(d->out)) << k.name;
       EXPECT_EQ(d->dzLo.valid(), d->format == plan::DzFormat::SplitBF16) << k.name;
-      if (d->dzLo.valid())
+      if (d->dzLo.valid()) {
         EXPECT_TRUE(hasBuf(d->dzLo)) << k.name;
+      }
     }
     if (auto *r = std::get_if<plan::RowKernel>(&k.body)) {
       for (const plan::Operand &a : r->args) {
@@ -1386,6 +1391,15 @@ TEST(Planner, LaunchDims) {
     case KernelKind::Cast:
       EXPECT_EQ(z.grid[0], 0) << name;
       EXPECT_GE(d.grid[0], 1) << name;
+      break;
+    case KernelKind::DzForm:
+    case KernelKind::TargetCorrection:
+    case KernelKind::RowDot:
+      // Grid-stride kernels: 256 threads, a grid that grows with N and is capped.
+      EXPECT_EQ(d.block, 256) << name;
+      EXPECT_GE(d.grid[0], 1) << name;
+      EXPECT_GE(big.grid[0], d.grid[0]) << name;
+      EXPECT_LE(big.grid[0], int64_t(132) * 16) << name;
       break;
     }
   }
