@@ -756,6 +756,16 @@ int runSeries(const Args &a, const Filler &fill, Cublas *blas) {
   fill.targets(y, NMAX, V);
   cu(d.ctxSynchronize(), "sync");
   LinearCrossEntropy op(benchOptions(a, D, V, std::nullopt));
+  // cuBLAS's own first call (library state, kernel loads, heuristics) is not part of the
+  // floor: one untimed triple at an N outside the series (the op's first call, which loads
+  // or compiles its kernels, stays in: issue 5 counts it).
+  if (blas) {
+    const int wn = 4096;
+    blas->gemm(false, true, wn, int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
+    blas->gemm(false, false, wn, int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
+    blas->gemm(true, false, int(V), int(D), wn, z.data(), int(V), h.data(), int(D), dwb.data());
+    cu(d.ctxSynchronize(), "sync");
+  }
   const int64_t compiles0 = LinearCrossEntropy::compileCount();
   double opTotal = 0, blasTotal = 0, firstMs = 0;
   std::vector<double> opMs(ns.size(), 0.0), blasMs(ns.size(), 0.0);
