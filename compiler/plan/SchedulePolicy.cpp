@@ -196,6 +196,13 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
         }
         s.rowBlocks = ceilDiv(n, lo);
         s.rowsPerBlock = std::min({n, lo, roundUp(ceilDiv(n, s.rowBlocks), ra)});
+        // An even number of row tiles when it fits: an odd count (1920 rows = 15 tiles)
+        // loses the forward's cluster pairs and fills 1.82 waves of 132 SMs; measured 5-6 %
+        // dearer per row than 2048 (docs/performance.md, session 13). The block count
+        // stays; the last block takes what is left.
+        if (const int64_t even = roundUp(s.rowsPerBlock, 2 * ra);
+            even != s.rowsPerBlock && even <= lo && even < n)
+          s.rowsPerBlock = even;
         reason = "materialized: rows blocked so that a block's stored values fit the budget";
       }
       s.rowBlocks = ceilDiv(n, std::max<int64_t>(s.rowsPerBlock, 1));

@@ -1116,9 +1116,11 @@ TEST(Planner, ColumnSplitsPerCallTable) {
     EXPECT_LE(cost(got), cost(p.splits)) << rows << " rows";
   }
   // The materialized schedule's row blocks launch with the count: N = 8192 runs 4 blocks
-  // of 2048 rows, N = 6656 4 of 1664.
+  // of 2048 rows, N = 6656 4 of 1792 (balanced 1664 = 13 row tiles, made even: 14), and
+  // N = 12725 7 of 2048 (balanced 1920 = 15 row tiles; the last block 437 rows).
   for (auto [n, rows, splits] : {std::tuple<int64_t, int64_t, int32_t>{8192, 2048, 48},
-                                 {6656, 1664, 20}}) {
+                                 {6656, 1792, 56},
+                                 {12725, 2048, 48}}) {
     plan::RunSchedule s = p.runSchedule(n);
     EXPECT_EQ(s.rowsPerBlock, rows) << s.describe();
     EXPECT_EQ(s.splits, splits);
