@@ -132,6 +132,7 @@ struct Args {
   int iters = 10;
   std::vector<std::string> cases; ///< named cases; empty: the one given by the sizes
   Precision precision = Precision::Fast;
+  DType gradWeight = DType::F32; ///< --grad-weight: dW's dtype
   int64_t budgetMb = 0; ///< 0: the op's default
   std::string json;     ///< write the results as JSON here
   bool series = false;
@@ -206,6 +207,12 @@ cl::opt<Precision> precisionOpt(
     cl::init(Precision::Fast),
     cl::values(clEnumValN(Precision::Fast, "fast", "dZ rounded once to bf16"),
                clEnumValN(Precision::Exact, "exact", "dZ as a hi+lo bf16 pair")),
+    cl::cat(kCategory));
+cl::opt<DType> gradWeightOpt(
+    "grad-weight", cl::desc("dW's dtype (default: f32)"), cl::init(DType::F32),
+    cl::values(clEnumValN(DType::F32, "f32", "an f32 dW (the materialized schedule)"),
+               clEnumValN(DType::BF16, "bf16",
+                          "a bf16 dW, written once (the vocab-chunked recompute)")),
     cl::cat(kCategory));
 cl::opt<int64_t> budgetMbOpt("budget-mb", cl::value_desc("M"),
                              cl::desc("workspace budget in MiB (default: 0, the op's default)"),
@@ -292,6 +299,7 @@ Args parse(int argc, char **argv) {
       a.cases.push_back(kCases[static_cast<size_t>(c)].name);
   }
   a.precision = precisionOpt;
+  a.gradWeight = gradWeightOpt;
   a.budgetMb = budgetMbOpt;
   if (modeOpt == ModeArg::Lean && !budgetMbOpt.getNumOccurrences())
     a.budgetMb = 64;
@@ -432,7 +440,7 @@ struct Filler {
   }
 };
 
-/// The op's options for a benchmark shape (bf16 inputs, f32 dW).
+/// The op's options for a benchmark shape (bf16 inputs, dW of --grad-weight).
 LinearCrossEntropyOptions benchOptions(const Args &a, int64_t d, int64_t v,
                                        std::optional<double> softcap) {
   LinearCrossEntropyOptions o;
@@ -441,6 +449,7 @@ LinearCrossEntropyOptions benchOptions(const Args &a, int64_t d, int64_t v,
   o.dtype = DType::BF16;
   o.softcap = softcap;
   o.precision = a.precision;
+  o.gradWeightDType = a.gradWeight;
   o.workspaceBudgetBytes = a.budgetMb << 20;
   return o;
 }
@@ -458,10 +467,11 @@ void checkCase(const Args &a, const CaseShape &cs, LinearCrossEntropy &op, const
   using gputest::DeviceBuffer;
   const auto &d = runtime::cudaDriver();
   cu(d.memsetD8Async(dh.p, 0xFF, size_t(N * D) * 2, nullptr), "poison dH");
-  cu(d.memsetD8Async(dw.p, 0xFF, size_t(V * D) * 4, nullptr), "poison dW");
+  cu(d.memsetD8Async(dw.p, 0xFF, size_t(V * D) * dtypeSize(a.gradWeight), nullptr),
+     "poison dW");
   op.enqueue({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
              {y.data(), DType::I64, {N}, {}}, {loss.data(), DType::F32, {}, {}},
-             {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), DType::F32, {V, D}, {}}, nullptr);
+             {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), a.gradWeight, {V, D}, {}}, nullptr);
   op.checkDeviceErrors();
   float l = 0;
   cu(d.memcpyDtoH(&l, loss.p, 4), "loss");
@@ -471,7 +481,8 @@ void checkCase(const Args &a, const CaseShape &cs, LinearCrossEntropy &op, const
                             DeviceBuffer::view(w.p, V * D * 2), DeviceBuffer::view(y.p, N * 8), N);
   gputest::RefKernels &k = gputest::RefKernels::get();
   const gputest::Comparison ch = k.compare(DeviceBuffer::view(dh.p, N * D * 2), DType::BF16, ref.dH, N * D);
-  const gputest::Comparison cw = k.compare(DeviceBuffer::view(dw.p, V * D * 4), DType::F32, ref.dW, V * D);
+  const gputest::Comparison cw = k.compare(
+      DeviceBuffer::view(dw.p, V * D * dtypeSize(a.gradWeight)), a.gradWeight, ref.dW, V * D);
   r.lossErr = std::abs(double(l) - ref.loss) / std::max(std::abs(ref.loss), 1e-30);
   r.dhErr = ch.relError;
   r.dhFloor = ch.floor;
@@ -557,7 +568,7 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *b
   r.opMs = medianMs(a.iters, s, [&] {
     op.enqueue({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
                {y.data(), DType::I64, {N}, {}}, {loss.data(), DType::F32, {}, {}},
-               {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), DType::F32, {V, D}, {}}, s);
+               {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), a.gradWeight, {V, D}, {}}, s);
   });
   op.checkDeviceErrors();
   if (a.check)
@@ -566,7 +577,7 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *b
     runtime::setLaunchTrace(true);
     op.enqueue({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
                {y.data(), DType::I64, {N}, {}}, {loss.data(), DType::F32, {}, {}},
-               {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), DType::F32, {V, D}, {}}, s);
+               {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), a.gradWeight, {V, D}, {}}, s);
     runtime::setLaunchTrace(false);
     r.trace = traceReport(runtime::takeLaunchTrace());
     op.checkDeviceErrors();
@@ -776,7 +787,7 @@ int runSeries(const Args &a, const Filler &fill, Cublas *blas) {
     auto t0 = std::chrono::steady_clock::now();
     op.forwardBackward({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
                        {y.data(), DType::I64, {N}, {}}, {dh.data(), DType::BF16, {N, D}, {}},
-                       {dw.data(), DType::F32, {V, D}, {}});
+                       {dw.data(), a.gradWeight, {V, D}, {}});
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i == 0)
       firstMs = ms;
@@ -840,8 +851,9 @@ int main(int argc, char **argv) {
       shapes.push_back(CaseShape{"custom", a.n, a.d, a.v, a.softcap});
     if (a.gemmOnly)
       return runGemmOnly(a, shapes, fillModule, fill, haveBlas ? &blas : nullptr, info);
-    fmt::print("device: {} (sm_{}, {} SMs); precision {}; budget {}; cuBLAS {}\n", info.name,
-               info.smVersion(), info.numSMs, a.precision == Precision::Exact ? "exact" : "fast",
+    fmt::print("device: {} (sm_{}, {} SMs); precision {}; dW {}; budget {}; cuBLAS {}\n",
+               info.name, info.smVersion(), info.numSMs,
+               a.precision == Precision::Exact ? "exact" : "fast", dtypeName(a.gradWeight),
                a.budgetMb ? fmt::format("{} MiB", a.budgetMb) : std::string("default"),
                haveBlas ? blas.where : "not measured: " + why);
     std::vector<Result> results;
