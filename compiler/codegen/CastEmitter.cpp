@@ -195,6 +195,39 @@ void emitTargetCorrectionKernel(CodeWriter &w, const KernelContext &ctx) {
   roles.add(ctx.bufferName(k.residual.target),
             fmt::format("{} [N] target column", dtypeName(k.residual.targetType)));
   roles.add(ctx.bufferName(k.a), fmt::format("A {} [N, {}]", dtypeName(k.aType), k.k));
+  if (k.sums.valid()) {
+    // [Note: target group sums] (Program.h): the groups of the chunk's targets.
+    LCEJIT_CHECK(!k.out.valid() && k.sums.head.valid() && k.sums.cols == k.cols &&
+                     k.sums.target == k.residual.target && k.sums.groupRows > 0,
+                 "target_correction kernel '{}': group sums write sums and heads (no out) for "
+                 "the residual's targets, cols = {} (the sums say {})",
+                 ctx.name(), k.cols, k.sums.cols);
+    roles.add(ctx.bufferName(k.sums.sums),
+              fmt::format("sums bf16 [N, {}]: a group's sum at its leader's row", k.k));
+    roles.add(ctx.bufferName(k.sums.head),
+              fmt::format("head i32 [ceil(N / {}), {}]: the leader of block b's rows with "
+                          "target t",
+                          k.sums.groupRows, k.cols));
+    std::vector<std::string> about = {
+        "the B-gradient part of [Note: the target-column residual] for a dB rounded once "
+        "([Note: target group sums], Program.h):",
+        fmt::format("for the rows of each {}-row block whose target t lies in [chunk_begin, "
+                    "chunk_begin + chunk_cols): sums[g][j] = bf16(sum over the block's rows r "
+                    "with target t (in row order) of residual[r] * A[r][j]), j < {}, and "
+                    "head[block][t] = g, g the group's first row",
+                    k.sums.groupRows, k.k),
+        "block 256, one warp per group leader, grid-stride"};
+    emitKernelHeader(w, ctx, about, roles);
+    auto kb = openKernel(w, ctx, 256);
+    w.line("lcejit::target_group_sums_kernel<{}, {}>({}, {}, {}, {}, {}, {}, {}LL, {}LL, {}, "
+           "{}, {}LL);",
+           aTag, valueCType(k.residual.targetType), ctx.bufferName(k.residual.buf),
+           ctx.bufferName(k.residual.target), ctx.bufferName(k.a), ctx.bufferName(k.sums.sums),
+           ctx.bufferName(k.sums.head), ctx.scalarParamName(Param::Kind::N), k.k, k.cols,
+           ctx.scalarParamName(Param::Kind::ChunkBegin),
+           ctx.scalarParamName(Param::Kind::ChunkCols), k.sums.groupRows);
+    return;
+  }
   roles.add(ctx.bufferName(k.out), fmt::format("out f32 [{}, {}]", k.cols, k.k));
   std::vector<std::string> about = {
       "the B-gradient part of [Note: the target-column residual] (Program.h):",

@@ -1139,6 +1139,24 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
                                dtypeName(k.outType), k.outLd, k.outCol0, k.outCol0 + k.k)
                  : fmt::format("out {} [cols, {}], rows of the chunk",
                                dtypeName(k.outType), k.k));
+  const plan::TargetSums &ts = k.targetSums;
+  if (ts.valid()) {
+    LCEJIT_CHECK(k.outType != DType::F32 && !k.accumulateRowBlocks && !k.tile.tmaStore &&
+                     !part && ts.head.valid() && ts.target.valid() && ts.cols > 0 && ts.groupRows > 0 &&
+                     (ts.targetType == DType::I32 || ts.targetType == DType::I64) &&
+                     k.format == DzFormat::BF16,
+                 "{}: target group sums are for a bf16/f16 out written once from one bf16 dZ, "
+                 "targets i32 or i64 (out {}, dZ {}, targets {})",
+                 what, dtypeName(k.outType), plan::dzFormatName(k.format),
+                 dtypeName(ts.targetType));
+    roles.add(ctx.bufferName(ts.sums), fmt::format("group sums bf16 [N, {}] ([Note: target "
+                                                   "group sums])",
+                                                   k.k));
+    roles.add(ctx.bufferName(ts.head),
+              fmt::format("group heads i32 [ceil(N / {}), {}]", ts.groupRows, ts.cols));
+    roles.add(ctx.bufferName(ts.target),
+              fmt::format("{} [N] target column", dtypeName(ts.targetType)));
+  }
   std::vector<std::string> about = {
       fmt::format(
           "out[chunk_begin + c][j] = sum_r dz[r][c] * A[r][j], k = {}{}", k.k,
@@ -1155,6 +1173,12 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
                ? "; a run that accumulates into this output adds to it (old + sum, "
                  "rounded once)"
                : "")};
+  if (ts.valid())
+    about.push_back(fmt::format(
+        "before the rounding, element (v, j) adds sum over blocks b < ceil(N / {}) of "
+        "sums[head[b][v]][j] where head[b][v] is a row of block b with target v ([Note: "
+        "target group sums])",
+        ts.groupRows));
   emitKernelHeader(w, ctx, about, roles);
   emitConfig(w, ctx, s);
   auto kb = openGemmKernel(w, ctx, k.tile.threads());
@@ -1180,22 +1204,34 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
            ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
     return;
   }
+  // [Note: target group sums]: the template flag, the target type and the trailing
+  // arguments of the group-sum epilogue.
+  LCEJIT_CHECK(!ts.valid() || !isWgmma(ctx) || k.tile.bn * 2 <= plan::kTargetSumsPadBytes,
+               "{}: a {}-column tile reads past the group sums' padding ({} bytes)", what,
+               k.tile.bn, plan::kTargetSumsPadBytes);
+  const std::string sumsTemplate =
+      ts.valid() ? fmt::format(", true, {}", valueCType(ts.targetType)) : std::string();
+  const std::string sumsArgs =
+      ts.valid() ? fmt::format(", {}, {}, {}, {}LL, {}LL", ctx.bufferName(ts.sums),
+                               ctx.bufferName(ts.head), ctx.bufferName(ts.target), ts.cols,
+                               ts.groupRows)
+                 : std::string();
   if (isWgmma(ctx)) {
-    w.line("lcejit::sm90::gemm_drhs_kernel<{}_config, {}>(map_a, map_b, {}, {}, {}LL, {}, "
-           "{}, {});",
-           ctx.name(), elemTag(k.outType), ctx.bufferName(k.out),
+    w.line("lcejit::sm90::gemm_drhs_kernel<{}_config, {}{}>(map_a, map_b, {}, {}, {}LL, {}, "
+           "{}, {}{});",
+           ctx.name(), elemTag(k.outType), sumsTemplate, ctx.bufferName(k.out),
            ctx.scalarParamName(Param::Kind::N), k.k,
            ctx.scalarParamName(Param::Kind::ChunkBegin),
-           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
+           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate, sumsArgs);
     return;
   }
-  w.line("lcejit::gemm_drhs_kernel<{}_config, {}>({}, {}, {}, {}, {}, {}LL, "
-         "{}, {}, {});",
-         ctx.name(), elemTag(k.outType), ctx.bufferName(k.dz),
+  w.line("lcejit::gemm_drhs_kernel<{}_config, {}{}>({}, {}, {}, {}, {}, {}LL, "
+         "{}, {}, {}{});",
+         ctx.name(), elemTag(k.outType), sumsTemplate, ctx.bufferName(k.dz),
          split ? ctx.bufferName(k.dzLo) : "nullptr", ctx.bufferName(k.a),
          ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
          ctx.scalarParamName(Param::Kind::ChunkBegin),
-         ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
+         ctx.scalarParamName(Param::Kind::ChunkCols), accumulate, sumsArgs);
 }
 
 } // namespace

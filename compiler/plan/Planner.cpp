@@ -1160,6 +1160,29 @@ private:
       // [Note: sm90 TMA store]: an f32 dB leaves through shared memory and TMA.
       d.tile.tmaStore = bwdMath == MathMode::WgmmaBF16 && rhsType == DType::F32 &&
                         opt_.tmaStore;
+      if (residual.valid() && rhsType != DType::F32) {
+        // [Note: target group sums] (Program.h): dB is written once per chunk, rounded
+        // from its f32 sum; the groups of the chunk's targets are summed before it.
+        TargetSums ts;
+        ts.sums = addWorkspace(fmt::format("dz_target_sums{}", gi), k * 2,
+                               kTargetSumsPadBytes);
+        prog_.workspace.back().blockLocal = true;
+        ts.head = addWorkspace(fmt::format("dz_target_heads{}", gi),
+                               (cols * 4 + ts.groupRows - 1) / ts.groupRows, cols * 4);
+        prog_.workspace.back().blockLocal = true;
+        ts.target = residual.target;
+        ts.targetType = residual.targetType;
+        ts.cols = cols;
+        TargetCorrectionKernel c;
+        c.residual = residual;
+        c.a = aBuf;
+        c.aType = abType;
+        c.k = k;
+        c.cols = cols;
+        c.sums = ts;
+        push(fmt::format("{}_dzsum{}", opt_.name, gi), std::move(c));
+        d.targetSums = ts;
+      }
       push(fmt::format("{}_drhs{}", opt_.name, gi), std::move(d));
     }
     prog_.steps.push_back(std::move(loop));
@@ -1182,11 +1205,14 @@ private:
                                     "target in row order",
                                     b, a));
       }
-      residualNote = fmt::format("added back as a rank-1 update in f32 ({})", fmt::join(parts, ", "));
       if (rhsOut >= 0 && rhsType != DType::F32)
-        residualNote += fmt::format("; d{} is {}, written once per chunk: its target rows keep "
-                                    "the rounded dZ",
-                                    b, dtypeName(rhsType));
+        parts.push_back(fmt::format(
+            "d{} is {}, written once per chunk: its target rows get the sums of res[r]*{}[r] "
+            "over the rows of each {}-row block with that target (summed per chunk in row "
+            "order after the dZ GEMM, {} B per row of workspace) in dB's epilogue, before the "
+            "rounding",
+            b, dtypeName(rhsType), a, kTargetGroupRows, k * 2 + (cols * 4 + kTargetGroupRows - 1) / kTargetGroupRows));
+      residualNote = fmt::format("added back as a rank-1 update in f32 ({})", fmt::join(parts, ", "));
     }
     if (!residualNote.empty())
       prog_.decisions.push_back(

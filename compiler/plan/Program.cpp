@@ -132,6 +132,12 @@ static json toJ(const Residual &r) {
               {"target_type", std::string(dtypeName(r.targetType))}};
 }
 
+static json toJ(const TargetSums &t) {
+  return json{{"sums", toJ(t.sums)}, {"head", toJ(t.head)}, {"target", toJ(t.target)},
+              {"target_type", std::string(dtypeName(t.targetType))}, {"cols", t.cols},
+              {"group_rows", t.groupRows}};
+}
+
 static json toJ(const ScalarFunc &f) {
   json insts = json::array();
   for (const ScalarInst &i : f.insts) {
@@ -269,6 +275,8 @@ static json kernelBodyJson(const Kernel &k) {
             j["out_col0"] = b.outCol0;
             j["out_ld"] = b.outLd;
           }
+          if (b.targetSums.valid())
+            j["target_sums"] = toJ(b.targetSums);
         } else if constexpr (std::is_same_v<T, DzFormKernel>) {
           j = json{{"dz", toJ(b.dz)},         {"tile_max", toJ(b.tileMax)},
                    {"cols", b.cols},          {"tile_cols", b.tileCols},
@@ -303,8 +311,11 @@ static json kernelBodyJson(const Kernel &k) {
           }
         } else if constexpr (std::is_same_v<T, TargetCorrectionKernel>) {
           j = json{{"residual", toJ(b.residual)}, {"a", toJ(b.a)},
-                   {"a_type", std::string(dtypeName(b.aType))}, {"out", toJ(b.out)},
-                   {"k", b.k}, {"cols", b.cols}};
+                   {"a_type", std::string(dtypeName(b.aType))}, {"k", b.k}, {"cols", b.cols}};
+          if (b.out.valid())
+            j["out"] = toJ(b.out);
+          if (b.sums.valid())
+            j["sums"] = toJ(b.sums);
         } else if constexpr (std::is_same_v<T, RowDotKernel>) {
           j = json{{"a", toJ(b.a)}, {"b", toJ(b.b)}, {"ab_type", std::string(dtypeName(b.abType))},
                    {"target", toJ(b.target)},
@@ -496,6 +507,9 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.dzLo);
     pl.addBuffer(k.a);
     pl.addBuffer(k.out);
+    pl.addBuffer(k.targetSums.sums);
+    pl.addBuffer(k.targetSums.head);
+    pl.addBuffer(k.targetSums.target);
     pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
@@ -528,7 +542,13 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.residual.target);
     pl.addBuffer(k.a);
     pl.addBuffer(k.out); // grid-stride over rows: any launch shape is correct
+    pl.addBuffer(k.sums.sums);
+    pl.addBuffer(k.sums.head);
     pl.add(Param::Kind::N, "n");
+    if (k.sums.valid()) { // [Note: target group sums]: the groups of the chunk's targets
+      pl.add(Param::Kind::ChunkBegin, "chunk_begin");
+      pl.add(Param::Kind::ChunkCols, "chunk_cols");
+    }
     break;
   }
   case KernelKind::RowDot: {
@@ -920,6 +940,9 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             f(b.residual.target);
             f(b.a);
             f(b.out);
+            f(b.sums.sums);
+            f(b.sums.head);
+            f(b.sums.target);
           } else if constexpr (std::is_same_v<T, RowDotKernel>) {
             f(b.a);
             f(b.b);
@@ -938,6 +961,9 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             f(b.dzLo);
             f(b.a);
             f(b.out);
+            f(b.targetSums.sums);
+            f(b.targetSums.head);
+            f(b.targetSums.target);
           } else if constexpr (std::is_same_v<T, DzFormKernel>) {
             f(b.dz);
             f(b.tileMax);
@@ -1005,6 +1031,19 @@ void removeKernel(Program &p, int32_t index) {
       fix(g->gemm.args);
     else if (auto *d = std::get_if<GemmDzKernel>(&k.body))
       fix(d->gemm.args);
+  }
+}
+
+void setTargetGroupRows(Program &p, int64_t rows) {
+  LCEJIT_CHECK(rows > 0, "setTargetGroupRows: rows = {}", rows);
+  for (Kernel &k : p.kernels) {
+    if (auto *t = std::get_if<TargetCorrectionKernel>(&k.body); t && t->sums.valid()) {
+      t->sums.groupRows = rows;
+      p.workspace.at(static_cast<size_t>(t->sums.head.index)).bytesPerRow =
+          (t->sums.cols * 4 + rows - 1) / rows;
+    }
+    if (auto *d = std::get_if<GemmDRhsKernel>(&k.body); d && d->targetSums.valid())
+      d->targetSums.groupRows = rows;
   }
 }
 

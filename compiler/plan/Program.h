@@ -376,6 +376,40 @@ struct Residual {
   bool operator==(const Residual &) const = default;
 };
 
+/// [Note: target group sums] The dB half of [Note: the target-column residual] for a dB
+/// that is written once, rounded from its f32 sum (bf16 or f16: no f32 copy of dB to add a
+/// correction to afterwards). The correction must reach dB's epilogue before the rounding,
+/// in an order that does not depend on scheduling, with bounded work per element:
+///   - the rows of a launch are cut into blocks of groupRows rows (kTargetGroupRows: the
+///     planner's choice; tests use fewer); in block b,
+///     the rows with target t form a group whose leader is its first row g;
+///   - a TargetCorrection with `sums` (in the chunk loop, after the dZ GEMM that wrote the
+///     chunk's residuals, before dB) handles the groups whose target lies in the chunk: the
+///     leader's warp writes sums[g][j] = bf16(Σ_{r in the group, in row order}
+///     residual[r]·A[r][j]) and head[b][t] = g;
+///   - dB's epilogue adds, to each f32 sum of an element (v, j) of its tile, before the one
+///     rounding, Σ_{b in order} f32(sums[head[b][v]][j]) over the blocks whose head is valid.
+/// head is never cleared: an entry counts only if it names a row g of block b with
+/// target[g] == v, and such a row exists only if block b has a group for v, whose leader
+/// wrote the entry in this run. So dB reads at most ceil(n / groupRows) entries per
+/// row of its tile, whatever the targets. A bf16 sum is enough: the correction is about
+/// 2⁻⁹ of the element it corrects, so its own rounding is ~2⁻¹⁸ of it.
+inline constexpr int64_t kTargetGroupRows = 2048;
+/// Bytes after the last row of TargetSums::sums: dB's wgmma epilogue reads a row's
+/// columns up to its tile's end (BN <= 256) without masking those past k.
+inline constexpr int64_t kTargetSumsPadBytes = 1024;
+struct TargetSums {
+  BufferRef sums;   ///< bf16 [rows of the launch, k] (+ kTargetSumsPadBytes): a group's sum
+                    ///< at its leader's row
+  BufferRef head;   ///< i32 [ceil(rows / groupRows), cols]: head[b][t] = leader
+  BufferRef target; ///< [N] t_r (the residual's target)
+  DType targetType = DType::I64;
+  int64_t cols = 0; ///< columns of the loop (rows of dB)
+  int64_t groupRows = kTargetGroupRows; ///< rows of a group block (> 0)
+  bool valid() const { return sums.valid(); }
+  bool operator==(const TargetSums &) const = default;
+};
+
 struct GemmDzKernel {
   FusedGemm gemm;  ///< epilogue has exactly one result: dZ
   DzFormat format = DzFormat::SplitBF16;
@@ -434,6 +468,9 @@ struct GemmDRhsKernel {
   /// wgmma mainloop's TMA store.
   int64_t outCol0 = 0;
   int64_t outLd = 0;
+  /// [Note: target group sums]: when valid (a bf16/f16 out written once), each element's
+  /// f32 sum gets the target-column correction of its row before the rounding.
+  TargetSums targetSums;
   bool operator==(const GemmDRhsKernel &) const = default;
 };
 
@@ -488,12 +525,16 @@ struct DzFormKernel {
 /// 0 <= t_r < cols, grouped by t_r, out[t][j] += Σ_{r in the group, in row order}
 /// residual[r]·a[r][j] (f32, j < k), one add per element: deterministic. Runs after the
 /// chunk loop of a row block (the GemmDRhs wrote or accumulated out).
+/// With `sums` valid ([Note: target group sums]) it runs inside the chunk loop instead,
+/// for the rows whose target lies in the chunk, and writes the groups' sums and heads for
+/// dB's epilogue (out is not valid then).
 struct TargetCorrectionKernel {
   Residual residual;
   BufferRef a;   ///< [N, k] of aType: the forward's A operand
   DType aType = DType::BF16;
   BufferRef out; ///< f32 [cols, k]
   int64_t k = 0, cols = 0;
+  TargetSums sums;
   bool operator==(const TargetCorrectionKernel &) const = default;
 };
 
@@ -783,5 +824,10 @@ void removeKernel(Program &p, int32_t index);
 /// Removes workspace buffer `index` (no kernel may still use it: checked) and renumbers the
 /// references to the buffers after it.
 void removeWorkspaceBuffer(Program &p, int32_t index);
+
+/// [Note: target group sums] with blocks of `rows` rows (> 0) instead of the planner's
+/// kTargetGroupRows, in the group-sum kernels, the dB that reads them and the size of the
+/// heads buffer: so that a test's few rows make several blocks.
+void setTargetGroupRows(Program &p, int64_t rows);
 
 } // namespace lcejit::plan

@@ -676,7 +676,7 @@ private:
           else if constexpr (std::is_same_v<T, DzFormKernel>)
             dzForm(k.name, body);
           else if constexpr (std::is_same_v<T, TargetCorrectionKernel>)
-            targetCorrection(k.name, body);
+            targetCorrection(k.name, body, chunkBegin, chunkCols);
           else if constexpr (std::is_same_v<T, RowDotKernel>)
             rowDot(k.name, body);
 
@@ -1071,10 +1071,46 @@ private:
 
   /// [Note: the target-column residual]: out[t][j] += the row-ordered sum of residual[r] *
   /// a[r][j] over the launch's rows r with t_r = t.
-  void targetCorrection(const std::string &name, const TargetCorrectionKernel &k) {
+  void targetCorrection(const std::string &name, const TargetCorrectionKernel &k,
+                        int64_t begin, int64_t cols) {
     Site site{name, "the target-column correction"};
     if (k.k <= 0 || k.cols <= 0)
       badProgram(name, fmt::format("k = {}, cols = {}", k.k, k.cols));
+    if (k.sums.valid()) {
+      // [Note: target group sums]: per block of groupRows rows, the groups of the
+      // chunk's targets; the leader (first row) holds the sum and is the block's head.
+      if (k.out.valid() || !k.sums.head.valid() || k.sums.cols != k.cols)
+        badProgram(name, "group sums write sums and heads, no out, over the loop's columns");
+      for (int64_t r = 0; r < rows_; ++r) {
+        const int64_t t = targetOf(k.residual, r, site);
+        if (t < 0 || t >= k.cols || t < begin || t >= begin + cols)
+          continue;
+        const int64_t gr = k.sums.groupRows;
+        if (gr <= 0)
+          badProgram(name, fmt::format("group rows = {}", gr));
+        const int64_t blk = r / gr;
+        const int64_t lo = blk * gr;
+        const int64_t hi = std::min(rows_, lo + gr);
+        bool leader = true;
+        for (int64_t q = lo; q < r && leader; ++q)
+          leader = targetOf(k.residual, q, site) != t;
+        if (!leader)
+          continue;
+        std::vector<int64_t> members;
+        for (int64_t q = r; q < hi; ++q)
+          if (targetOf(k.residual, q, site) == t)
+            members.push_back(q);
+        for (int64_t j = 0; j < k.k; ++j) {
+          Sum s;
+          for (int64_t m : members)
+            s.add(read(k.residual.buf, m, DType::F32, site) *
+                  read(k.a, m * k.k + j, k.aType, site));
+          write(k.sums.sums, r * k.k + j, DType::BF16, s.value(), site);
+        }
+        write(k.sums.head, blk * k.cols + t, DType::I32, static_cast<double>(r), site);
+      }
+      return;
+    }
     for (int64_t r = 0; r < rows_; ++r) {
       const int64_t t = targetOf(k.residual, r, site);
       if (t < 0 || t >= k.cols)
@@ -1171,6 +1207,24 @@ private:
         for (int64_t r = 0; r < rows_; ++r)
           s.add(dzAt(k.dz, k.dzLo, k.format, r * cols + c, site) *
                 read(k.a, r * k.k + j, k.aType, site));
+        if (k.targetSums.valid()) {
+          // [Note: target group sums]: the blocks whose head names a leader of this
+          // column's target, in block order. Unwritten heads read NaN: no leader.
+          const TargetSums &ts = k.targetSums;
+          if (ts.groupRows <= 0)
+            badProgram(name, fmt::format("group rows = {}", ts.groupRows));
+          for (int64_t b = 0; b * ts.groupRows < rows_; ++b) {
+            const double g = element(ts.head, b * ts.cols + begin + c, DType::I32, site);
+            const int64_t lo = b * ts.groupRows;
+            if (std::isnan(g) || g < static_cast<double>(lo) ||
+                g >= static_cast<double>(std::min(rows_, lo + ts.groupRows)))
+              continue;
+            const int64_t gr = static_cast<int64_t>(g);
+            if (static_cast<int64_t>(read(ts.target, gr, ts.targetType, site)) != begin + c)
+              continue;
+            s.add(read(ts.sums, gr * k.k + j, DType::BF16, site));
+          }
+        }
         const int64_t at = (begin + c) * ld + k.outCol0 + j;
         if (k.accumulateRowBlocks && rowBlock_ > 0 && k.outType != DType::F32)
           badProgram(name, "row blocks accumulate into an f32 dRhs only");

@@ -19,6 +19,7 @@
 //   dz_form_kernel<TargetT>            DzFormKernel
 //   dz_row_scale_kernel<TargetT>       DzFormKernel (rowScaled)
 //   target_correction_kernel<A, T>     TargetCorrectionKernel
+//   target_group_sums_kernel<A, T>     TargetCorrectionKernel (group sums)
 //   row_dot_kernel<A, T>               RowDotKernel
 //
 // What a GEMM epilogue functor Epi provides (generated, see docs/codegen.md):
@@ -56,6 +57,18 @@ template <> struct target_of<void> {
 /// takes off it.
 __device__ __forceinline__ float bf16_residual(float v) {
   return v - elem_bf16::to_f32(elem_bf16::from_f32(v));
+}
+
+/// [Note: target group sums]: the row of block b that leads the group of target v, or -1
+/// when head[b][v] names no row of block b with target v (no such group).
+template <class TargetT>
+__device__ __forceinline__ i64 target_group_leader(const void *head, const void *target,
+                                                   i64 b, i64 v, i64 n, i64 cols,
+                                                   i64 group_rows) {
+  const i64 g = static_cast<const int *>(head)[b * cols + v];
+  const i64 lo = b * group_rows;
+  const i64 hi = lo + group_rows < n ? lo + group_rows : n;
+  return g >= lo && g < hi && target_of<TargetT>::at(target, g) == v ? g : -1;
 }
 
 /// dZ storage (plan::DzFormat).
@@ -354,13 +367,18 @@ gemm_dlhs_kernel(const void *dz, const void *dz_lo, const void *b, void *out,
 // `accumulate` (row blocks after the first of an f32 out; any out when the call
 // accumulates into it, [Note: accumulating outputs]), added to what out holds:
 // old widened to f32, plus the sum, rounded once to OutElem. n == 0 writes zeros
-// (or adds nothing).
+// (or adds nothing). With GROUP_SUMS ([Note: target group sums] in
+// plan/Program.h), each element's f32 sum first adds, in block order, the group
+// sums sums[g][col] (bf16) of the blocks b whose head names a leader g of target
+// chunk_begin + c (target_group_leader).
 //===----------------------------------------------------------------------===//
 
-template <class Cfg, class OutElem>
+template <class Cfg, class OutElem, bool GROUP_SUMS = false, class TargetT = long long>
 __device__ __forceinline__ void
 gemm_drhs_kernel(const void *dz, const void *dz_lo, const void *a, void *out,
-                 i64 n, i64 k, i64 chunk_begin, i64 chunk_cols, bool accumulate) {
+                 i64 n, i64 k, i64 chunk_begin, i64 chunk_cols, bool accumulate,
+                 const void *sums = nullptr, const void *head = nullptr,
+                 const void *target = nullptr, i64 cols = 0, i64 group_rows = 1) {
   typedef GemmMainloop<Cfg> Mainloop;
   typedef typename Cfg::ElemA ElemA;
   static_assert(
@@ -383,6 +401,21 @@ gemm_drhs_kernel(const void *dz, const void *dz_lo, const void *a, void *out,
     const i64 c = m0 + ml.row_of(i);
     if (c >= chunk_cols)
       continue;
+    if constexpr (GROUP_SUMS) {
+      const i64 blocks = (n + group_rows - 1) / group_rows;
+      for (i64 b = 0; b < blocks; ++b) {
+        const i64 g =
+            target_group_leader<TargetT>(head, target, b, chunk_begin + c, n, cols, group_rows);
+        if (g < 0)
+          continue;
+#pragma unroll
+        for (int j = 0; j < Mainloop::TC_COLS; ++j) {
+          const i64 col = n0 + ml.col_of(j);
+          if (col < k)
+            ml.acc[i][j] += elem_bf16::to_f32(static_cast<const u16 *>(sums)[g * k + col]);
+        }
+      }
+    }
 #pragma unroll
     for (int j = 0; j < Mainloop::TC_COLS; ++j) {
       const i64 col = n0 + ml.col_of(j);
@@ -544,12 +577,96 @@ dz_row_scale_kernel(const void *lse, const void *scale, const void *target_dz,
 // the result does not depend on scheduling.
 //===----------------------------------------------------------------------===//
 
+/// The group of row r among the rows [lo, hi) that share its target t, r in [lo, hi):
+/// returns false, having done nothing else, when an earlier row of [lo, r) has target t
+/// (r is not the group's leader); otherwise calls sink(j0, acc) for each chunk of 32 * CH
+/// columns from j0, acc[c] = the f32 sum, over the members m in row order, of
+/// residual[m] * a[m][j0 + 32 c + lane] (0 for columns >= k), and returns true. One warp:
+/// every lane must call it with the same r.
+template <class AElem, class TargetT, int CH, class Sink>
+__device__ __forceinline__ bool target_group(const float *res, const void *target,
+                                             const void *a, i64 r, i64 t, i64 lo, i64 hi,
+                                             i64 k, int lane, Sink &&sink) {
+  constexpr int U = 8; // targets per lane per vote round
+  // The leader is the group's first row. Each lane loads U targets before the
+  // warp votes, so a scan of R rows waits on R / (32 U) round trips, not R / 32.
+  bool earlier = false;
+  for (i64 b = lo; b < r && !earlier; b += 32 * U) {
+    bool hit = false;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const i64 q = b + 32 * u + lane;
+      hit = hit || (q < r && target_of<TargetT>::at(target, q) == t);
+    }
+    earlier = __any_sync(0xffffffffu, hit);
+  }
+  if (earlier)
+    return false;
+  // The members, in row order: member i is kept by lane i % 32 (slot i / 32).
+  int count = 0;
+  long long kept0 = 0, kept1 = 0;
+  for (i64 b = r; b < hi; b += 32 * U) {
+    bool is[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const i64 q = b + 32 * u + lane;
+      is[u] = q < hi && target_of<TargetT>::at(target, q) == t;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      unsigned mask = __ballot_sync(0xffffffffu, is[u]);
+      while (mask) {
+        const int bit = __ffs(static_cast<int>(mask)) - 1;
+        mask &= mask - 1;
+        if (count % 32 == lane) {
+          if (count < 32)
+            kept0 = b + 32 * u + bit;
+          else if (count < 64)
+            kept1 = b + 32 * u + bit;
+        }
+        ++count;
+      }
+    }
+  }
+  for (i64 j0 = 0; j0 < k; j0 += 32 * CH) {
+    float acc[CH];
+#pragma unroll
+    for (int c = 0; c < CH; ++c)
+      acc[c] = 0.f;
+    auto add = [&](i64 m) {
+      const float rm = res[m];
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+        const i64 j = j0 + 32 * c + lane;
+        if (j < k)
+          acc[c] += rm * load_f32<AElem>(a, m * k + j);
+      }
+    };
+    if (count <= 64) {
+      for (int i = 0; i < count; ++i)
+        add(__shfl_sync(0xffffffffu, i < 32 ? kept0 : kept1, i % 32));
+    } else {
+      for (i64 b = r; b < hi; b += 32) {
+        const i64 q = b + lane;
+        unsigned mask =
+            __ballot_sync(0xffffffffu, q < hi && target_of<TargetT>::at(target, q) == t);
+        while (mask) {
+          const int bit = __ffs(static_cast<int>(mask)) - 1;
+          mask &= mask - 1;
+          add(b + bit);
+        }
+      }
+    }
+    sink(j0, acc);
+  }
+  return true;
+}
+
 template <class AElem, class TargetT>
 __device__ __forceinline__ void
 target_correction_kernel(const void *residual, const void *target, const void *a,
                          void *out, i64 n, i64 k, i64 cols) {
   constexpr int CH = 8; // columns per lane per chunk: 256 per chunk
-  constexpr int U = 8;  // targets per lane per vote round
   const int lane = static_cast<int>(threadIdx.x % 32);
   const i64 warps = static_cast<i64>(gridDim.x) * (blockDim.x / 32);
   const float *res = static_cast<const float *>(residual);
@@ -559,84 +676,60 @@ target_correction_kernel(const void *residual, const void *target, const void *a
     const i64 t = target_of<TargetT>::at(target, r);
     if (t < 0 || t >= cols)
       continue; // the same for the whole warp
-    // The leader is the group's first row. Each lane loads U targets before the
-    // warp votes, so a scan of R rows waits on R / (32 U) round trips, not R / 32.
-    bool earlier = false;
-    for (i64 b = 0; b < r && !earlier; b += 32 * U) {
-      bool hit = false;
+    target_group<AElem, TargetT, CH>(res, target, a, r, t, 0, n, k, lane,
+                                     [&](i64 j0, const float (&acc)[CH]) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const i64 q = b + 32 * u + lane;
-        hit = hit || (q < r && target_of<TargetT>::at(target, q) == t);
-      }
-      earlier = __any_sync(0xffffffffu, hit);
-    }
-    if (earlier)
-      continue;
-    // The members, in row order: member i is kept by lane i % 32 (slot i / 32).
-    int count = 0;
-    long long kept0 = 0, kept1 = 0;
-    for (i64 b = r; b < n; b += 32 * U) {
-      bool is[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const i64 q = b + 32 * u + lane;
-        is[u] = q < n && target_of<TargetT>::at(target, q) == t;
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        unsigned mask = __ballot_sync(0xffffffffu, is[u]);
-        while (mask) {
-          const int bit = __ffs(static_cast<int>(mask)) - 1;
-          mask &= mask - 1;
-          if (count % 32 == lane) {
-            if (count < 32)
-              kept0 = b + 32 * u + bit;
-            else if (count < 64)
-              kept1 = b + 32 * u + bit;
-          }
-          ++count;
-        }
-      }
-    }
-    for (i64 j0 = 0; j0 < k; j0 += 32 * CH) {
-      float acc[CH];
-#pragma unroll
-      for (int c = 0; c < CH; ++c)
-        acc[c] = 0.f;
-      auto add = [&](i64 m) {
-        const float rm = res[m];
-#pragma unroll
-        for (int c = 0; c < CH; ++c) {
-          const i64 j = j0 + 32 * c + lane;
-          if (j < k)
-            acc[c] += rm * load_f32<AElem>(a, m * k + j);
-        }
-      };
-      if (count <= 64) {
-        for (int i = 0; i < count; ++i)
-          add(__shfl_sync(0xffffffffu, i < 32 ? kept0 : kept1, i % 32));
-      } else {
-        for (i64 b = r; b < n; b += 32) {
-          const i64 q = b + lane;
-          unsigned mask =
-              __ballot_sync(0xffffffffu, q < n && target_of<TargetT>::at(target, q) == t);
-          while (mask) {
-            const int bit = __ffs(static_cast<int>(mask)) - 1;
-            mask &= mask - 1;
-            add(b + bit);
-          }
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < CH; ++c) {
-        const i64 j = j0 + 32 * c + lane;
-        if (j < k)
-          o[t * k + j] += acc[c];
-      }
-    }
+                                       for (int c = 0; c < CH; ++c) {
+                                         const i64 j = j0 + 32 * c + lane;
+                                         if (j < k)
+                                           o[t * k + j] += acc[c];
+                                       }
+                                     });
   }
 }
+
+//===----------------------------------------------------------------------===//
+// TargetCorrectionKernel with group sums ([Note: target group sums] in
+// plan/Program.h): for each row r < n whose target t lies in [chunk_begin,
+// chunk_begin + chunk_cols) and [0, cols), in the block of group_rows rows that
+// holds r, the group of the block's rows with target t: its leader g (first
+// row) writes sums[g][j] = bf16(sum over the group in row order of residual[r] *
+// a[r][j]) and head[g / group_rows][t] = g. Block 256, one warp per row
+// (grid-stride); no atomics.
+//===----------------------------------------------------------------------===//
+
+template <class AElem, class TargetT>
+__device__ __forceinline__ void
+target_group_sums_kernel(const void *residual, const void *target, const void *a, void *sums,
+                         void *head, i64 n, i64 k, i64 cols, i64 chunk_begin, i64 chunk_cols,
+                         i64 group_rows) {
+  constexpr int CH = 8;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const i64 warps = static_cast<i64>(gridDim.x) * (blockDim.x / 32);
+  const float *res = static_cast<const float *>(residual);
+  u16 *o = static_cast<u16 *>(sums);
+  for (i64 r = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < n;
+       r += warps) {
+    const i64 t = target_of<TargetT>::at(target, r);
+    if (t < 0 || t >= cols || t < chunk_begin || t >= chunk_begin + chunk_cols)
+      continue; // the same for the whole warp
+    const i64 blk = r / group_rows;
+    const i64 lo = blk * group_rows;
+    const i64 hi = lo + group_rows < n ? lo + group_rows : n;
+    const bool leader = target_group<AElem, TargetT, CH>(
+        res, target, a, r, t, lo, hi, k, lane, [&](i64 j0, const float (&acc)[CH]) {
+#pragma unroll
+          for (int c = 0; c < CH; ++c) {
+            const i64 j = j0 + 32 * c + lane;
+            if (j < k)
+              o[r * k + j] = elem_bf16::from_f32(acc[c]);
+          }
+        });
+    if (leader && lane == 0)
+      static_cast<int *>(head)[blk * cols + t] = static_cast<int>(r);
+  }
+}
+
 
 //===----------------------------------------------------------------------===//
 // RowDotKernel ([Note: the exact target logit] in plan/Program.h): out[r] =

@@ -1628,6 +1628,54 @@ template <class TargetT, class Inner> struct ResidualEpilogue {
   }
 };
 
+/// [Note: target group sums] (plan/Program.h), dB's part for a dB rounded once: to
+/// acc[c][j] of chunk row c (vocabulary row v = chunk_begin + c) add, in block order,
+/// the bf16 group sums sums[g][j] of the blocks b whose head names a leader g of target
+/// v (target_group_leader), in f32, before Inner rounds and writes it.
+template <class TargetT, class Inner> struct GroupSumEpilogue {
+  Inner inner;
+  const u16 *sums;
+  const void *head;
+  const void *target;
+  i64 n, k, cols, chunk_begin, chunk_cols, group_rows;
+  __device__ __forceinline__ void begin(int g, int t) { inner.begin(g, t); }
+  __device__ __forceinline__ void finish(int g, int t) { inner.finish(g, t); }
+  template <int R>
+  __device__ __forceinline__ void tile(float (&acc)[R], int j, i64 row0, i64 col0,
+                                       int t) {
+    const i64 blocks = (n + group_rows - 1) / group_rows;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const i64 c = row0 + acc_row(2 * h, t);
+      if (c >= chunk_cols)
+        continue;
+      for (i64 b = 0; b < blocks; ++b) {
+        const i64 g = target_group_leader<TargetT>(head, target, b, chunk_begin + c, n,
+                                                   cols, group_rows);
+        if (g < 0)
+          continue;
+        // As in ResidualEpilogue: one base per row, k even, eight loads in flight; but no
+        // column predicates (inside this loop ptxas kept all 64 of them live and spilled):
+        // a row's columns past k read the next row, or the buffer's padding after the last
+        // (TargetSums::sums), into accumulators that no store reads.
+        const u32 *w = reinterpret_cast<const u32 *>(sums + g * k + col0 + 2 * (t % 4));
+#pragma unroll
+        for (int g0 = 0; g0 < R / 4; g0 += 8) {
+          asm volatile("" ::: "memory");
+#pragma unroll
+          for (int q = g0; q < g0 + 8 && q < R / 4; ++q) {
+            const int i = 4 * q + 2 * h;
+            const u32 x = w[4 * q];
+            acc[i] += elem_bf16::to_f32(static_cast<u16>(x & 0xffffu));
+            acc[i + 1] += elem_bf16::to_f32(static_cast<u16>(x >> 16));
+          }
+        }
+      }
+    }
+    inner.tile(acc, j, row0, col0, t);
+  }
+};
+
 /// Runs the mainloop over the persistent tiles of an n x k output with `e`, wrapped in
 /// the residual epilogue when RESIDUAL.
 template <class Cfg, bool RESIDUAL, class TargetT, class Epi>
@@ -1689,12 +1737,30 @@ gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
 /// GemmDRhs: out [cols, k] rows [chunk_begin, + chunk_cols) = dZ^T * A, K = n
 /// (A operand dZ [n, chunk_cols] MN-major, B operand the forward A [n, k]
 /// MN-major). `accumulate` (row blocks after the first of an f32 out; any out
-/// when the call accumulates into it) adds to what out holds.
-template <class Cfg, class OutElem>
+/// when the call accumulates into it) adds to what out holds. With GROUP_SUMS (a
+/// bf16/f16 out), GroupSumEpilogue adds the target group sums before the rounding.
+template <class Cfg, class OutElem, bool GROUP_SUMS = false, class TargetT = long long>
 __device__ __forceinline__ void
 gemm_drhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
                  i64 n, i64 k, i64 chunk_begin, i64 chunk_cols,
-                 bool accumulate) {
+                 bool accumulate, const void *sums = nullptr, const void *head = nullptr,
+                 const void *target = nullptr, i64 cols = 0, i64 group_rows = 1) {
+  if constexpr (GROUP_SUMS) {
+    static_assert(OutElem::BYTES == 2, "gemm_drhs: group sums are for a dB rounded once");
+    const auto tiles = persistent_tiles<Cfg>(chunk_cols, k, 8);
+    if (accumulate) {
+      GroupSumEpilogue<TargetT, RoundedOutEpilogue<OutElem, true>> e{
+          {out, chunk_cols, k, chunk_begin}, static_cast<const u16 *>(sums), head, target, n,
+          k, cols, chunk_begin, chunk_cols, group_rows};
+      gemm_tiles<Cfg>(map_a, map_b, tiles, e, n);
+    } else {
+      GroupSumEpilogue<TargetT, RoundedOutEpilogue<OutElem>> e{
+          {out, chunk_cols, k, chunk_begin}, static_cast<const u16 *>(sums), head, target, n,
+          k, cols, chunk_begin, chunk_cols, group_rows};
+      gemm_tiles<Cfg>(map_a, map_b, tiles, e, n);
+    }
+    return;
+  }
   if (accumulate) {
     if constexpr (OutElem::BYTES == 4) { // elem_f32: float2 read-modify-write
       F32OutEpilogue e{static_cast<float *>(out), chunk_cols, k, k, chunk_begin,

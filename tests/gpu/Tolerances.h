@@ -53,11 +53,13 @@ inline constexpr double kFastF32GradFloorFactor = 0.75;
 /// inputs, whose dZ is f32) rounds once: measured 1.00-1.05.
 inline constexpr double kExactRoundedGradFloorFactor = 1.1;
 
-/// Fast mode rounds dZ to bf16 and then the output: two roundings of similar size, so up
-/// to ~sqrt(2) of the floor (measured 1.14-1.50 on random, peaked and saturating logits).
-/// This is dW's bound when it is bf16: its part of the target-column residual is not
-/// added back (docs/numerics.md).
-inline constexpr double kFastRoundedGradFloorFactor = 1.6;
+/// Fast mode rounds dZ to bf16 and then the output: two roundings of similar size, ~sqrt(2)
+/// of the floor (measured 1.14-1.50 for a bf16 dW on random, peaked and saturating logits
+/// before session 14). The target column, each row's largest dZ element, reaches a bf16 dW
+/// exact through group sums that dB adds before its one rounding ([Note: target group sums]
+/// in plan/Program.h); the other columns' rounding averages out over the rows. Issue 5's
+/// bound; dropping the sums (1.3-1.5 on the CPU emulation's data) fails it.
+inline constexpr double kFastRoundedGradFloorFactor = 1.2;
 
 /// dH in fast precision: the target column's rounding residual of dZ is added back
 /// ([Note: the target-column residual] in plan/Program.h), which was most of the second

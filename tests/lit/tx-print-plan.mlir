@@ -261,8 +261,10 @@
 // cast once at the end (lce_cast); dW is written as bf16 by the dW kernel directly, so
 // rows are never blocked (a bf16 dW cannot accumulate over row blocks).
 // BF16OUT: // decision: backward: vocab-chunked recompute; dZ as bf16 (fast: one bf16 operand, rounded once from f32); chunk width and row blocks chosen per call from N and the 512 MiB budget (see 'run schedule'); an f32 accumulator for d{{H|arg0}} (256 B per row of a block)
-// With a bf16 dW only dA takes the target-column residual.
-// BF16OUT-NEXT: // decision: dZ residual: the target column's bf16 rounding of dZ, added back as a rank-1 update in f32 (darg0[r] += res[r]*arg1[t_r] in dA's last chunk); darg1 is bf16, written once per chunk: its target rows keep the rounded dZ{{$}}
+// With a bf16 dW, dB's part of the target-column residual comes from group sums that a
+// TargetCorrection in the chunk loop writes and dB's epilogue adds before the rounding
+// ([Note: target group sums]): 2 B per row and column of A, 4 B per 2048 rows and column.
+// BF16OUT-NEXT: // decision: dZ residual: the target column's bf16 rounding of dZ, added back as a rank-1 update in f32 (darg0[r] += res[r]*arg1[t_r] in dA's last chunk, darg1 is bf16, written once per chunk: its target rows get the sums of res[r]*arg0[r] over the rows of each 2048-row block with that target (summed per chunk in row order after the dZ GEMM, 130 B per row of workspace) in dB's epilogue, before the rounding){{$}}
 // BF16OUT-NEXT: // decision: backward: materialized schedule not taken: the GEMMs are not on the wgmma mainloop
 // BF16OUT-NEXT: // decision: backward: lce_dzt0 forms dZ at each row's target column as
 // BF16OUT-NEXT: // decision: rows: never blocked: kernel 'lce_drhs{{[0-9]+}}' writes a bf16 gradient
@@ -272,12 +274,29 @@
 // BF16OUT-NEXT: "index": [[ACC:[0-9]+]],
 // BF16OUT-NEXT: "space": "workspace"
 // BF16OUT-NEXT: },
+// (A kernel's "kind" follows its body: the group sums' body comes after dA's kind.)
 // BF16OUT: "kind": "gemm_dlhs",
+// BF16OUT: "sums": {
+// BF16OUT-NEXT: "cols": 1000,
+// BF16OUT-NEXT: "group_rows": 2048,
+// BF16OUT-NEXT: "head": {
+// BF16OUT-NEXT: "index": [[HEAD:[0-9]+]],
+// BF16OUT: "sums": {
+// BF16OUT-NEXT: "index": [[SUMS:[0-9]+]],
+// BF16OUT: "kind": "target_correction",
+// BF16OUT-NEXT: "name": "lce_dzsum0"
 // BF16OUT: "out": {
 // BF16OUT-NEXT: "index": 2,
 // BF16OUT-NEXT: "space": "output"
 // BF16OUT-NEXT: },
 // BF16OUT-NEXT: "out_type": "bf16",
+// BF16OUT-NEXT: "target_sums": {
+// BF16OUT-NEXT: "cols": 1000,
+// BF16OUT-NEXT: "group_rows": 2048,
+// BF16OUT-NEXT: "head": {
+// BF16OUT-NEXT: "index": [[HEAD]],
+// BF16OUT: "sums": {
+// BF16OUT-NEXT: "index": [[SUMS]],
 // BF16OUT: "kind": "gemm_drhs",
 // BF16OUT: "in": {
 // BF16OUT-NEXT: "index": [[ACC]],

@@ -663,6 +663,75 @@ TEST(Emulation, PeakedTargetColumnDzKeepsItsRelativePrecision) {
   }
 }
 
+/// [Note: target group sums] on the CPU: a planned fast-precision Program with a bf16 dW
+/// (the mma.sync dB epilogue adding the sums, the group-sum kernel in the chunk loop), in
+/// blocks of 16 rows, on targets drawn from four columns in three chunks (groups of many
+/// rows, blocks without some of them, ignored rows). dW against fp64, as a multiple of its
+/// own bf16 rounding floor: with the sums at the floor, without them (the same Program,
+/// LCEJIT_TARGET_RESIDUAL=0) clearly above it. Then heads left by a run with other targets:
+/// a second run on the same workspace writes the bits a fresh workspace gives.
+TEST(Emulation, TargetGroupSumsPutABf16DwAtItsFloor) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  LceOptions o = smallLce();
+  o.d = 64;
+  o.dwType = DType::BF16;
+  o.dhType = DType::F32;
+  const int64_t n = 150;
+  auto plan = [&](bool sums) {
+    Program p = plannedLce(o, DType::BF16, [&](plan::PlanOptions &po) {
+      po.name = sums ? "tsum_on" : "tsum_off";
+      po.targetResidual = sums;
+      po.fixedChunkCols = 128;
+    });
+    setTargetGroupRows(p, 16);
+    return p;
+  };
+  const Program on = plan(true), off = plan(false);
+  int sums = 0;
+  for (const plan::Kernel &k : on.kernels)
+    if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body))
+      sums += d->targetSums.valid() && d->targetSums.groupRows == 16;
+  ASSERT_EQ(sums, 1);
+  const int64_t cols[] = {7, 130, 131, 299};
+  auto targets = [&](LceRun &r, int salt) {
+    for (int64_t i = 0; i < n; ++i)
+      r.y[static_cast<size_t>(i)] =
+          i % 13 == 3 ? -100 : cols[(i * i + salt * (i / 16)) % 4];
+  };
+  double err[2] = {0, 0}, floorW = 0;
+  for (bool withSums : {true, false}) {
+    const Program &p = withSums ? on : off;
+    HostModule module(p);
+    LceRun r(p, o, n);
+    targets(r, 0);
+    r.run(module);
+    EXPECT_EQ(r.errorWord(p)[0], 0);
+    Reference ref = reference(o, n, r.h, r.w, r.y);
+    HostBuffer fl(ref.dw.size() * 2);
+    for (size_t i = 0; i < ref.dw.size(); ++i)
+      storeAs(DType::BF16, fl.p, i, ref.dw[i]);
+    floorW = relativeNorm(DType::BF16, fl.p, ref.dw);
+    err[withSums ? 0 : 1] = relativeNorm(DType::BF16, r.dw.p, ref.dw) / floorW;
+    if (!withSums)
+      continue;
+    // Stale heads: run other targets first, then these again on the same workspace.
+    LceRun fresh(p, o, n), reused(p, o, n);
+    targets(fresh, 1);
+    fresh.run(module);
+    targets(reused, 2);
+    reused.run(module);
+    targets(reused, 1);
+    reused.run(module);
+    EXPECT_EQ(std::memcmp(fresh.dw.p, reused.dw.p, static_cast<size_t>(o.v * o.d) * 2), 0)
+        << "a head left by the previous run's targets changed dW";
+  }
+  std::cout << fmt::format("    bf16 dW: {:.3f}x its bf16 floor ({:.2e}) with the group sums, "
+                           "{:.3f}x without\n",
+                           err[0], floorW, err[1]);
+  EXPECT_LT(err[0], 1.1);
+  EXPECT_GT(err[1], 1.2) << "the data must show the target columns' rounding";
+}
+
 /// Gradient accumulation ([Note: accumulating outputs] in Program.h): planned Programs'
 /// generated CUDA, run under the host emulation with row blocks (f32 dW) and vocabulary
 /// chunks, with the output mask of a run that accumulates into dH, dW or both. Each

@@ -841,7 +841,8 @@ TEST(Planner, TargetColumnDzFromTheLossTerms) {
 /// target column, the dZ writer (GemmDz, or DzForm in the materialized schedule) stores the
 /// residual, dA adds its rank-1 update in the last chunk and a TargetCorrection kernel adds
 /// dW's after the loop (inside the row-blocked steps). Exact precision, f32 inputs and
-/// LCEJIT_TARGET_RESIDUAL=0 have none; a bf16 dW gets dA's part only, and the plan says so.
+/// LCEJIT_TARGET_RESIDUAL=0 have none; a bf16 dW gets its part through group sums that dB
+/// adds before rounding ([Note: target group sums]), and the plan says so.
 TEST(Planner, TargetResidualWhereDzIsOneBf16Operand) {
   auto g = lceFused(4096, 128256, DType::BF16, 30.0);
   for (plan::Mainloop m : {plan::Mainloop::MmaSync, plan::Mainloop::Auto})
@@ -925,19 +926,80 @@ TEST(Planner, TargetResidualWhereDzIsOneBf16Operand) {
   EXPECT_NE(decision(g->plan(off), "dZ residual: the target column's bf16 rounding of dZ, not "
                                    "added back (asked: LCEJIT_TARGET_RESIDUAL=0)"),
             "");
-  // bf16 dW: dA's part only.
-  plan::PlanOptions bf16dW = options(8192);
-  bf16dW.outputTypes = {DType::F32, DType::BF16, DType::BF16};
-  plan::Program b = g->plan(bf16dW);
-  for (const plan::Kernel &k : b.kernels) {
-    EXPECT_NE(k.kind(), KernelKind::TargetCorrection);
-    if (auto *x = std::get_if<plan::GemmDLhsKernel>(&k.body)) {
-      EXPECT_TRUE(x->residual.valid());
+  // bf16 dW ([Note: target group sums]): dA's part, and in the chunk loop a group-sum
+  // TargetCorrection after the dZ GEMM whose sums and heads dB's epilogue reads; no
+  // correction after the loop (dW has no f32 copy to add to).
+  for (plan::Mainloop m : {plan::Mainloop::MmaSync, plan::Mainloop::Auto}) {
+    plan::PlanOptions bf16dW = options(8192);
+    bf16dW.mainloop = m;
+    bf16dW.outputTypes = {DType::F32, DType::BF16, DType::BF16};
+    plan::Program b = g->plan(bf16dW);
+    const plan::Step *loop = nullptr;
+    for (const plan::Step &st : b.steps) {
+      if (st.kind == plan::Step::Kind::ChunkLoop)
+        loop = &st;
+      else
+        EXPECT_NE(b.kernels[static_cast<size_t>(st.kernel)].kind(),
+                  KernelKind::TargetCorrection)
+            << b.kernels[static_cast<size_t>(st.kernel)].name;
+    }
+    ASSERT_TRUE(loop);
+    std::vector<KernelKind> kinds;
+    for (int32_t ki : loop->loopKernels)
+      kinds.push_back(b.kernels[static_cast<size_t>(ki)].kind());
+    ASSERT_EQ(kinds, (std::vector<KernelKind>{KernelKind::GemmDz, KernelKind::GemmDLhs,
+                                              KernelKind::TargetCorrection,
+                                              KernelKind::GemmDRhs}));
+    const auto &dz = std::get<plan::GemmDzKernel>(b.kernels[static_cast<size_t>(loop->loopKernels[0])].body);
+    const auto &lhs = std::get<plan::GemmDLhsKernel>(b.kernels[static_cast<size_t>(loop->loopKernels[1])].body);
+    const plan::Kernel &tcK = b.kernels[static_cast<size_t>(loop->loopKernels[2])];
+    const auto &tc = std::get<plan::TargetCorrectionKernel>(tcK.body);
+    const plan::Kernel &rhsK = b.kernels[static_cast<size_t>(loop->loopKernels[3])];
+    const auto &rhs = std::get<plan::GemmDRhsKernel>(rhsK.body);
+    EXPECT_TRUE(lhs.residual.valid());
+    EXPECT_EQ(dz.residual, lhs.residual);
+    EXPECT_EQ(tc.residual, lhs.residual);
+    EXPECT_FALSE(tc.out.valid());
+    ASSERT_TRUE(tc.sums.valid());
+    EXPECT_EQ(rhs.targetSums, tc.sums);
+    EXPECT_EQ(rhs.outType, DType::BF16);
+    EXPECT_EQ(tc.sums.target, lhs.residual.target);
+    EXPECT_EQ(tc.sums.cols, 128256);
+    EXPECT_EQ(tc.a, rhs.a) << "the rows dB multiplies";
+    // Workspace: bf16 sums per row, i32 heads per block of kTargetGroupRows rows.
+    const plan::BufferSpec &sums = b.workspace[static_cast<size_t>(tc.sums.sums.index)];
+    const plan::BufferSpec &head = b.workspace[static_cast<size_t>(tc.sums.head.index)];
+    EXPECT_EQ(sums.bytesPerRow, 4096 * 2);
+    EXPECT_EQ(sums.bytesFixed, plan::kTargetSumsPadBytes) << "dB's epilogue reads past row N - 1";
+    EXPECT_EQ(head.bytesPerRow, (128256 * 4 + plan::kTargetGroupRows - 1) / plan::kTargetGroupRows);
+    EXPECT_EQ(head.bytesFixed, 128256 * 4);
+    EXPECT_GE(head.bytesPerRow * 8192 + head.bytesFixed,
+              (8192 + plan::kTargetGroupRows - 1) / plan::kTargetGroupRows * 128256 * 4)
+        << "room for ceil(N / kTargetGroupRows) rows of heads";
+    // The ABI: the group sums read the chunk; dB reads sums, heads and targets.
+    auto has = [](const plan::Kernel &k, plan::Param::Kind kind, const plan::BufferRef &buf) {
+      for (const plan::Param &prm : plan::kernelParams(k))
+        if (prm.kind == kind && (kind != plan::Param::Kind::Pointer || prm.buf == buf))
+          return true;
+      return false;
+    };
+    EXPECT_TRUE(has(tcK, plan::Param::Kind::ChunkBegin, {}));
+    EXPECT_TRUE(has(tcK, plan::Param::Kind::ChunkCols, {}));
+    EXPECT_TRUE(has(tcK, plan::Param::Kind::Pointer, tc.sums.head));
+    for (const plan::BufferRef &r : {tc.sums.sums, tc.sums.head, tc.sums.target})
+      EXPECT_TRUE(has(rhsK, plan::Param::Kind::Pointer, r));
+    EXPECT_NE(decision(b, "dW is bf16, written once per chunk: its target rows get the sums of "
+                          "res[r]*H[r] over the rows of each 2048-row block with that target"),
+              "");
+    // Off when asked, as the rest of the residual.
+    bf16dW.targetResidual = false;
+    for (const plan::Kernel &k : g->plan(bf16dW).kernels) {
+      EXPECT_NE(k.kind(), KernelKind::TargetCorrection);
+      if (auto *x = std::get_if<plan::GemmDRhsKernel>(&k.body)) {
+        EXPECT_FALSE(x->targetSums.valid());
+      }
     }
   }
-  EXPECT_NE(decision(b, "; dW is bf16, written once per chunk: its target rows keep the "
-                        "rounded dZ"),
-            "");
 }
 
 TEST(Planner, ChunkSizeFollowsBudget) {
@@ -1165,8 +1227,9 @@ TEST(Planner, RunScheduleTable) {
       // 16 MiB: the f32 dH accumulator of a minimum block (1024 rows) alone needs 16 MiB.
       {8192, 4096, 128256, 16, bf, f32, false, 8, 63, true},
       // bf16 dW: rows cannot be blocked; at N = 65536 the f32 dH accumulator alone is
-      // 1 GiB, so the schedule goes over budget with 2048-column chunks.
-      {8192, 4096, 128256, 512, bf, bf, false, 1, 6, false},
+      // 1 GiB, so the schedule goes over budget with 2048-column chunks. The target group
+      // sums ([Note: target group sums]: 8443 B per row) leave less room for dZ chunks.
+      {8192, 4096, 128256, 512, bf, bf, false, 1, 7, false},
       {65536, 4096, 128256, 512, bf, bf, false, 1, 63, true},
       // f32 inputs: f32 dZ and f32 dH (no accumulator).
       {8192, 4096, 32000, 512, f32, f32, false, 1, 2, false},
@@ -1291,6 +1354,8 @@ TEST(Planner, KernelParamsOrder) {
       break;
     case KernelKind::Cast: want = {PK::N}; break;
     case KernelKind::RowDot: want = {PK::N}; break;
+    // [Note: target group sums]: the group-sum form runs in the chunk loop.
+    case KernelKind::TargetCorrection: want = {PK::N, PK::ChunkBegin, PK::ChunkCols}; break;
     default: ADD_FAILURE() << k.name << ": a kernel kind this test does not expect"; break;
     }
     // A kernel that writes an output takes the run's accumulate mask last ([Note:
@@ -1331,15 +1396,28 @@ TEST(Planner, KernelParamsOrder) {
     if (auto *r = std::get_if<plan::RowDotKernel>(&k.body)) {
       EXPECT_TRUE(hasBuf(r->a) && hasBuf(r->b) && hasBuf(r->target) && hasBuf(r->out)) << k.name;
     }
-    // Every kernel with a launch contract (all but the grid-stride Cast and RowDot) gets
-    // the error word: row kernels for their device checks too, GEMMs for launch_ok alone.
+    if (auto *t = std::get_if<plan::TargetCorrectionKernel>(&k.body)) {
+      EXPECT_TRUE(hasBuf(t->residual.buf) && hasBuf(t->residual.target) && hasBuf(t->a) &&
+                  hasBuf(t->sums.sums) && hasBuf(t->sums.head))
+          << k.name;
+    }
+    if (auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body)) {
+      ASSERT_TRUE(d->targetSums.valid()) << k.name << ": fast precision, a bf16 dW";
+      EXPECT_TRUE(hasBuf(d->targetSums.sums) && hasBuf(d->targetSums.head) &&
+                  hasBuf(d->targetSums.target))
+          << k.name;
+    }
+    // Every kernel with a launch contract (all but the grid-stride Cast, RowDot and
+    // TargetCorrection) gets the error word: row kernels for their device checks too,
+    // GEMMs for launch_ok alone.
     EXPECT_EQ(hasBuf({plan::Space::Workspace, plan::kErrorBuffer}),
-              k.kind() != KernelKind::Cast && k.kind() != KernelKind::RowDot)
+              k.kind() != KernelKind::Cast && k.kind() != KernelKind::RowDot &&
+                  k.kind() != KernelKind::TargetCorrection)
         << k.name;
   }
   for (KernelKind kk : {KernelKind::Row, KernelKind::GemmReduce, KernelKind::GemmDz,
                         KernelKind::GemmDLhs, KernelKind::GemmDRhs, KernelKind::Cast,
-                        KernelKind::RowDot})
+                        KernelKind::RowDot, KernelKind::TargetCorrection})
     EXPECT_TRUE(seen.count(kk)) << plan::kernelKindName(kk);
 }
 

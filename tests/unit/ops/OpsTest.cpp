@@ -878,7 +878,11 @@ INSTANTIATE_TEST_SUITE_P(
         compileCase("bf16_llama3_head", DType::BF16, {}, true, Reduction::Mean, DType::F32,
                     8192, 128256, 4096),
         compileCase("bf16_gemma2_head_softcap", DType::BF16, 30.0, true, Reduction::Mean,
-                    DType::F32, 8192, 256000, 2304)),
+                    DType::F32, 8192, 256000, 2304),
+        // A bf16 dW on the wgmma mainloop: dB's 128 accumulators a thread with the group
+        // sums' epilogue ([Note: target group sums]).
+        compileCase("bf16_llama3_head_dWbf16", DType::BF16, {}, true, Reduction::Mean,
+                    DType::BF16, 8192, 128256, 4096)),
     [](const ::testing::TestParamInfo<CompileCase> &i) { return std::string(i.param.name); });
 
 //===----------------------------------------------------------------------===//
