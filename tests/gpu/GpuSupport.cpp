@@ -4,6 +4,10 @@
 #include "compiler/support/Check.h"
 #include "runtime/Nvrtc.h"
 
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -199,6 +203,29 @@ Comparison RefKernels::compare(const DeviceBuffer &x, DType dtype, const DeviceB
   return c;
 }
 
+/// The loss from lce_rows_f64's row losses and valid flags: their sum, divided by the count
+/// of valid rows (Mean with an ignore index), N (Mean without) or 1 (Sum); *den gets the
+/// divisor.
+static double reducedLoss(const LinearCrossEntropyOptions &o, const DeviceBuffer &rowLoss,
+                          const DeviceBuffer &valid, int64_t n, double *den) {
+  std::vector<double> rl(static_cast<size_t>(n)), va(static_cast<size_t>(n));
+  if (n > 0) {
+    rowLoss.downloadTo(rl.data(), n * 8);
+    valid.downloadTo(va.data(), n * 8);
+  }
+  double total = 0, count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    total += rl[static_cast<size_t>(i)];
+    count += va[static_cast<size_t>(i)];
+  }
+  double dv = 1.0;
+  if (o.reduction == Reduction::Mean)
+    dv = o.ignoreIndex ? std::max(count, 1.0) : std::max<double>(static_cast<double>(n), 1.0);
+  if (den)
+    *den = dv;
+  return total / dv;
+}
+
 GpuReference gpuReference(const LinearCrossEntropyOptions &o, const DeviceBuffer &hidden,
                           const DeviceBuffer &weight, const DeviceBuffer &targets, int64_t n) {
   RefKernels &k = RefKernels::get();
@@ -211,21 +238,9 @@ GpuReference gpuReference(const LinearCrossEntropyOptions &o, const DeviceBuffer
   bool is64 = o.targetDType == DType::I64;
   double cap = o.softcap.value_or(0.0);
   k.lceRows(z, targets, is64, n, v, cap, o.ignoreIndex, lse, rowLoss, valid);
-  std::vector<double> rl(static_cast<size_t>(n)), va(static_cast<size_t>(n));
-  if (n > 0) {
-    rowLoss.downloadTo(rl.data(), n * 8);
-    valid.downloadTo(va.data(), n * 8);
-  }
-  double total = 0, count = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    total += rl[static_cast<size_t>(i)];
-    count += va[static_cast<size_t>(i)];
-  }
   GpuReference r;
   double den = 1.0;
-  if (o.reduction == Reduction::Mean)
-    den = o.ignoreIndex ? std::max(count, 1.0) : std::max<double>(static_cast<double>(n), 1.0);
-  r.loss = total / den;
+  r.loss = reducedLoss(o, rowLoss, valid, n, &den);
   k.lceDz(z, targets, is64, n, v, cap, lse, valid, 1.0 / den);
   r.dH = DeviceBuffer(n * d * 8);
   r.dW = DeviceBuffer(v * d * 8);
@@ -237,6 +252,92 @@ GpuReference gpuReference(const LinearCrossEntropyOptions &o, const DeviceBuffer
   }
   LCEJIT_CU(runtime::cudaDriver().ctxSynchronize());
   return r;
+}
+
+bool Cublas::load(std::string *why) {
+  void *h = nullptr;
+  for (const char *name : {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13",
+                           "libcublas.so.12", "libcublas.so"}) {
+    if ((h = ::dlopen(name, RTLD_NOW | RTLD_LOCAL))) {
+      where = name;
+      break;
+    }
+  }
+  if (!h) {
+    *why = std::string("dlopen(libcublas.so.13) failed: ") + ::dlerror();
+    return false;
+  }
+  create = reinterpret_cast<CreateFn>(::dlsym(h, "cublasCreate_v2"));
+  gemmEx = reinterpret_cast<GemmExFn>(::dlsym(h, "cublasGemmEx"));
+  if (!create || !gemmEx) {
+    *why = "libcublas lacks cublasCreate_v2/cublasGemmEx";
+    return false;
+  }
+  if (create(&handle) != CUBLAS_STATUS_SUCCESS) {
+    *why = "cublasCreate failed";
+    return false;
+  }
+  return true;
+}
+
+void Cublas::gemm(bool transA, bool transB, int m, int n, int k, const void *a, int lda,
+                  const void *b, int ldb, void *c, bool f32Out) {
+  float one = 1.0f, zero = 0.0f;
+  // Cᵀ = op(B)ᵀ · op(A)ᵀ in column-major terms.
+  cublasStatus_t s = gemmEx(handle, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, b, CUDA_R_16BF, ldb,
+                            a, CUDA_R_16BF, lda, &zero, c, f32Out ? CUDA_R_32F : CUDA_R_16BF, n,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error(ErrorKind::Cuda, fmt::format("cublasGemmEx failed with status {}", int(s)));
+}
+
+double cublasLogitLoss(const LinearCrossEntropyOptions &o, Cublas &blas, const DeviceBuffer &hidden,
+                       const DeviceBuffer &weight, const DeviceBuffer &targets, int64_t n) {
+  const auto &d = runtime::cudaDriver();
+  const int64_t dd = o.hidden, v = o.vocab;
+  LCEJIT_CHECK(o.dtype == DType::BF16, "cublasLogitLoss: bf16 inputs, not {}", dtypeName(o.dtype));
+  RefKernels &k = RefKernels::get();
+  DeviceBuffer z64(n * v * 8);
+  {
+    DeviceBuffer z32(n * v * 4);
+    blas.gemm(false, true, static_cast<int>(n), static_cast<int>(v), static_cast<int>(dd),
+              hidden.data(), static_cast<int>(dd), weight.data(), static_cast<int>(dd),
+              z32.data(), /*f32Out=*/true);
+    k.toF64(z32, DType::F32, z64, n * v);
+    LCEJIT_CU(d.ctxSynchronize());
+  }
+  const bool is64 = o.targetDType == DType::I64;
+  std::vector<int64_t> y(static_cast<size_t>(n), -1);
+  if (is64) {
+    targets.downloadTo(y.data(), n * 8);
+  } else {
+    std::vector<int32_t> y32(static_cast<size_t>(n));
+    targets.downloadTo(y32.data(), n * 4);
+    std::copy(y32.begin(), y32.end(), y.begin());
+  }
+  std::vector<uint16_t> h(static_cast<size_t>(n * dd)), wr(static_cast<size_t>(dd));
+  hidden.downloadTo(h.data(), n * dd * 2);
+  auto f = [](uint16_t b) {
+    const uint32_t u = static_cast<uint32_t>(b) << 16;
+    float x;
+    std::memcpy(&x, &u, 4);
+    return static_cast<double>(x);
+  };
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t t = y[static_cast<size_t>(r)];
+    if (t < 0 || t >= v)
+      continue;
+    LCEJIT_CU(d.memcpyDtoH(wr.data(), weight.ptr() + static_cast<CUdeviceptr>(t * dd * 2),
+                           static_cast<size_t>(dd) * 2));
+    double zy = 0; // bf16 products are exact in f64
+    for (int64_t j = 0; j < dd; ++j)
+      zy += f(h[static_cast<size_t>(r * dd + j)]) * f(wr[static_cast<size_t>(j)]);
+    LCEJIT_CU(d.memcpyHtoD(z64.ptr() + static_cast<CUdeviceptr>((r * v + t) * 8), &zy, 8));
+  }
+  DeviceBuffer lse(n * 8), rowLoss(n * 8), valid(n * 8);
+  k.lceRows(z64, targets, is64, n, v, o.softcap.value_or(0.0), o.ignoreIndex, lse, rowLoss, valid);
+  return reducedLoss(o, rowLoss, valid, n, nullptr);
 }
 
 } // namespace lcejit::gputest

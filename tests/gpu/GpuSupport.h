@@ -5,6 +5,8 @@
 #include "runtime/CudaDriver.h"
 #include "runtime/Module.h"
 
+#include <cublas_api.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -105,5 +107,35 @@ struct GpuReference {
 
 GpuReference gpuReference(const LinearCrossEntropyOptions &o, const DeviceBuffer &hidden,
                           const DeviceBuffer &weight, const DeviceBuffer &targets, int64_t n);
+
+/// cuBLAS through dlopen (libcublas.so.13, or .12): the GEMMs lcejit-bench times against,
+/// and an independent tensor-core GEMM for cublasLogitLoss.
+struct Cublas {
+  using CreateFn = cublasStatus_t (*)(cublasHandle_t *);
+  using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
+                                      int, int, const void *, const void *, cudaDataType, int,
+                                      const void *, cudaDataType, int, const void *, void *,
+                                      cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  CreateFn create = nullptr;
+  GemmExFn gemmEx = nullptr;
+  cublasHandle_t handle = nullptr;
+  std::string where; ///< the library that was loaded
+
+  /// false, with why, when no libcublas can be loaded or its handle made.
+  bool load(std::string *why);
+  /// Row-major C[m, n] = op(A) · op(B), bf16 in, bf16 out (f32 with f32Out), f32
+  /// accumulate (CUBLAS_COMPUTE_32F), on the default stream.
+  void gemm(bool transA, bool transB, int m, int n, int k, const void *a, int lda, const void *b,
+            int ldb, void *c, bool f32Out = false);
+};
+
+/// The loss that cuBLAS's logits give: Z = H·Wᵀ (bf16 [n, D] and [V, D]) by cublasGemmEx
+/// into f32 (tensor cores, f32 accumulation), widened to f64, each row's target logit
+/// replaced by its exact f64 dot product (as [Note: the exact target logit] does in lcejit),
+/// then the fp64 reference's row losses and reduction. Against gpuReference's loss it is
+/// the error that a bf16 GEMM with f32 accumulation leaves in the loss, whoever runs it
+/// (docs/numerics.md). Targets of o.targetDType; needs n·V·12 bytes of device memory.
+double cublasLogitLoss(const LinearCrossEntropyOptions &o, Cublas &blas, const DeviceBuffer &hidden,
+                       const DeviceBuffer &weight, const DeviceBuffer &targets, int64_t n);
 
 } // namespace lcejit::gputest

@@ -49,8 +49,6 @@
 #include "tests/gpu/GpuSupport.h"
 #include "tools/ToolOptions.h"
 
-#include <cublas_api.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include "compiler/codegen/Sm90GemmEmitter.h"
@@ -133,6 +131,7 @@ struct Args {
   std::vector<std::string> cases; ///< named cases; empty: the one given by the sizes
   Precision precision = Precision::Fast;
   DType gradWeight = DType::F32; ///< --grad-weight: dW's dtype
+  bool peaked = false;           ///< --logits peaked: each row's target logit ~20 above the rest
   int64_t budgetMb = 0; ///< 0: the op's default
   std::string json;     ///< write the results as JSON here
   bool series = false;
@@ -166,6 +165,10 @@ struct Result {
   std::string schedule;
   /// --check: errors against the fp64 reference (negative: not checked).
   double lossErr = -1, dhErr = -1, dhFloor = -1, dwErr = -1, dwBf16Floor = -1;
+  /// --check with cuBLAS: the loss from cuBLAS's f32 logits (bf16 tensor cores, f32
+  /// accumulation) finished in fp64 with the exact target logit, against the reference:
+  /// what the logits' GEMM alone leaves in the loss (negative: not measured).
+  double blasLogitLossErr = -1;
   std::string checkNote; ///< why a case was not checked
   std::string trace;     ///< --trace: the report of one traced call
 };
@@ -213,6 +216,14 @@ cl::opt<DType> gradWeightOpt(
     cl::values(clEnumValN(DType::F32, "f32", "an f32 dW (the materialized schedule)"),
                clEnumValN(DType::BF16, "bf16",
                           "a bf16 dW, written once (the vocab-chunked recompute)")),
+    cl::cat(kCategory));
+enum class LogitsArg { Random, Peaked };
+cl::opt<LogitsArg> logitsOpt(
+    "logits", cl::desc("the data (default: random)"), cl::init(LogitsArg::Random),
+    cl::values(clEnumValN(LogitsArg::Random, "random", "random bf16 H and W, random targets"),
+               clEnumValN(LogitsArg::Peaked, "peaked",
+                          "each row's target logit raised ~20 over the rest (softmax near "
+                          "one-hot: issue 5's peaked data)")),
     cl::cat(kCategory));
 cl::opt<int64_t> budgetMbOpt("budget-mb", cl::value_desc("M"),
                              cl::desc("workspace budget in MiB (default: 0, the op's default)"),
@@ -300,6 +311,7 @@ Args parse(int argc, char **argv) {
   }
   a.precision = precisionOpt;
   a.gradWeight = gradWeightOpt;
+  a.peaked = logitsOpt == LogitsArg::Peaked;
   a.budgetMb = budgetMbOpt;
   if (modeOpt == ModeArg::Lean && !budgetMbOpt.getNumOccurrences())
     a.budgetMb = 64;
@@ -334,60 +346,6 @@ struct Mem {
   ~Mem() { runtime::cudaDriver().memFree(p); }
   void *data() const { return reinterpret_cast<void *>(static_cast<uintptr_t>(p)); }
   CUdeviceptr p = 0;
-};
-
-/// cuBLAS through dlopen: only what the benchmark needs.
-struct Cublas {
-  using CreateFn = cublasStatus_t (*)(cublasHandle_t *);
-  using SetStreamFn = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
-  using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
-                                      int, int, const void *, const void *, cudaDataType, int,
-                                      const void *, cudaDataType, int, const void *, void *,
-                                      cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
-  CreateFn create = nullptr;
-  SetStreamFn setStream = nullptr;
-  GemmExFn gemmEx = nullptr;
-  cublasHandle_t handle = nullptr;
-  std::string where;
-
-  bool load(std::string *why) {
-    void *h = nullptr;
-    for (const char *name : {"libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.13",
-                             "libcublas.so.12", "libcublas.so"}) {
-      if ((h = ::dlopen(name, RTLD_NOW | RTLD_LOCAL))) {
-        where = name;
-        break;
-      }
-    }
-    if (!h) {
-      *why = std::string("dlopen(libcublas.so.13) failed: ") + ::dlerror();
-      return false;
-    }
-    create = reinterpret_cast<CreateFn>(::dlsym(h, "cublasCreate_v2"));
-    setStream = reinterpret_cast<SetStreamFn>(::dlsym(h, "cublasSetStream_v2"));
-    gemmEx = reinterpret_cast<GemmExFn>(::dlsym(h, "cublasGemmEx"));
-    if (!create || !setStream || !gemmEx) {
-      *why = "libcublas lacks cublasCreate_v2/cublasSetStream_v2/cublasGemmEx";
-      return false;
-    }
-    if (create(&handle) != CUBLAS_STATUS_SUCCESS) {
-      *why = "cublasCreate failed";
-      return false;
-    }
-    return true;
-  }
-
-  /// Row-major C[m, n] = op(A) · op(B), bf16 in/out, f32 accumulate, via col-major Cᵀ.
-  void gemm(bool transA, bool transB, int m, int n, int k, const void *a, int lda, const void *b,
-            int ldb, void *c) {
-    float one = 1.0f, zero = 0.0f;
-    // Cᵀ = op(B)ᵀ · op(A)ᵀ in column-major terms.
-    cublasStatus_t s = gemmEx(handle, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              n, m, k, &one, b, CUDA_R_16BF, ldb, a, CUDA_R_16BF, lda, &zero, c,
-                              CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS)
-      throw Error(ErrorKind::Cuda, fmt::format("cublasGemmEx failed with status {}", int(s)));
-  }
 };
 
 template <typename F> double medianMs(int iters, CUstream s, F f) {
@@ -457,7 +415,7 @@ LinearCrossEntropyOptions benchOptions(const Args &a, int64_t d, int64_t v,
 /// --check: one more call with poisoned outputs, against the fp64 reference.
 void checkCase(const Args &a, const CaseShape &cs, LinearCrossEntropy &op, const Mem &h,
                const Mem &w, const Mem &y, const Mem &dh, const Mem &dw, const Mem &loss,
-               Result &r) {
+               gputest::Cublas *blas, Result &r) {
   const long long N = cs.n, D = cs.d, V = cs.v;
   if (double(N) * double(V) * double(D) > 2e13) {
     r.checkNote = fmt::format("skipped: N*V*D = {:.1e} (the f64 logits alone are {:.0f} GB)",
@@ -484,6 +442,13 @@ void checkCase(const Args &a, const CaseShape &cs, LinearCrossEntropy &op, const
   const gputest::Comparison cw = k.compare(
       DeviceBuffer::view(dw.p, V * D * dtypeSize(a.gradWeight)), a.gradWeight, ref.dW, V * D);
   r.lossErr = std::abs(double(l) - ref.loss) / std::max(std::abs(ref.loss), 1e-30);
+  if (blas)
+    r.blasLogitLossErr =
+        std::abs(gputest::cublasLogitLoss(o, *blas, DeviceBuffer::view(h.p, N * D * 2),
+                                          DeviceBuffer::view(w.p, V * D * 2),
+                                          DeviceBuffer::view(y.p, N * 8), N) -
+                 ref.loss) /
+        std::max(std::abs(ref.loss), 1e-30);
   r.dhErr = ch.relError;
   r.dhFloor = ch.floor;
   r.dwErr = cw.relError;
@@ -528,7 +493,7 @@ std::string traceReport(const std::vector<runtime::LaunchTraceEntry> &entries) {
   return out;
 }
 
-Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *blas) {
+Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, gputest::Cublas *blas) {
   const auto &d = runtime::cudaDriver();
   const long long N = cs.n, D = cs.d, V = cs.v;
   Result r;
@@ -543,6 +508,12 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *b
   fill.bf16(h, N * D, 1, scale);
   fill.bf16(w, V * D, 2, scale);
   fill.targets(y, N, V);
+  if (a.peaked) {
+    using gputest::DeviceBuffer;
+    gputest::RefKernels::get().peakRows(DeviceBuffer::view(h.p, N * D * 2),
+                                        DeviceBuffer::view(w.p, V * D * 2), DType::BF16,
+                                        DeviceBuffer::view(y.p, N * 8), DType::I64, N, D, V, 20.0);
+  }
   cu(d.ctxSynchronize(), "sync");
 
   LinearCrossEntropy op(benchOptions(a, D, V, cs.softcap));
@@ -572,7 +543,7 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, Cublas *b
   });
   op.checkDeviceErrors();
   if (a.check)
-    checkCase(a, cs, op, h, w, y, dh, dw, loss, r);
+    checkCase(a, cs, op, h, w, y, dh, dw, loss, blas, r);
   if (a.trace) {
     runtime::setLaunchTrace(true);
     op.enqueue({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
@@ -628,7 +599,7 @@ double relDiff(const runtime::Module &m, CUdeviceptr x, bool xF32, CUdeviceptr r
 
 /// --gemm-only: the three FLCE GEMMs on the generated sm_90a mainloop next to cuBLAS.
 int runGemmOnly(const Args &a, const std::vector<CaseShape> &shapes, const runtime::Module &fillModule,
-                const Filler &fill, Cublas *blas, const runtime::DeviceInfo &info) {
+                const Filler &fill, gputest::Cublas *blas, const runtime::DeviceInfo &info) {
   if (info.smVersion() != 90) {
     fmt::print("--gemm-only: the sm90 mainloop needs an sm_90 device; this is sm_{}\n",
                info.smVersion());
@@ -749,7 +720,7 @@ int runGemmOnly(const Args &a, const std::vector<CaseShape> &shapes, const runti
 }
 
 /// The 20-N series: every N once (host-timed, synchronous), the op then cuBLAS.
-int runSeries(const Args &a, const Filler &fill, Cublas *blas) {
+int runSeries(const Args &a, const Filler &fill, gputest::Cublas *blas) {
   const auto &d = runtime::cudaDriver();
   std::mt19937_64 rng(2026);
   std::uniform_int_distribution<int64_t> dist(4096, 33768);
@@ -837,7 +808,7 @@ int main(int argc, char **argv) {
     req.label = "bench-fill";
     runtime::Module fillModule(runtime::compileCuda(req).cubin);
     Filler fill{fillModule};
-    Cublas blas;
+    gputest::Cublas blas;
     std::string why;
     bool haveBlas = blas.load(&why);
     if (a.series)
@@ -851,9 +822,10 @@ int main(int argc, char **argv) {
       shapes.push_back(CaseShape{"custom", a.n, a.d, a.v, a.softcap});
     if (a.gemmOnly)
       return runGemmOnly(a, shapes, fillModule, fill, haveBlas ? &blas : nullptr, info);
-    fmt::print("device: {} (sm_{}, {} SMs); precision {}; dW {}; budget {}; cuBLAS {}\n",
+    fmt::print("device: {} (sm_{}, {} SMs); precision {}; dW {}; logits {}; budget {}; cuBLAS {}\n",
                info.name, info.smVersion(), info.numSMs,
                a.precision == Precision::Exact ? "exact" : "fast", dtypeName(a.gradWeight),
+               a.peaked ? "peaked" : "random",
                a.budgetMb ? fmt::format("{} MiB", a.budgetMb) : std::string("default"),
                haveBlas ? blas.where : "not measured: " + why);
     std::vector<Result> results;
@@ -865,9 +837,10 @@ int main(int argc, char **argv) {
     }
     fmt::print("\n| case | N | D | V | softcap | lcejit ms | TFLOP/s | cuBLAS ms | TFLOP/s | ratio | "
                "workspace MiB |{}\n|---|---|---|---|---|---|---|---|---|---|---|{}\n",
-               a.check ? " loss rel err | dH rel err (x bf16 floor) | dW rel err (x bf16 floor) |"
+               a.check ? " loss rel err | loss rel err of cuBLAS's logits | dH rel err (x bf16 "
+                         "floor) | dW rel err (x bf16 floor) |"
                        : "",
-               a.check ? "---|---|---|" : "");
+               a.check ? "---|---|---|---|" : "");
     std::string json = "[";
     for (const Result &r : results) {
       double flops = (a.forward ? 2.0 : 6.0) * double(r.n) * double(r.d) * double(r.v);
@@ -875,8 +848,11 @@ int main(int argc, char **argv) {
       std::string errs;
       if (a.check)
         errs = r.lossErr < 0
-                   ? fmt::format(" {} | | |", r.checkNote)
-                   : fmt::format(" {:.2g} | {:.3g} (x{:.2f}) | {:.3g} (x{:.2f}) |{}", r.lossErr,
+                   ? fmt::format(" {} | | | |", r.checkNote)
+                   : fmt::format(" {:.2g} | {} | {:.3g} (x{:.2f}) | {:.3g} (x{:.2f}) |{}",
+                                 r.lossErr,
+                                 r.blasLogitLossErr < 0 ? std::string("-")
+                                                        : fmt::format("{:.2g}", r.blasLogitLossErr),
                                  r.dhErr, r.dhErr / r.dhFloor, r.dwErr, r.dwErr / r.dwBf16Floor,
                                  r.checkNote.empty() ? "" : " " + r.checkNote);
       fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {:.0f} | {:.1f} | {:.0f} | {:.2f} | {:.0f} |{}\n",
@@ -890,6 +866,8 @@ int main(int argc, char **argv) {
                             "\"dh_floor\": {:.4e}, \"dw_rel_err\": {:.4e}, "
                             "\"dw_bf16_floor\": {:.4e}",
                             r.lossErr, r.dhErr, r.dhFloor, r.dwErr, r.dwBf16Floor);
+      if (r.blasLogitLossErr >= 0)
+        check += fmt::format(", \"cublas_logit_loss_rel_err\": {:.3e}", r.blasLogitLossErr);
       if (!r.checkNote.empty())
         check += fmt::format(", \"check\": \"{}\"", r.checkNote);
       json += fmt::format("{}{{\"case\": \"{}\", \"n\": {}, \"d\": {}, \"v\": {}, \"softcap\": {}, "
