@@ -1520,13 +1520,17 @@ __device__ __forceinline__ void load_f32_pair(const void *p, i64 i, float &x,
 }
 
 /// An OutElem output of `cols` columns per row: out[row_offset + row][col] =
-/// acc (row < rows, col < cols), rounded once; with ACCUMULATE, out =
+/// acc (row < rows, col < cols), rounded once; with `accumulate`, out =
 /// round(old + acc): the old value widened to f32, one rounding ([Note:
 /// accumulating outputs]). GemmDRhs (rows of a chunk of dB) and GemmDLhs (dA of
-/// a one-chunk loop) store through it.
-template <class OutElem, bool ACCUMULATE = false> struct RoundedOutEpilogue {
+/// a one-chunk loop) store through it. `accumulate` is a runtime flag, not a
+/// template argument: a second instantiation would double the kernel's code (the
+/// whole persistent mainloop again) and its NVRTC time, for a branch per pair of
+/// elements (session 14: dA of the Llama-3 head 2.6 -> 1.3 s under nvcc).
+template <class OutElem> struct RoundedOutEpilogue {
   void *out;
   i64 rows, cols, row_offset;
+  bool accumulate;
   __device__ __forceinline__ void begin(int, int) const {}
   __device__ __forceinline__ void finish(int, int) const {}
   template <int R>
@@ -1538,10 +1542,14 @@ template <class OutElem, bool ACCUMULATE = false> struct RoundedOutEpilogue {
       const i64 col = col0 + acc_col(i, t);
       if (row >= rows || col >= cols)
         continue;
+      // Opaque to the optimizer: with `accumulate` known invariant it versions the whole
+      // store loop (both copies compiled: +0.5 s of NVRTC for dA's module).
+      u32 add_old;
+      asm volatile("mov.b32 %0, %1;" : "=r"(add_old) : "r"(static_cast<u32>(accumulate)));
       const i64 idx = (row_offset + row) * cols + col;
       if (col + 1 < cols) {
         float x = acc[i], y = acc[i + 1];
-        if constexpr (ACCUMULATE) {
+        if (add_old) {
           float ox, oy;
           load_f32_pair<OutElem>(out, idx, ox, oy);
           x += ox;
@@ -1550,7 +1558,7 @@ template <class OutElem, bool ACCUMULATE = false> struct RoundedOutEpilogue {
         store_f32_pair<OutElem>(out, idx, x, y);
       } else {
         float x = acc[i];
-        if constexpr (ACCUMULATE)
+        if (add_old)
           x += load_f32<OutElem>(out, idx);
         store_f32<OutElem>(out, idx, x);
       }
@@ -1723,12 +1731,8 @@ gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
     const F32OutEpilogue e{static_cast<float *>(out), n, k, k, 0, accumulate};
     dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
                                        b, cols, last, row_scale);
-  } else if (accumulate) {
-    const RoundedOutEpilogue<OutElem, true> e{out, n, k, 0};
-    dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
-                                       b, cols, last, row_scale);
   } else {
-    const RoundedOutEpilogue<OutElem> e{out, n, k, 0};
+    const RoundedOutEpilogue<OutElem> e{out, n, k, 0, accumulate};
     dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
                                        b, cols, last, row_scale);
   }
@@ -1747,35 +1751,17 @@ gemm_drhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
                  const void *target = nullptr, i64 cols = 0, i64 group_rows = 1) {
   if constexpr (GROUP_SUMS) {
     static_assert(OutElem::BYTES == 2, "gemm_drhs: group sums are for a dB rounded once");
-    const auto tiles = persistent_tiles<Cfg>(chunk_cols, k, 8);
-    if (accumulate) {
-      GroupSumEpilogue<TargetT, RoundedOutEpilogue<OutElem, true>> e{
-          {out, chunk_cols, k, chunk_begin}, static_cast<const u16 *>(sums), head, target, n,
-          k, cols, chunk_begin, chunk_cols, group_rows};
-      gemm_tiles<Cfg>(map_a, map_b, tiles, e, n);
-    } else {
-      GroupSumEpilogue<TargetT, RoundedOutEpilogue<OutElem>> e{
-          {out, chunk_cols, k, chunk_begin}, static_cast<const u16 *>(sums), head, target, n,
-          k, cols, chunk_begin, chunk_cols, group_rows};
-      gemm_tiles<Cfg>(map_a, map_b, tiles, e, n);
-    }
-    return;
-  }
-  if (accumulate) {
-    if constexpr (OutElem::BYTES == 4) { // elem_f32: float2 read-modify-write
-      F32OutEpilogue e{static_cast<float *>(out), chunk_cols, k, k, chunk_begin,
-                       true};
-      gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
-                      n);
-    } else {
-      RoundedOutEpilogue<OutElem, true> e{out, chunk_cols, k, chunk_begin};
-      gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
-                      n);
-    }
+    GroupSumEpilogue<TargetT, RoundedOutEpilogue<OutElem>> e{
+        {out, chunk_cols, k, chunk_begin, accumulate}, static_cast<const u16 *>(sums), head,
+        target, n, k, cols, chunk_begin, chunk_cols, group_rows};
+    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n);
+  } else if constexpr (OutElem::BYTES == 4) {
+    // elem_f32: written, or added to by float2 vector reductions (F32OutEpilogue).
+    F32OutEpilogue e{static_cast<float *>(out), chunk_cols, k, k, chunk_begin, accumulate};
+    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n);
   } else {
-    RoundedOutEpilogue<OutElem> e{out, chunk_cols, k, chunk_begin};
-    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e,
-                    n);
+    RoundedOutEpilogue<OutElem> e{out, chunk_cols, k, chunk_begin, accumulate};
+    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n);
   }
 }
 
