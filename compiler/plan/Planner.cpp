@@ -1119,6 +1119,19 @@ private:
     DzFormat fmtDz = dz.format;
     DType abType = dz.gemm.abType;
     BufferRef aBuf = dz.gemm.a, bBuf = dz.gemm.b;
+    // dB's part of the residual: added to an f32 `out` after the loop, or, with `sums`,
+    // summed per group for dB's epilogue inside it ([Note: target group sums]).
+    auto correction = [&](BufferRef out, TargetSums sums) {
+      TargetCorrectionKernel c;
+      c.residual = residual;
+      c.a = aBuf;
+      c.aType = abType;
+      c.out = out;
+      c.k = k;
+      c.cols = cols;
+      c.sums = std::move(sums);
+      return c;
+    };
     push(fmt::format("{}_dz{}", opt_.name, gi), std::move(dz));
     BufferRef lhsAccBuf;
     if (lhsOut >= 0) {
@@ -1173,14 +1186,7 @@ private:
         ts.target = residual.target;
         ts.targetType = residual.targetType;
         ts.cols = cols;
-        TargetCorrectionKernel c;
-        c.residual = residual;
-        c.a = aBuf;
-        c.aType = abType;
-        c.k = k;
-        c.cols = cols;
-        c.sums = ts;
-        push(fmt::format("{}_dzsum{}", opt_.name, gi), std::move(c));
+        push(fmt::format("{}_dzsum{}", opt_.name, gi), correction(BufferRef{}, ts));
         d.targetSums = ts;
       }
       push(fmt::format("{}_drhs{}", opt_.name, gi), std::move(d));
@@ -1193,14 +1199,8 @@ private:
       if (lhsOut >= 0)
         parts.push_back(fmt::format("d{}[r] += res[r]*{}[t_r] in dA's last chunk", a, b));
       if (rhsOut >= 0 && rhsType == DType::F32) {
-        TargetCorrectionKernel c;
-        c.residual = residual;
-        c.a = aBuf;
-        c.aType = abType;
-        c.out = BufferRef{Space::Output, rhsOut};
-        c.k = k;
-        c.cols = cols;
-        addKernel(fmt::format("{}_dzres{}", opt_.name, gi), std::move(c));
+        addKernel(fmt::format("{}_dzres{}", opt_.name, gi),
+                  correction(BufferRef{Space::Output, rhsOut}, TargetSums{}));
         parts.push_back(fmt::format("d{}[t_r] += res[r]*{}[r] after the chunk loop, summed per "
                                     "target in row order",
                                     b, a));
