@@ -604,12 +604,6 @@ static void emitFragmentValue(CodeWriter &w, const plan::GemmReduceKernel &k,
                "the stored values of a gemm_reduce need its fragment path (one logsumexp "
                "result, {}, and sums): lse result {}",
                k.stored ? k.stored->lseResult : -1, lse);
-  // A storing epilogue compiles the fragment path alone (ReduceEpilogue::tile in
-  // lcejit_sm90.cuh): every tile must be full.
-  LCEJIT_CHECK(!k.stored || k.gemm.cols % k.gemm.tile.bn == 0,
-               "the stored values of a gemm_reduce need full column tiles: {} columns, tiles "
-               "of {}",
-               k.gemm.cols, k.gemm.tile.bn);
   w.line("static constexpr bool STORE = {};", k.stored ? "true" : "false");
   // [Note: row-scaled stored values]: bf16 values against a constant reference, or one
   // per row ([Note: a per-row reference]).

@@ -1134,6 +1134,7 @@ private:
     };
     push(fmt::format("{}_dz{}", opt_.name, gi), std::move(dz));
     BufferRef lhsAccBuf;
+    int64_t sumsBytesPerRow = 0; // [Note: target group sums]: sums and heads, per row
     if (lhsOut >= 0) {
       GemmDLhsKernel d;
       d.math = bwdMath;
@@ -1183,6 +1184,8 @@ private:
         ts.head = addWorkspace(fmt::format("dz_target_heads{}", gi),
                                (cols * 4 + ts.groupRows - 1) / ts.groupRows, cols * 4);
         prog_.workspace.back().blockLocal = true;
+        sumsBytesPerRow = prog_.workspace[static_cast<size_t>(ts.sums.index)].bytesPerRow +
+                          prog_.workspace.back().bytesPerRow;
         ts.target = residual.target;
         ts.targetType = residual.targetType;
         ts.cols = cols;
@@ -1211,7 +1214,7 @@ private:
             "over the rows of each {}-row block with that target (summed per chunk in row "
             "order after the dZ GEMM, {} B per row of workspace) in dB's epilogue, before the "
             "rounding",
-            b, dtypeName(rhsType), a, kTargetGroupRows, k * 2 + (cols * 4 + kTargetGroupRows - 1) / kTargetGroupRows));
+            b, dtypeName(rhsType), a, kTargetGroupRows, sumsBytesPerRow));
       residualNote = fmt::format("added back as a rank-1 update in f32 ({})", fmt::join(parts, ", "));
     }
     if (!residualNote.empty())

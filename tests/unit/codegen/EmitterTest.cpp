@@ -6,6 +6,9 @@
 #include "compiler/codegen/DeviceHeaders.h"
 #include "compiler/codegen/Embedded.h"
 #include "compiler/codegen/Emitter.h"
+#include "compiler/frontend/LceGraph.h"
+#include "compiler/pipeline/Pipeline.h"
+#include "compiler/plan/Planner.h"
 #include "lcejit/Error.h"
 
 #include <fmt/format.h>
@@ -319,5 +322,59 @@ TEST(Emitter, RejectsWhatTheTemplatesCannotRun) {
     auto &row = std::get<RowKernel>(p.kernels[0].body);
     row.sinks[0].result = 9; // no such result
     EXPECT_THROW(emitCuda(p), Error);
+  }
+}
+
+/// What the session-14 kernels cannot run is refused by name and value: a storing forward
+/// over a vocabulary that is not a multiple of its tile (its element path is compiled out),
+/// dB's group sums on a tile wider than the sums' padding or with no blocks, the group-sum
+/// kernel writing an out, and setTargetGroupRows with no rows.
+TEST(Emitter, RejectsWhatTheGroupSumsAndTheStoringForwardCannotRun) {
+  auto planned = [](std::optional<DType> dw) {
+    fe::LceSpec spec;
+    spec.hidden = 256;
+    spec.vocab = 32000;
+    auto fg = pipeline::compileGraph(*fe::buildLceGraph(spec));
+    plan::PlanOptions po;
+    po.tokens = 4096;
+    po.outputTypes = {DType::F32, DType::BF16, dw};
+    return fg->plan(po);
+  };
+  {
+    Program p = planned(DType::F32); // materialized: the forward stores
+    bool stores = false;
+    for (plan::Kernel &k : p.kernels)
+      if (auto *g = std::get_if<GemmReduceKernel>(&k.body); g && g->stored) {
+        g->gemm.cols = 32003;
+        stores = true;
+      }
+    ASSERT_TRUE(stores) << p.toJson(2);
+    const std::string m = expectThrowMessage([&] { emitCuda(p); });
+    EXPECT_NE(m.find("whole column tiles (cols = 32003"), std::string::npos) << m;
+  }
+  {
+    Program p = planned(DType::BF16); // recompute, group sums for the bf16 dW
+    int sums = 0;
+    for (plan::Kernel &k : p.kernels)
+      if (auto *d = std::get_if<GemmDRhsKernel>(&k.body); d && d->targetSums.valid()) {
+        ++sums;
+        d->targetSums.groupRows = 0;
+      }
+    ASSERT_EQ(sums, 1) << p.toJson(2);
+    EXPECT_NE(expectThrowMessage([&] { emitCuda(p); }).find("target group sums"),
+              std::string::npos);
+  }
+  {
+    Program p = planned(DType::BF16);
+    for (plan::Kernel &k : p.kernels)
+      if (auto *t = std::get_if<plan::TargetCorrectionKernel>(&k.body); t && t->sums.valid())
+        t->out = BufferRef{Space::Output, 2};
+    EXPECT_NE(expectThrowMessage([&] { emitCuda(p); }).find("group sums write sums and heads"),
+              std::string::npos);
+  }
+  {
+    Program p = planned(DType::BF16);
+    EXPECT_NE(expectThrowMessage([&] { plan::setTargetGroupRows(p, 0); }).find("rows = 0"),
+              std::string::npos);
   }
 }
