@@ -1240,6 +1240,7 @@ private:
     prog_.target = opt_.target;
     prog_.schedule.budgetBytes = opt_.workspaceBudgetBytes;
     prog_.schedule.fixedChunkCols = opt_.fixedChunkCols;
+    prog_.schedule.blockRows = opt_.blockRows;
     addWorkspace("scalar_slots", 0, 0, BufferInit::Zero); // size fixed at the end
     addWorkspace("error_word", 0, kErrorWordBytes, BufferInit::Zero);
     prog_.decisions.push_back(fmt::format("bucket: N in [{}, {}] (powers of four from 256)",

@@ -73,6 +73,9 @@ struct PlanOptions {
   bool splitK = true;
   /// > 0: a fixed chunk width instead of the budget's (tests).
   int64_t fixedChunkCols = 0;
+  /// > 0: row blocks of this many rows where the budget holds them, instead of the run
+  /// schedule's choice (ScheduleSpec::blockRows; comparisons and tuning: LCEJIT_BLOCK_ROWS).
+  int64_t blockRows = 0;
   /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).
   std::optional<TileConfig> tensorCoreTile;
   Mainloop mainloop = Mainloop::Auto;

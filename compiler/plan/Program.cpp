@@ -378,6 +378,7 @@ std::string Program::toJson(int indent) const {
                        {"fixed_chunk_cols", schedule.fixedChunkCols},
                        {"row_align", schedule.rowAlign},
                        {"min_block_rows", schedule.minBlockRows},
+                       {"block_rows", schedule.blockRows},
                        {"good_chunk_cols", schedule.goodChunkCols},
                        {"fallback_chunk_cols", schedule.fallbackChunkCols},
                        {"whole_rows", schedule.wholeRows},

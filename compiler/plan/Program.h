@@ -707,6 +707,10 @@ struct ScheduleSpec {
   int64_t fixedChunkCols = 0;  ///< > 0: always this chunk width (tests, overrides)
   int64_t rowAlign = 128;      ///< rows per block: a multiple of this
   int64_t minBlockRows = 1024; ///< never cut blocks smaller than this
+  /// > 0: row blocks of this many rows (rounded down to rowAlign, at least rowAlign), or
+  /// of the most the budget holds when it holds fewer, instead of the policy's choice:
+  /// comparisons and tuning (LCEJIT_BLOCK_ROWS).
+  int64_t blockRows = 0;
   int64_t goodChunkCols = 8192; ///< below this the chunk loop costs more than row blocks
   int64_t fallbackChunkCols = 2048; ///< the chunk width when no schedule fits the budget
   /// The materialized schedule: one chunk of all columns always; rows are blocked (in

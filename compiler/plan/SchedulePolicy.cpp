@@ -49,6 +49,12 @@ int64_t widestChunk(const Program &p, int64_t n, int64_t r, int64_t align, int64
 
 RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n);
 
+/// ScheduleSpec::blockRows as a multiple of rowAlign (at least one), or 0: the policy.
+int64_t blockRowsCap(const ScheduleSpec &spec) {
+  const int64_t ra = std::max<int64_t>(spec.rowAlign, 1);
+  return spec.blockRows > 0 ? std::max(ra, spec.blockRows / ra * ra) : 0;
+}
+
 } // namespace
 
 std::string RunSchedule::describe() const {
@@ -158,6 +164,7 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
   }
   const int64_t align = std::max<int64_t>(spec.chunkAlign, 1);
   const int64_t maxCols = roundUp(p.loopCols, align);
+  const int64_t cap = blockable ? blockRowsCap(spec) : 0;
   auto finish = [&](const char *reason) {
     s.chunks = ceilDiv(p.loopCols, s.chunkCols);
     // Even the chunks out: the same count, the narrowest aligned width.
@@ -176,7 +183,8 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
     s.chunkCols = p.loopCols;
     s.chunks = 1;
     auto fits = [&](int64_t r) {
-      return workspaceBytesFor(p, n, r, p.loopCols) <= spec.budgetBytes;
+      return (cap == 0 || r <= cap) &&
+             workspaceBytesFor(p, n, r, p.loopCols) <= spec.budgetBytes;
     };
     const char *reason = "materialized: one row block";
     if (n > 0 && !fits(n)) {
@@ -195,7 +203,10 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
           (fits(mid) ? lo : hi) = mid;
         }
         s.rowBlocks = ceilDiv(n, lo);
-        s.rowsPerBlock = std::min({n, lo, roundUp(ceilDiv(n, s.rowBlocks), ra)});
+        // Rows asked for (ScheduleSpec::blockRows) are taken as they are: blocks of `lo`
+        // rows, the last one the rest.
+        s.rowsPerBlock = cap > 0 ? std::min(n, lo)
+                                 : std::min({n, lo, roundUp(ceilDiv(n, s.rowBlocks), ra)});
         // An even number of row tiles when it fits: an odd count (1920 rows = 15 tiles)
         // loses the forward's cluster pairs and fills 1.82 waves of 132 SMs; measured 5-6 %
         // dearer per row than 2048 (docs/performance.md, session 13). The block count
@@ -203,7 +214,9 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
         if (const int64_t even = roundUp(s.rowsPerBlock, 2 * ra);
             even != s.rowsPerBlock && even <= lo && even < n)
           s.rowsPerBlock = even;
-        reason = "materialized: rows blocked so that a block's stored values fit the budget";
+        reason = cap > 0 && lo == cap
+                     ? "materialized: rows blocked at ScheduleSpec::blockRows (LCEJIT_BLOCK_ROWS)"
+                     : "materialized: rows blocked so that a block's stored values fit the budget";
       }
       s.rowBlocks = ceilDiv(n, std::max<int64_t>(s.rowsPerBlock, 1));
     }
@@ -222,7 +235,9 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
   const int64_t fallback = std::min(maxCols, roundUp(spec.fallbackChunkCols, align));
   // 1. All rows in one block.
   int64_t c = widestChunk(p, n, n, align, maxCols);
-  if (c >= good || !blockable || n <= spec.minBlockRows) {
+  const bool oneBlock = cap > 0 ? n <= cap && c >= align
+                                : c >= good || !blockable || n <= spec.minBlockRows;
+  if (oneBlock) {
     if (c >= align) {
       s.chunkCols = c;
       return finish(c == maxCols ? "one block, one chunk: everything fits"
@@ -251,14 +266,24 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
     }
     r = lo;
   }
+  // Rows asked for (ScheduleSpec::blockRows): that many, or the most that leave room for
+  // the narrowest chunk.
+  const bool capped = cap > 0;
+  if (capped) {
+    r = cap;
+    while (r > ra && widestChunk(p, n, r, align, maxCols) < align)
+      r -= ra;
+  }
   s.rowBlocks = ceilDiv(n, r);
-  // Even the blocks out, never above r (which is what fits).
-  s.rowsPerBlock = std::min({n, r, roundUp(ceilDiv(n, s.rowBlocks), ra)});
+  // Even the blocks out, never above r (which is what fits); rows asked for are taken as
+  // they are.
+  s.rowsPerBlock = capped ? std::min(n, r) : std::min({n, r, roundUp(ceilDiv(n, s.rowBlocks), ra)});
   s.rowBlocks = ceilDiv(n, s.rowsPerBlock);
   c = widestChunk(p, n, s.rowsPerBlock, align, maxCols);
   s.chunkCols = c >= align ? c : fallback;
-  return finish(c >= align ? "rows blocked to leave room for wide chunks"
-                           : "the budget is too small for any schedule");
+  return finish(c < align ? "the budget is too small for any schedule"
+                 : capped  ? "rows blocked at ScheduleSpec::blockRows (LCEJIT_BLOCK_ROWS)"
+                           : "rows blocked to leave room for wide chunks");
 }
 
 } // namespace

@@ -33,6 +33,7 @@ constexpr std::string_view kAssertNoCompile = "LCEJIT_ASSERT_NO_COMPILE";
 constexpr std::string_view kLog = "LCEJIT_LOG";
 constexpr std::string_view kCudaInclude = "LCEJIT_CUDA_INCLUDE";
 constexpr std::string_view kWorkspaceMB = "LCEJIT_WORKSPACE_MB";
+constexpr std::string_view kBlockRows = "LCEJIT_BLOCK_ROWS";
 constexpr std::string_view kGemmTile = "LCEJIT_GEMM_TILE";
 constexpr std::string_view kMainloop = "LCEJIT_MAINLOOP";
 constexpr std::string_view kBackward = "LCEJIT_BACKWARD";
@@ -60,6 +61,7 @@ struct Values {
   std::array<bool, kNumLogTopics> log{};
   std::vector<std::string> cudaIncludeDirs;
   std::optional<int64_t> workspaceMB;
+  std::optional<int64_t> blockRows;
   std::optional<std::array<int32_t, 6>> gemmTile;
   std::string mainloop = "auto";
   std::string backward = "materialized";
@@ -222,6 +224,7 @@ std::unique_ptr<Values> readAll() {
   v->cudaIncludeDirs =
       split(readEnv(kCudaInclude).value_or(LCEJIT_DEFAULT_CUDA_INCLUDE), ':');
   v->workspaceMB = parsePositiveInt(kWorkspaceMB, readEnv(kWorkspaceMB));
+  v->blockRows = parsePositiveInt(kBlockRows, readEnv(kBlockRows));
   v->gemmTile = parseTile(kGemmTile, readEnv(kGemmTile));
   if (std::optional<std::string> m = readEnv(kMainloop)) {
     std::string t(trim(*m));
@@ -290,6 +293,9 @@ const std::vector<KnobInfo> &allKnobs() {
        "Include directories for NVRTC (it has no built-in headers)."},
       {kWorkspaceMB, "positive int (MiB)", "512",
        "Workspace budget of ops whose options leave it 0."},
+      {kBlockRows, "positive int (rows)", "(the run schedule's choice)",
+       "Row blocks of at most this many rows (rounded down to a multiple of 128) where the "
+       "rows are blocked: to measure other run schedules (part of the cache key)."},
       {kGemmTile, "BMxBNxBK:WMxWN:STAGES", "(planner's choice)",
        "Tensor-core GEMM tile for every GEMM of a plan (tuning; part of the cache key)."},
       {kMainloop, "auto | mma | wgmma", "auto",
@@ -344,6 +350,7 @@ bool assertNoCompile() { return current().assertNoCompile; }
 bool logEnabled(LogTopic topic) { return current().log[static_cast<size_t>(topic)]; }
 const std::vector<std::string> &cudaIncludeDirs() { return current().cudaIncludeDirs; }
 std::optional<int64_t> workspaceMB() { return current().workspaceMB; }
+std::optional<int64_t> blockRows() { return current().blockRows; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
 const std::string &backward() { return current().backward; }

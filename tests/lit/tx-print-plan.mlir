@@ -131,6 +131,7 @@
 // CHECK-NOT: "kind": "cast"
 // CHECK: "loop_cols": 1000,
 // CHECK: "schedule": {
+// CHECK-NEXT: "block_rows": 0,
 // CHECK-NEXT: "blocked_steps": [
 // CHECK-NEXT: 1,
 // CHECK-NEXT: 6

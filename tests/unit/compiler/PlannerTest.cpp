@@ -1254,6 +1254,63 @@ TEST(Planner, RunScheduleTable) {
   }
 }
 
+/// ScheduleSpec::blockRows (LCEJIT_BLOCK_ROWS): where rows can be blocked, blocks of the
+/// rows asked for (rounded down to the row alignment), or of the most the budget holds;
+/// the workspace stays within the budget; where rows cannot be blocked (a bf16 dW) it is
+/// ignored.
+TEST(Planner, BlockRowsCapWhereRowsAreBlocked) {
+  auto plan = [](int64_t budgetMb, DType dw, bool materialized, int64_t cap) {
+    auto g = lceFused(4096, 128256, DType::BF16, std::nullopt);
+    plan::PlanOptions o = wgmmaOptions(8192);
+    o.workspaceBudgetBytes = budgetMb << 20;
+    o.backward = materialized ? plan::PlanOptions::Backward::Materialized
+                              : plan::PlanOptions::Backward::Recompute;
+    o.outputTypes = {DType::F32, DType::BF16, dw};
+    o.blockRows = cap;
+    return g->plan(o);
+  };
+  struct Row {
+    int64_t budgetMb;
+    bool materialized;
+    int64_t cap, n;
+    int64_t rowsPerBlock, rowBlocks;
+  };
+  const Row rows[] = {
+      // The materialized schedule (A): the policy's 4 blocks of 2048, then capped.
+      {512, true, 0, 8192, 2048, 4},
+      {512, true, 1024, 8192, 1024, 8},
+      {512, true, 1000, 8192, 896, 10},  // 1000 -> 896 (7 row tiles)
+      {512, true, 4096, 8192, 2048, 4},  // above what the budget holds: what it holds
+      {512, true, 1024, 700, 700, 1},    // N below the cap: one block
+      {512, true, 64, 300, 128, 3},      // below one row tile: one row tile
+      // The lean recompute (64 MiB): the policy's 5 blocks of 1664, or 4 of 2048 (narrower
+      // chunks), or 8 of 1024; 4096 rows leave no room for a chunk: the most that do (3712
+      // rows with chunks of 256 columns: a knob for measuring, not a policy).
+      {64, false, 0, 8192, 1664, 5},
+      {64, false, 2048, 8192, 2048, 4},
+      {64, false, 1024, 8192, 1024, 8},
+      {64, false, 4096, 8192, 3712, 3},
+  };
+  for (const Row &r : rows) {
+    plan::Program p = plan(r.budgetMb, DType::F32, r.materialized, r.cap);
+    EXPECT_EQ(p.schedule.blockRows, r.cap);
+    plan::RunSchedule s = p.runSchedule(r.n);
+    SCOPED_TRACE(s.describe());
+    EXPECT_EQ(s.rowsPerBlock, r.rowsPerBlock);
+    EXPECT_EQ(s.rowBlocks, r.rowBlocks);
+    EXPECT_FALSE(s.overBudget);
+    EXPECT_LE(s.workspaceBytes, r.budgetMb << 20);
+    if (r.cap > 0 && r.rowBlocks > 1 && r.rowsPerBlock == r.cap / 128 * 128) {
+      EXPECT_NE(s.describe().find("LCEJIT_BLOCK_ROWS"), std::string::npos);
+    }
+  }
+  // Different caps, different Programs (the cap is part of what the cache key hashes).
+  EXPECT_NE(plan(512, DType::F32, true, 0).hash(), plan(512, DType::F32, true, 1024).hash());
+  // A bf16 dW: rows are not blocked (the recompute's one block); the cap is ignored.
+  plan::Program bf = plan(512, DType::BF16, false, 1024);
+  EXPECT_EQ(bf.runSchedule(8192).rowBlocks, 1) << bf.runSchedule(8192).describe();
+}
+
 /// No cliff: at the Llama-3 head with the default budget, every N from 1 to 131072 gets
 /// chunks of at least goodChunkCols columns (or one chunk of everything) within the
 /// budget, so the chunk loop's extra traffic stays a few percent of the GEMMs at any N.

@@ -136,6 +136,19 @@ TEST_F(KnobsTest, WorkspaceMB) {
   }
 }
 
+TEST_F(KnobsTest, BlockRows) {
+  EXPECT_FALSE(knobs::blockRows().has_value()) << "default: the run schedule's choice";
+  env.set("LCEJIT_BLOCK_ROWS", "2048");
+  ASSERT_TRUE(knobs::blockRows().has_value());
+  EXPECT_EQ(*knobs::blockRows(), 2048);
+  for (const char *bad : {"0", "-128", "2k"}) {
+    env.set("LCEJIT_BLOCK_ROWS", bad);
+    std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::blockRows(); });
+    EXPECT_NE(msg.find("LCEJIT_BLOCK_ROWS"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+  }
+}
+
 TEST_F(KnobsTest, CacheMaxMB) {
   EXPECT_EQ(knobs::cacheMaxMB(), 1024) << "default";
   env.set("LCEJIT_CACHE_MAX_MB", " 64 ");
@@ -264,7 +277,7 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_DUMP_DIR",       "LCEJIT_ALWAYS_COMPILE", "LCEJIT_ASSERT_NO_COMPILE",
       "LCEJIT_LOG",            "LCEJIT_CUDA_INCLUDE", "LCEJIT_WORKSPACE_MB",
       "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP",     "LCEJIT_BACKWARD",
-      "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K"};
+      "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K",     "LCEJIT_BLOCK_ROWS"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();
