@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace lcejit::plan {
@@ -48,6 +49,132 @@ int64_t widestChunk(const Program &p, int64_t n, int64_t r, int64_t align, int64
 }
 
 RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n);
+
+// [Note: estimated run time] The units: one 128 x 256 x 64 k-block of bf16 MMA on one SM.
+/// What a partly filled last wave costs, as a share of a full one: the SMs left idle in
+/// it are not free at the power cap (the busy ones clock up), nor are they fully lost.
+constexpr double kTailWaveCost = 0.5;
+/// Bytes of extra DRAM traffic (the f32 read-modify-writes) per unit: A's f32 dW pass,
+/// 4.2 GB, measured at ~0.6-0.75 ms a row block (sessions 13 and 15), ~1000 units.
+constexpr double kBytesPerUnit = 4.2e6;
+/// Every GEMM launch: its ramp-up and drain (~5 us).
+constexpr double kUnitsPerLaunch = 6.0;
+/// The estimated gain that makes the policy leave its rule for the estimate's choice.
+constexpr double kClearGain = 0.02;
+
+double waves(double ctas, int32_t sms) {
+  const double w = ctas / std::max<int32_t>(sms, 1);
+  return w + kTailWaveCost * (std::ceil(w) - w);
+}
+
+/// One launch of GEMM kernel `k` over `r` rows and a chunk of `cc` columns, with `splits`
+/// partial entries per row (GemmReduce); 0 for other kernels.
+double launchUnits(const Program &p, const Kernel &kernel, int64_t r, int64_t cc,
+                   int32_t splits) {
+  if (!isGemmKind(kernel.kind()) || r <= 0)
+    return 0;
+  const TileConfig &t = gemmTile(kernel);
+  const int32_t sms = p.target.numSMs;
+  const double tile = double(t.bm) * t.bn / (128.0 * 256.0);
+  const int64_t rowTiles = ceilDiv(r, t.bm);
+  double u = kUnitsPerLaunch;
+  switch (kernel.kind()) {
+  case KernelKind::GemmReduce: {
+    const auto &g = std::get<GemmReduceKernel>(kernel.body).gemm;
+    const int64_t per = t.pingpong ? 2 : 1, sc = std::max<int64_t>(splits / per, 1);
+    const int64_t perCta = ceilDiv(ceilDiv(g.cols, t.bn), sc);
+    u += waves(double(rowTiles * sc), sms) * double(perCta * ceilDiv(g.k, 64)) * tile;
+    break;
+  }
+  case KernelKind::GemmDz: {
+    const auto &z = std::get<GemmDzKernel>(kernel.body);
+    if (z.rowFilter.valid()) // [Note: a per-row reference]: rows that rarely exist
+      return 0;
+    u += waves(double(rowTiles * ceilDiv(cc, t.bn)), sms) * double(ceilDiv(z.gemm.k, 64)) * tile;
+    break;
+  }
+  case KernelKind::GemmDLhs: {
+    const auto &d = std::get<GemmDLhsKernel>(kernel.body);
+    const int64_t tiles = rowTiles * ceilDiv(d.k, t.bn), kb = ceilDiv(cc, 64);
+    const int32_t split = t.splitK > 1 ? chooseSplitK(tiles, kb, sms, t.splitK) : 1;
+    u += waves(double(tiles * split), sms) * double(ceilDiv(kb, split)) * tile;
+    break;
+  }
+  case KernelKind::GemmDRhs: {
+    const auto &d = std::get<GemmDRhsKernel>(kernel.body);
+    u += waves(double(ceilDiv(cc, t.bm) * ceilDiv(d.k, t.bn)), sms) * double(ceilDiv(r, 64)) *
+         tile;
+    break;
+  }
+  default: break;
+  }
+  return u;
+}
+
+/// Extra traffic of one launch in row block `block` and chunk `chunk`: a GemmDRhs with an
+/// f32 output adds to it from the second row block on, a GemmDLhs with an f32 output (the
+/// recompute's dH accumulator) from the second chunk on.
+double rmwUnits(const Kernel &kernel, int64_t r, int64_t cc, int64_t block, int64_t chunk) {
+  if (const auto *d = std::get_if<GemmDRhsKernel>(&kernel.body);
+      d && block > 0 && d->outType == DType::F32)
+    return 8.0 * double(cc) * double(d->k) / kBytesPerUnit;
+  if (const auto *d = std::get_if<GemmDLhsKernel>(&kernel.body);
+      d && chunk > 0 && d->outType == DType::F32)
+    return 8.0 * double(r) * double(d->k) / kBytesPerUnit;
+  return 0;
+}
+
+} // namespace
+
+double estimateRunUnits(const Program &p, int64_t n, int64_t rowsPerBlock, int64_t chunkCols) {
+  LCEJIT_CHECK(n >= 0 && rowsPerBlock > 0, "estimateRunUnits: N = {}, {} rows a block", n,
+               rowsPerBlock);
+  const int64_t cols = std::max<int64_t>(p.loopCols, 1);
+  const int64_t cc = chunkCols > 0 ? std::min(chunkCols, cols) : cols;
+  const int32_t splits = chooseColumnSplits(p, std::min(n, rowsPerBlock));
+  const int32_t first = p.schedule.firstBlockedStep, last = p.schedule.lastBlockedStep;
+  // Blocks of rowsPerBlock rows and the rest; chunks of cc columns and the rest: two sizes
+  // each, each costed once and counted.
+  const int64_t fullBlocks = n / rowsPerBlock, restRows = n % rowsPerBlock;
+  const int64_t fullChunks = cols / cc, restCols = cols % cc;
+  double total = 0;
+  auto step = [&](const Step &s, int64_t r, int64_t block) {
+    if (s.kind == Step::Kind::Launch) {
+      const Kernel &k = p.kernels[static_cast<size_t>(s.kernel)];
+      return launchUnits(p, k, r, cols, splits) + rmwUnits(k, r, cols, block, 0);
+    }
+    double u = 0;
+    for (int32_t ki : s.loopKernels) {
+      const Kernel &k = p.kernels[static_cast<size_t>(ki)];
+      const double full = launchUnits(p, k, r, cc, splits);
+      const double rest = restCols > 0 ? launchUnits(p, k, r, restCols, splits) : 0;
+      u += double(fullChunks) * full + rest;
+      // The first chunk, the other full ones, the rest.
+      u += rmwUnits(k, r, cc, block, 0);
+      if (fullChunks > 1)
+        u += double(fullChunks - 1) * rmwUnits(k, r, cc, block, 1);
+      if (restCols > 0)
+        u += rmwUnits(k, r, restCols, block, fullChunks > 0 ? 1 : 0);
+    }
+    return u;
+  };
+  for (int32_t i = 0; i < static_cast<int32_t>(p.steps.size()); ++i) {
+    const Step &s = p.steps[static_cast<size_t>(i)];
+    if (first >= 0 && i >= first && i <= last && n > rowsPerBlock) {
+      // The first block (no read-modify-write of dW), the other full ones, the rest.
+      total += step(s, rowsPerBlock, 0);
+      if (fullBlocks > 1)
+        total += double(fullBlocks - 1) * step(s, rowsPerBlock, 1);
+      if (restRows > 0)
+        total += step(s, restRows, 1);
+    } else {
+      total += step(s, n, 0);
+    }
+  }
+  return total;
+}
+
+namespace {
 
 /// ScheduleSpec::blockRows as a multiple of rowAlign (at least one), or 0: the policy.
 int64_t blockRowsCap(const ScheduleSpec &spec) {
@@ -165,6 +292,65 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
   const int64_t align = std::max<int64_t>(spec.chunkAlign, 1);
   const int64_t maxCols = roundUp(p.loopCols, align);
   const int64_t cap = blockable ? blockRowsCap(spec) : 0;
+  // The estimate is calibrated on the wgmma mainloop (the H200); the mma.sync path keeps
+  // the rules it had.
+  const bool modeled = std::any_of(p.kernels.begin(), p.kernels.end(), [](const Kernel &k) {
+    return isGemmKind(k.kind()) && gemmMath(k) == MathMode::WgmmaBF16;
+  });
+  // The evened chunk width for blocks of r rows (the recompute), or all columns.
+  auto chunkFor = [&](int64_t r, bool chunked) {
+    if (!chunked)
+      return p.loopCols;
+    const int64_t c = widestChunk(p, n, r, align, maxCols);
+    return c < align ? c : std::min(maxCols, roundUp(ceilDiv(p.loopCols, ceilDiv(p.loopCols, c)), align));
+  };
+  // [Note: estimated run time] The rows a block (multiples of rowAlign in [loR, hiR], and
+  // each one's evened form: the fewest blocks of that many rows made equal) with the least
+  // estimated time; the larger on a tie.
+  // Chunks: the widest evened, or (chunked) narrower ones, up to half as many again: the
+  // dZ and dB GEMMs of a chunk are R x C and C x D outputs, whose tiles may fill the SMs'
+  // last wave better at a narrower width.
+  auto cheapest = [&](int64_t loR, int64_t hiR, bool chunked) {
+    const int64_t ra = std::max<int64_t>(spec.rowAlign, 1);
+    std::pair<int64_t, int64_t> best{std::min(n, hiR), chunkFor(std::min(n, hiR), chunked)};
+    double bestUnits = -1;
+    auto consider = [&](int64_t r, int64_t c) {
+      if (r <= 0 || c <= 0)
+        return;
+      const double u = estimateRunUnits(p, n, r, c);
+      if (bestUnits < 0 || u < bestUnits * (1 - 1e-9) ||
+          (u <= bestUnits * (1 + 1e-9) && (r > best.first || (r == best.first && c > best.second)))) {
+        best = {r, c};
+        bestUnits = u;
+      }
+    };
+    auto rows = [&](int64_t r) {
+      r = std::min(r, n);
+      const int64_t widest = chunkFor(r, chunked);
+      consider(r, widest);
+      if (!chunked || widest < align)
+        return;
+      const int64_t fewest = ceilDiv(p.loopCols, widest);
+      for (int64_t k = fewest + 1; k <= fewest + fewest / 2 + 1; ++k)
+        consider(r, std::min(maxCols, roundUp(ceilDiv(p.loopCols, k), align)));
+    };
+    for (int64_t r = hiR; r >= std::max(ra, loR); r -= ra) {
+      rows(r);
+      rows(roundUp(ceilDiv(n, ceilDiv(n, r)), ra));
+    }
+    return best;
+  };
+  // The rule's rows, unless the estimate's best is clearly cheaper: the estimate is good
+  // to a few percent (its calibration, docs/performance.md session 15), so a smaller gain
+  // is not worth leaving the rule that measured well for.
+  auto unlessCheaper = [&](int64_t rule, std::pair<int64_t, int64_t> best, bool chunked) {
+    const std::pair<int64_t, int64_t> r{rule, chunkFor(rule, chunked)};
+    if (best == r)
+      return r;
+    const double ur = estimateRunUnits(p, n, r.first, r.second);
+    const double ub = estimateRunUnits(p, n, best.first, best.second);
+    return ub < ur * (1 - kClearGain) ? best : r;
+  };
   auto finish = [&](const char *reason) {
     s.chunks = ceilDiv(p.loopCols, s.chunkCols);
     // Even the chunks out: the same count, the narrowest aligned width.
@@ -202,18 +388,21 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
             mid = lo + ra;
           (fits(mid) ? lo : hi) = mid;
         }
-        s.rowBlocks = ceilDiv(n, lo);
         // Rows asked for (ScheduleSpec::blockRows) are taken as they are: blocks of `lo`
-        // rows, the last one the rest.
-        s.rowsPerBlock = cap > 0 ? std::min(n, lo)
-                                 : std::min({n, lo, roundUp(ceilDiv(n, s.rowBlocks), ra)});
-        // An even number of row tiles when it fits: an odd count (1920 rows = 15 tiles)
-        // loses the forward's cluster pairs and fills 1.82 waves of 132 SMs; measured 5-6 %
-        // dearer per row than 2048 (docs/performance.md, session 13). The block count
-        // stays; the last block takes what is left.
-        if (const int64_t even = roundUp(s.rowsPerBlock, 2 * ra);
-            even != s.rowsPerBlock && even <= lo && even < n)
-          s.rowsPerBlock = even;
+        // rows, the last one the rest. Otherwise the least estimated time ([Note:
+        // estimated run time]) among blocks of lo/2 to lo rows.
+        if (cap > 0) {
+          s.rowsPerBlock = std::min(n, lo);
+        } else {
+          // The rule: the fewest blocks, evened out; an even number of row tiles when that
+          // still fits (the last block takes what is left).
+          s.rowsPerBlock = std::min({n, lo, roundUp(ceilDiv(n, ceilDiv(n, lo)), ra)});
+          if (const int64_t even = roundUp(s.rowsPerBlock, 2 * ra);
+              even != s.rowsPerBlock && even <= lo && even < n)
+            s.rowsPerBlock = even;
+          if (modeled)
+            s.rowsPerBlock = unlessCheaper(s.rowsPerBlock, cheapest(lo / 2, lo, false), false).first;
+        }
         reason = cap > 0 && lo == cap
                      ? "materialized: rows blocked at ScheduleSpec::blockRows (LCEJIT_BLOCK_ROWS)"
                      : "materialized: rows blocked so that a block's stored values fit the budget";
@@ -252,6 +441,7 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
   //    leaves room for `good` columns, then the fewest equal blocks of at most R rows.
   const int64_t ra = std::max<int64_t>(spec.rowAlign, 1);
   int64_t lo = std::max<int64_t>(ra, roundUp(spec.minBlockRows, ra));
+  const int64_t lo0 = lo;
   int64_t r = lo;
   if (workspaceBytesFor(p, n, lo, good) <= spec.budgetBytes) {
     int64_t hi = roundUp(n, ra); // known not to fit (step 1)
@@ -269,18 +459,31 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
   // Rows asked for (ScheduleSpec::blockRows): that many, or the most that leave room for
   // the narrowest chunk.
   const bool capped = cap > 0;
+  int64_t chosenCols = 0; // the estimate's chunk width, when it chose one
   if (capped) {
     r = cap;
     while (r > ra && widestChunk(p, n, r, align, maxCols) < align)
       r -= ra;
+    s.rowsPerBlock = std::min(n, r);
+  } else {
+    // The rule: the fewest blocks of at most r rows, evened out.
+    s.rowsPerBlock = std::min({n, r, roundUp(ceilDiv(n, ceilDiv(n, r)), ra)});
+    if (modeled) {
+      // Or the least estimated time among blocks of minBlockRows up to the rows that still
+      // leave room for chunks of fallbackChunkCols columns, chunks as wide as the budget
+      // allows for each.
+      int64_t most = r;
+      while (most + ra < roundUp(n, ra) &&
+             widestChunk(p, n, most + ra, align, maxCols) >= fallback)
+        most += ra;
+      const auto [r, cols] = unlessCheaper(s.rowsPerBlock, cheapest(lo0, most, true), true);
+      s.rowsPerBlock = r;
+      chosenCols = cols;
+    }
   }
-  s.rowBlocks = ceilDiv(n, r);
-  // Even the blocks out, never above r (which is what fits); rows asked for are taken as
-  // they are.
-  s.rowsPerBlock = capped ? std::min(n, r) : std::min({n, r, roundUp(ceilDiv(n, s.rowBlocks), ra)});
   s.rowBlocks = ceilDiv(n, s.rowsPerBlock);
   c = widestChunk(p, n, s.rowsPerBlock, align, maxCols);
-  s.chunkCols = c >= align ? c : fallback;
+  s.chunkCols = c >= align ? (chosenCols > 0 ? std::min(chosenCols, c) : c) : fallback;
   return finish(c < align ? "the budget is too small for any schedule"
                  : capped  ? "rows blocked at ScheduleSpec::blockRows (LCEJIT_BLOCK_ROWS)"
                            : "rows blocked to leave room for wide chunks");

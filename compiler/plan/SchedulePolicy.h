@@ -14,11 +14,20 @@
 //     block after the first;
 //   - the workspace is about R·(bytes of f32 dH per row + C·bytes of dZ per element).
 // With the budget B, traffic 8·N·V·D·(1/C + 1/R) is smallest near R = C; both stay far
-// below the GEMMs' time once C and R are several thousand. So: rows are not blocked while
-// a chunk of at least goodChunkCols columns fits with all N rows (one block: dW written
-// once); otherwise rows are cut into the fewest equal blocks (each at least minBlockRows)
-// that leave room for such chunks; then chunks are made as wide as the budget allows and
-// evened out. When nothing fits (the rows' own buffers alone exceed the budget, e.g. the
+// below the GEMMs' time once C and R are several thousand. What does not stay small is
+// how the tiles of a block fill the SMs: dA's output is R x D, a few hundred tiles, and a
+// block of 1536 rows at Llama-3's head (192 tiles of 128 x 256, 1.45 waves of 132 SMs)
+// took 30 % longer than cuBLAS's dH (docs/performance.md, session 15). So: rows are not
+// blocked while a chunk of at least goodChunkCols columns fits with all N rows (one block:
+// dW written once); otherwise the rule is the fewest equal blocks that leave room for
+// such chunks, chunks then as wide as the budget allows, evened out. On the wgmma path
+// the estimate of [Note: estimated run time] ranks the other block sizes (at least
+// minBlockRows, at most what leaves room for chunks of fallbackChunkCols) and chunk widths
+// (the widest, or narrower up to half as many chunks again: a narrower chunk may fill the
+// last wave of the dZ and dB GEMMs' tiles better), and the policy takes the estimate's
+// best over the rule when it is at least 2 % cheaper. The materialized schedule (one
+// chunk of all columns) does the same over blocks of half the rows the budget holds up to
+// all of them. When nothing fits (the rows' own buffers alone exceed the budget, e.g. the
 // f32 dH accumulator of all rows when rows cannot be blocked), chunks of fallbackChunkCols
 // are used: narrower ones would make the chunk loop, not the GEMMs, the cost.
 // RunSchedule::overBudget says so, and the workspace query reports the real size.
@@ -32,6 +41,24 @@ namespace lcejit::plan {
 
 /// The schedule for a call with `n` rows (n >= 0). Pure and deterministic.
 RunSchedule chooseRunSchedule(const Program &program, int64_t n);
+
+/// [Note: estimated run time] How long a call of `n` rows takes with blocks of
+/// `rowsPerBlock` rows (the last one the rest) and chunks of `chunkCols` columns (0: one
+/// chunk of all), in units of one 128 x 256 x 64 bf16 k-block on one SM: a comparison
+/// between schedules of one Program, not a prediction in seconds. Each GEMM launch costs
+/// its waves of CTAs (tiles, or CTAs of the forward's column splits, over the SMs; a
+/// partly filled last wave at half the cost of a full one: at the power cap the idle SMs
+/// let the busy ones clock up) times the k-blocks each runs, scaled by the tile's area, plus
+/// a few units of ramp-up; the f32 read-modify-writes (dW per row block after the first,
+/// the recompute's dH accumulator per chunk after the first) cost their bytes at 4.2 MB a
+/// unit. Calibrated on the H200 (docs/performance.md, session 15): at N = 4526 (Llama-3's
+/// head) blocks of 1536, 1024, 1792 rows were measured at 1.049, 1.067, 0.991 the time of
+/// blocks of 2048, estimated 1.049, 1.06, 1.015; N = 24625 with 1792 rows at 1.025,
+/// estimated 1.024. What it leaves out (the row kernels, whose work does not depend on the
+/// blocks; the forward's cluster pairs) is the same for the schedules it compares, or
+/// small.
+double estimateRunUnits(const Program &program, int64_t n, int64_t rowsPerBlock,
+                        int64_t chunkCols);
 
 /// [Note: column splits per call] A wgmma GemmReduce runs one CTA per (row tile, column
 /// split), so a launch of R rows is ceil(R / 128) x splits CTAs, in waves of one CTA per
