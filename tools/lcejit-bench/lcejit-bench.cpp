@@ -26,7 +26,10 @@
 // V = 128256): each N once through the op (synchronous, host-timed, compiles included)
 // and the three cuBLAS GEMMs; prints the totals and the NVRTC compiles. Run it twice
 // with the same LCEJIT_CACHE_DIR, first empty: the first run is the cold cache, the
-// second (a new process) the warm disk cache, which must compile nothing.
+// second (a new process) the warm disk cache, which must compile nothing. Per call it also
+// shows what of it was LinearCrossEntropy::prepare (the host work of a new N) and the
+// time of a second call at that N right after (not in the totals): a first call's cost
+// at an N against a steady one.
 //
 // Cases (issue 5): A N=8192 D=4096 V=128256; B N=8192 D=2304 V=256000 softcap 30;
 // C N=32768 D=4096 V=128256; Q N=4096 D=4096 V=128256; S N=2048 D=4096 V=128256;
@@ -750,21 +753,36 @@ int runSeries(const Args &a, const Filler &fill, gputest::Cublas *blas) {
   }
   const int64_t compiles0 = LinearCrossEntropy::compileCount();
   double opTotal = 0, blasTotal = 0, firstMs = 0;
-  std::vector<double> opMs(ns.size(), 0.0), blasMs(ns.size(), 0.0);
+  std::vector<double> opMs(ns.size(), 0.0), blasMs(ns.size(), 0.0), prepMs(ns.size(), 0.0),
+      againMs(ns.size(), 0.0);
   std::vector<int64_t> compilesAt(ns.size(), 0);
   for (size_t i = 0; i < ns.size(); ++i) {
     const int64_t compilesBefore = LinearCrossEntropy::compileCount();
     const long long N = ns[i];
+    auto call = [&] {
+      op.forwardBackward({h.data(), DType::BF16, {N, D}, {}},
+                         {w.data(), DType::BF16, {V, D}, {}}, {y.data(), DType::I64, {N}, {}},
+                         {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), a.gradWeight, {V, D}, {}});
+    };
+    // The call as a user makes it, timed whole; of it, what a new N costs on the host before
+    // any launch (LinearCrossEntropy::prepare: the kernels' lookup, the prepared run, the
+    // workspace), which a call makes itself when not asked first.
     auto t0 = std::chrono::steady_clock::now();
-    op.forwardBackward({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
-                       {y.data(), DType::I64, {N}, {}}, {dh.data(), DType::BF16, {N, D}, {}},
-                       {dw.data(), a.gradWeight, {V, D}, {}});
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    op.prepare(N);
+    auto t1 = std::chrono::steady_clock::now();
+    call();
+    auto t2 = std::chrono::steady_clock::now();
+    double ms = std::chrono::duration<double, std::milli>(t2 - t0).count();
+    prepMs[i] = std::chrono::duration<double, std::milli>(t1 - t0).count();
     if (i == 0)
       firstMs = ms;
     opTotal += ms;
     opMs[i] = ms;
     compilesAt[i] = LinearCrossEntropy::compileCount() - compilesBefore;
+    // The same N again, prepared (not in the series' total): a steady call at that N.
+    auto t3 = std::chrono::steady_clock::now();
+    call();
+    againMs[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t3).count();
     if (blas) {
       cu(d.ctxSynchronize(), "sync");
       auto b0 = std::chrono::steady_clock::now();
@@ -778,10 +796,20 @@ int runSeries(const Args &a, const Filler &fill, gputest::Cublas *blas) {
   }
   // Per call, in the order run: where the total's excess over the floor comes from (a first
   // call per bucket loads its modules, from the disk cache when warm).
-  fmt::print("| # | N | lcejit ms | cuBLAS ms | ratio | compiles |\n|---|---|---|---|---|---|\n");
-  for (size_t i = 0; i < ns.size(); ++i)
-    fmt::print("| {} | {} | {:.2f} | {:.2f} | {:.3f} | {} |\n", i, ns[i], opMs[i], blasMs[i],
-               blasMs[i] > 0 ? opMs[i] / blasMs[i] : 0.0, compilesAt[i]);
+  // "again": the same N called once more right after (not in the totals), so a call's
+  // first-time cost at an N shows against a steady call.
+  fmt::print("| # | N | lcejit ms | of it, prepare ms | again ms | cuBLAS ms | ratio | again ratio | "
+             "compiles |\n|---|---|---|---|---|---|---|---|---|\n");
+  double againTotal = 0;
+  for (size_t i = 0; i < ns.size(); ++i) {
+    againTotal += againMs[i];
+    fmt::print("| {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {} |\n", i,
+               ns[i], opMs[i], prepMs[i], againMs[i], blasMs[i],
+               blasMs[i] > 0 ? opMs[i] / blasMs[i] : 0.0,
+               blasMs[i] > 0 ? againMs[i] / blasMs[i] : 0.0, compilesAt[i]);
+  }
+  fmt::print("series, each N called again right after: lcejit {:.1f} ms total, ratio {:.2f}\n",
+             againTotal, blasTotal > 0 ? againTotal / blasTotal : 0.0);
   const int64_t compiles = LinearCrossEntropy::compileCount() - compiles0;
   fmt::print("series: 20 N in [4096, 33768] (D=4096 V=128256): lcejit {:.1f} ms total (first call "
              "{:.1f} ms), cuBLAS 3 GEMMs {:.1f} ms total, ratio {:.2f}; NVRTC compiles {}\n",
