@@ -472,12 +472,13 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
       // Or the least estimated time among blocks of minBlockRows up to the rows that still
       // leave room for chunks of fallbackChunkCols columns, chunks as wide as the budget
       // allows for each.
+      // (At most twice r: blocks that large leave chunks far narrower than goodChunkCols.)
       int64_t most = r;
-      while (most + ra < roundUp(n, ra) &&
+      while (most + ra < roundUp(n, ra) && most + ra <= 2 * r &&
              widestChunk(p, n, most + ra, align, maxCols) >= fallback)
         most += ra;
-      const auto [r, cols] = unlessCheaper(s.rowsPerBlock, cheapest(lo0, most, true), true);
-      s.rowsPerBlock = r;
+      const auto [rows, cols] = unlessCheaper(s.rowsPerBlock, cheapest(lo0, most, true), true);
+      s.rowsPerBlock = rows;
       chosenCols = cols;
     }
   }
