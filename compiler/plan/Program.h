@@ -732,6 +732,11 @@ struct RunSchedule {
   bool overBudget = false;   ///< even the smallest schedule needs more than the budget
   int64_t budgetBytes = 0;   ///< the budget it was chosen for
   const char *reason = "";   ///< why (a static string: choosing builds no text)
+  /// When the estimate of [Note: estimated run time] chose the blocks (and chunks) over the
+  /// policy's rule: the rule's rows a block and chunk width, and how much cheaper the
+  /// estimate put its choice (a fraction); 0 otherwise.
+  int64_t ruleRowsPerBlock = 0, ruleChunkCols = 0;
+  double estimatedGain = 0;
   /// Partial entries per row of the GemmReduce kernels for this call (<= Program::splits,
   /// which sizes the partials buffer; [Note: column splits per call] in SchedulePolicy.h).
   int32_t splits = 1;

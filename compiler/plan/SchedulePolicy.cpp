@@ -187,11 +187,18 @@ int64_t blockRowsCap(const ScheduleSpec &spec) {
 std::string RunSchedule::describe() const {
   if (chunks == 0)
     return fmt::format("N = {}: {}; workspace {}", n, reason, mib(workspaceBytes));
+  std::string estimate;
+  if (ruleRowsPerBlock > 0)
+    estimate = fmt::format(" (the estimated run time's choice, {:.1f} % below the rule's blocks "
+                           "of {} rows{})",
+                           100 * estimatedGain, ruleRowsPerBlock,
+                           ruleChunkCols > 0 ? fmt::format(", chunks of {}", ruleChunkCols)
+                                             : std::string());
   return fmt::format("N = {}: {} row block{} of {} rows, {} chunk{} of {} columns; "
-                     "workspace {} of the {} budget{}; {}",
+                     "workspace {} of the {} budget{}; {}{}",
                      n, rowBlocks, rowBlocks == 1 ? "" : "s", rowsPerBlock, chunks,
                      chunks == 1 ? "" : "s", chunkCols, mib(workspaceBytes), mib(budgetBytes),
-                     overBudget ? " (OVER BUDGET)" : "", reason);
+                     overBudget ? " (OVER BUDGET)" : "", reason, estimate);
 }
 
 int64_t bufferBytes(const BufferSpec &b, int64_t n, int64_t r, int64_t c) {
@@ -349,7 +356,12 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
       return r;
     const double ur = estimateRunUnits(p, n, r.first, r.second);
     const double ub = estimateRunUnits(p, n, best.first, best.second);
-    return ub < ur * (1 - kClearGain) ? best : r;
+    if (!(ub < ur * (1 - kClearGain)))
+      return r;
+    s.ruleRowsPerBlock = r.first;
+    s.ruleChunkCols = chunked ? r.second : 0;
+    s.estimatedGain = 1 - ub / ur;
+    return best;
   };
   auto finish = [&](const char *reason) {
     s.chunks = ceilDiv(p.loopCols, s.chunkCols);

@@ -1298,6 +1298,16 @@ TEST(Planner, EstimatedRunTimeMatchesItsCalibration) {
   EXPECT_EQ(s.rowsPerBlock, 2048) << s.describe();
   EXPECT_EQ(s.chunkCols, 7168) << s.describe();
   EXPECT_LE(s.workspaceBytes, o.workspaceBudgetBytes);
+  // The schedule says that the estimate chose it, over what, by how much.
+  EXPECT_EQ(s.ruleRowsPerBlock, 1664);
+  EXPECT_EQ(s.ruleChunkCols, 10752);
+  EXPECT_GT(s.estimatedGain, 0.02);
+  EXPECT_NE(s.describe().find("below the rule's blocks of 1664 rows, chunks of 10752"),
+            std::string::npos)
+      << s.describe();
+  // Where the rule stands, nothing of the kind.
+  EXPECT_EQ(p.runSchedule(8192).ruleRowsPerBlock, 0);
+  EXPECT_EQ(p.runSchedule(8192).describe().find("estimated"), std::string::npos);
   EXPECT_LT(plan::estimateRunUnits(lean, 8192, 2048, s.chunkCols),
             plan::estimateRunUnits(lean, 8192, 1664, 10752));
   // Bad input names itself.
