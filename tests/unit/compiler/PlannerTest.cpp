@@ -1402,6 +1402,51 @@ TEST(Planner, NoScheduleCliffAcrossN) {
   EXPECT_GE(byBucket.size(), 6u);
 }
 
+/// [Note: estimated run time] as a property, on the wgmma path over N from 1 to 131072
+/// (materialized at 512 MiB, the recompute at 64 MiB): a schedule the estimate chose is
+/// within the budget wherever the rule's is, at least 2 % cheaper under the estimate than
+/// the rule's (the gain it states), its chunks never narrower than fallbackChunkCols;
+/// where the rule stands, the schedule says nothing of an estimate.
+TEST(Planner, EstimateLeavesTheRuleOnlyForACheaperScheduleWithinTheBudget) {
+  auto fg = lceFused(4096, 128256, DType::BF16, std::nullopt);
+  int chosen = 0;
+  for (auto [budgetMb, backward] :
+       {std::pair<int64_t, plan::PlanOptions::Backward>{512,
+                                                        plan::PlanOptions::Backward::Materialized},
+        {64, plan::PlanOptions::Backward::Recompute}}) {
+    std::map<int64_t, plan::Program> byBucket;
+    for (int64_t n = 1; n <= 131072; n = n * 9 / 8 + 1) {
+      const int64_t b = plan::bucketOf(n);
+      if (!byBucket.count(b)) {
+        plan::PlanOptions o = wgmmaOptions(n);
+        o.workspaceBudgetBytes = budgetMb << 20;
+        o.backward = backward;
+        o.outputTypes = {DType::F32, DType::BF16, DType::F32};
+        byBucket.emplace(b, fg->plan(o));
+      }
+      const plan::Program &p = byBucket.at(b);
+      const plan::RunSchedule s = p.runSchedule(n);
+      SCOPED_TRACE(s.describe());
+      EXPECT_FALSE(s.overBudget);
+      if (s.ruleRowsPerBlock == 0) {
+        EXPECT_EQ(s.estimatedGain, 0);
+        EXPECT_EQ(s.describe().find("estimated"), std::string::npos);
+        continue;
+      }
+      ++chosen;
+      const double rule = plan::estimateRunUnits(p, n, s.ruleRowsPerBlock, s.ruleChunkCols);
+      const double mine = plan::estimateRunUnits(p, n, s.rowsPerBlock,
+                                                 s.chunks > 1 ? s.chunkCols : 0);
+      EXPECT_GE(s.estimatedGain, 0.02);
+      EXPECT_NEAR(1 - mine / rule, s.estimatedGain, 1e-9);
+      if (s.chunks > 1)
+        EXPECT_GE(s.chunkCols, p.schedule.fallbackChunkCols) << "chunks narrower than the "
+                                                                 "fallback: the loop's cost";
+    }
+  }
+  EXPECT_GT(chosen, 0) << "the sweep never left the rule: the property was not exercised";
+}
+
 TEST(Planner, JsonParsesAndNamesKernels) {
   auto fg = lceFused();
   plan::Program p = fg->plan(options(100));
