@@ -341,9 +341,16 @@ RunSchedule chooseBlocksAndChunks(const Program &p, int64_t n) {
       for (int64_t k = fewest + 1; k <= fewest + fewest / 2 + 1; ++k)
         consider(r, std::min(maxCols, roundUp(ceilDiv(p.loopCols, k), align)));
     };
-    for (int64_t r = hiR; r >= std::max(ra, loR); r -= ra) {
+    // Every multiple of rowAlign in [loR, hiR] is a candidate; an evened form is one more
+    // only below loR (each such once).
+    const int64_t low = std::max(ra, loR);
+    int64_t lastEvened = -1;
+    for (int64_t r = hiR; r >= low; r -= ra) {
       rows(r);
-      rows(roundUp(ceilDiv(n, ceilDiv(n, r)), ra));
+      if (const int64_t e = roundUp(ceilDiv(n, ceilDiv(n, r)), ra); e < low && e != lastEvened) {
+        rows(e);
+        lastEvened = e;
+      }
     }
     return best;
   };

@@ -294,8 +294,9 @@ const std::vector<KnobInfo> &allKnobs() {
       {kWorkspaceMB, "positive int (MiB)", "512",
        "Workspace budget of ops whose options leave it 0."},
       {kBlockRows, "positive int (rows)", "(the run schedule's choice)",
-       "Row blocks of at most this many rows (rounded down to a multiple of 128) where the "
-       "rows are blocked: to measure other run schedules (part of the cache key)."},
+       "Row blocks of this many rows (rounded down to a multiple of 128; fewer where the "
+       "budget holds fewer) where the rows are blocked: to measure other run schedules than "
+       "the policy's (part of the cache key)."},
       {kGemmTile, "BMxBNxBK:WMxWN:STAGES", "(planner's choice)",
        "Tensor-core GEMM tile for every GEMM of a plan (tuning; part of the cache key)."},
       {kMainloop, "auto | mma | wgmma", "auto",

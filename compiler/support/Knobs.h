@@ -80,8 +80,9 @@ bool logEnabled(LogTopic topic);
 const std::vector<std::string> &cudaIncludeDirs();
 /// LCEJIT_WORKSPACE_MB: workspace budget override in MiB (a positive integer), if set.
 std::optional<int64_t> workspaceMB();
-/// LCEJIT_BLOCK_ROWS: row blocks of at most this many rows (ScheduleSpec::blockRows),
-/// to measure other run schedules. Default: unset (the policy's choice).
+/// LCEJIT_BLOCK_ROWS: row blocks of this many rows where the budget holds them
+/// (ScheduleSpec::blockRows), to measure other run schedules. Default: unset (the
+/// policy's choice).
 std::optional<int64_t> blockRows();
 /// LCEJIT_GEMM_TILE: a tensor-core GEMM tile for every GEMM of a plan, for tuning:
 /// "BMxBNxBK:WMxWN:STAGES" (e.g. "128x256x32:2x4:3") as {bm, bn, bk, warpsM, warpsN,
