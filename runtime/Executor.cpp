@@ -233,19 +233,31 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
 
 } // namespace
 
-ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffers, int64_t n) {
+namespace {
+void checkRows(const Program &program, int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N = {} is negative", n);
   if (program.bucket > 0)
     LCEJIT_CHECK_ARG(n >= program.bucketLow && n <= program.bucket,
                      "N = {} is outside the bucket [{}, {}] program '{}' was planned for", n,
                      program.bucketLow, program.bucket, program.name);
+}
+} // namespace
+
+ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffers, int64_t n) {
+  checkRows(program, n);
+  return planExecution(program, buffers, program.runSchedule(n));
+}
+
+ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffers,
+                            const plan::RunSchedule &sched) {
+  const int64_t n = sched.n;
+  checkRows(program, n);
   LCEJIT_CHECK_ARG(buffers.inputs.size() == program.inputs.size(),
                    "program '{}' takes {} input pointer(s), got {}", program.name,
                    program.inputs.size(), buffers.inputs.size());
   LCEJIT_CHECK_ARG(buffers.outputs.size() == program.outputs.size(),
                    "program '{}' takes {} output pointer(s), got {}", program.name,
                    program.outputs.size(), buffers.outputs.size());
-  const plan::RunSchedule sched = program.runSchedule(n);
   int64_t total = 0;
   std::vector<int64_t> offsets = program.workspaceOffsets(sched, &total);
   if (total > 0) {
@@ -407,12 +419,18 @@ PreparedRun prepareRun(const Program &program, int64_t n) {
   for (size_t i = 0; i < program.outputs.size(); ++i)
     synthetic.outputs.push_back(syntheticBase(b++));
   synthetic.workspace = syntheticBase(b);
-  r.workspaceBytes = workspaceBytes(program, n);
+  // The run schedule once (its estimate ranks candidate blocks: [Note: estimated run time]):
+  // the workspace's size, the launches and the error word's offset all follow from it.
+  checkRows(program, n);
+  LCEJIT_CHECK(static_cast<int32_t>(program.workspace.size()) > plan::kErrorBuffer,
+               "program '{}' has no error buffer", program.name);
+  const plan::RunSchedule sched = program.runSchedule(n);
+  const std::vector<int64_t> offsets = program.workspaceOffsets(sched, &r.workspaceBytes);
   synthetic.workspaceBytes = r.workspaceBytes;
-  ExecutionPlan plan = planExecution(program, synthetic, n);
+  ExecutionPlan plan = planExecution(program, synthetic, sched);
   r.schedule = plan.schedule;
   r.skippedLaunches = plan.skippedLaunches;
-  r.errorWordOffset = errorWordOffset(program, n);
+  r.errorWordOffset = offsets[plan::kErrorBuffer];
   r.baseUsed.assign(numBases, 0);
   r.baseMayBeNull.assign(numBases, 0);
   for (size_t i = 0; i < program.inputs.size(); ++i)

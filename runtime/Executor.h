@@ -135,6 +135,10 @@ struct ExecutionPlan {
 /// malformed Program.
 ExecutionPlan planExecution(const plan::Program &program, const ProgramBuffers &buffers,
                             int64_t n);
+/// The same for a schedule already chosen: `schedule` must be program.runSchedule(schedule.n)
+/// (prepareRun chooses it once for the workspace size, the launches and the error word).
+ExecutionPlan planExecution(const plan::Program &program, const ProgramBuffers &buffers,
+                            const plan::RunSchedule &schedule);
 
 /// [Note: prepared runs] A run of a Program for one N, prepared once: the launch list of
 /// planExecution with its arguments packed, every pointer argument and tensor-map base

@@ -366,6 +366,41 @@ void expectSameRun(const Program &p, const PreparedRun &r, const ProgramBuffers 
   }
 }
 
+// prepareRun chooses the run schedule once and plans with it: the same launches as
+// planning from N, and the same checks of N.
+TEST(ExecutorPlanTest, PlanExecutionOfAChosenScheduleIsPlanExecutionOfItsN) {
+  Program p = makeProgram();
+  for (int64_t n : {1000, 300}) {
+    ProgramBuffers b = makeBuffers(p, n);
+    ExecutionPlan fromN = planExecution(p, b, n);
+    ExecutionPlan fromSchedule = planExecution(p, b, p.runSchedule(n));
+    EXPECT_EQ(fromSchedule.schedule.describe(), fromN.schedule.describe());
+    EXPECT_EQ(fromSchedule.skippedLaunches, fromN.skippedLaunches);
+    ASSERT_EQ(fromSchedule.memsets.size(), fromN.memsets.size());
+    for (size_t i = 0; i < fromN.memsets.size(); ++i) {
+      EXPECT_EQ(fromSchedule.memsets[i].pointer, fromN.memsets[i].pointer);
+      EXPECT_EQ(fromSchedule.memsets[i].bytes, fromN.memsets[i].bytes);
+    }
+    ASSERT_EQ(fromSchedule.launches.size(), fromN.launches.size()) << "N = " << n;
+    for (size_t i = 0; i < fromN.launches.size(); ++i) {
+      const LaunchRecord &x = fromSchedule.launches[i], &y = fromN.launches[i];
+      EXPECT_EQ(x.kernel, y.kernel);
+      EXPECT_EQ(x.rowBlock, y.rowBlock);
+      EXPECT_EQ(x.chunk, y.chunk);
+      ASSERT_EQ(x.args.size(), y.args.size());
+      for (size_t a = 0; a < x.args.size(); ++a)
+        EXPECT_EQ(x.args[a].value.i64, y.args[a].value.i64) << "launch " << i << " arg " << a;
+    }
+  }
+  // A schedule for an N outside the bucket is refused like the N itself.
+  plan::RunSchedule outside = p.runSchedule(1000);
+  outside.n = p.bucket + 1;
+  ProgramBuffers b = makeBuffers(p, 1000);
+  std::string msg =
+      expectError(ErrorKind::InvalidArgument, [&] { planExecution(p, b, outside); });
+  EXPECT_NE(msg.find("outside the bucket"), std::string::npos) << msg;
+}
+
 TEST(ExecutorPlanTest, PreparedRunBindsToWhatPlanExecutionPlans) {
   Program p = makeProgram();
   const int64_t n = 1000;
