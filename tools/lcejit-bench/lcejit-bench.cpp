@@ -2,7 +2,8 @@
 //
 //   lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]
 //                [--case A,B,C,Q,S,L,W | all] [--precision fast|exact] [--budget-mb M]
-//                [--json FILE] [--series] [--forward] [--check] [--trace] [--mode default|lean]
+//                [--json FILE] [--series [--series-blas-first]] [--forward] [--check]
+//                [--trace] [--mode default|lean]
 //                [--gemm-only [--gemm-config BN,STAGES,GROUP[,pp]/...]]
 //
 // (llvm::cl: `--help` lists every option with its default; tools/ToolOptions.h.)
@@ -29,7 +30,8 @@
 // second (a new process) the warm disk cache, which must compile nothing. Per call it also
 // shows what of it was LinearCrossEntropy::prepare (the host work of a new N) and the
 // time of a second call at that N right after (not in the totals): a first call's cost
-// at an N against a steady one.
+// at an N against a steady one. --series-blas-first runs cuBLAS's three GEMMs at each N
+// before the op's calls instead of after (the order's share of a first call's cost).
 //
 // Cases (issue 5): A N=8192 D=4096 V=128256; B N=8192 D=2304 V=256000 softcap 30;
 // C N=32768 D=4096 V=128256; Q N=4096 D=4096 V=128256; S N=2048 D=4096 V=128256;
@@ -138,6 +140,7 @@ struct Args {
   int64_t budgetMb = 0; ///< 0: the op's default
   std::string json;     ///< write the results as JSON here
   bool series = false;
+  bool seriesBlasFirst = false; ///< --series-blas-first: cuBLAS before the op at each N
   bool gemmOnly = false;
   bool forward = false; ///< --forward: the loss only (forward()) against the one cuBLAS GEMM Z
   bool check = false;   ///< --check: errors against the fp64 reference
@@ -247,6 +250,11 @@ cl::opt<bool> seriesOpt("series",
                         cl::desc("the 20-N series of issue 5 (compiles included): cold, then "
                                  "warm disk cache"),
                         cl::cat(kCategory));
+cl::opt<bool> seriesBlasFirstOpt(
+    "series-blas-first",
+    cl::desc("with --series: per N, the three cuBLAS GEMMs before the op's calls instead of "
+             "after (the op's first call at an N then follows cuBLAS's at the same N)"),
+    cl::cat(kCategory));
 cl::opt<bool> forwardOpt("forward",
                          cl::desc("forward() (the loss only) against the one cuBLAS GEMM Z = H*W^T"),
                          cl::cat(kCategory));
@@ -320,6 +328,9 @@ Args parse(int argc, char **argv) {
     a.budgetMb = 64;
   a.json = jsonOpt;
   a.series = seriesOpt;
+  a.seriesBlasFirst = seriesBlasFirstOpt;
+  if (a.seriesBlasFirst && !a.series)
+    throw Error(ErrorKind::InvalidArgument, "--series-blas-first needs --series");
   a.gemmOnly = gemmOnlyOpt;
   a.forward = forwardOpt;
   a.check = checkOpt;
@@ -764,6 +775,23 @@ int runSeries(const Args &a, const Filler &fill, gputest::Cublas *blas) {
                          {w.data(), DType::BF16, {V, D}, {}}, {y.data(), DType::I64, {N}, {}},
                          {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), a.gradWeight, {V, D}, {}});
     };
+    auto blasTriple = [&] {
+      if (!blas)
+        return;
+      cu(d.ctxSynchronize(), "sync");
+      auto b0 = std::chrono::steady_clock::now();
+      blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
+      blas->gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
+      blas->gemm(true, false, int(V), int(D), int(N), z.data(), int(V), h.data(), int(D), dwb.data());
+      cu(d.ctxSynchronize(), "sync");
+      blasMs[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
+      blasTotal += blasMs[i];
+    };
+    // --series-blas-first: the floor's GEMMs at this N before the op's calls, so that the
+    // op's first call at an N follows cuBLAS at that N rather than at the previous one (a
+    // first call's cost against the order of the measurement).
+    if (a.seriesBlasFirst)
+      blasTriple();
     // The call as a user makes it, timed whole; of it, what a new N costs on the host before
     // any launch (LinearCrossEntropy::prepare: the kernels' lookup, the prepared run, the
     // workspace), which a call makes itself when not asked first.
@@ -783,16 +811,8 @@ int runSeries(const Args &a, const Filler &fill, gputest::Cublas *blas) {
     auto t3 = std::chrono::steady_clock::now();
     call();
     againMs[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t3).count();
-    if (blas) {
-      cu(d.ctxSynchronize(), "sync");
-      auto b0 = std::chrono::steady_clock::now();
-      blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
-      blas->gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
-      blas->gemm(true, false, int(V), int(D), int(N), z.data(), int(V), h.data(), int(D), dwb.data());
-      cu(d.ctxSynchronize(), "sync");
-      blasMs[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - b0).count();
-      blasTotal += blasMs[i];
-    }
+    if (!a.seriesBlasFirst)
+      blasTriple();
   }
   // Per call, in the order run: where the total's excess over the floor comes from (a first
   // call per bucket loads its modules, from the disk cache when warm).
@@ -811,9 +831,10 @@ int runSeries(const Args &a, const Filler &fill, gputest::Cublas *blas) {
   fmt::print("series, each N called again right after: lcejit {:.1f} ms total, ratio {:.2f}\n",
              againTotal, blasTotal > 0 ? againTotal / blasTotal : 0.0);
   const int64_t compiles = LinearCrossEntropy::compileCount() - compiles0;
-  fmt::print("series: 20 N in [4096, 33768] (D=4096 V=128256): lcejit {:.1f} ms total (first call "
-             "{:.1f} ms), cuBLAS 3 GEMMs {:.1f} ms total, ratio {:.2f}; NVRTC compiles {}\n",
-             opTotal, firstMs, blasTotal, blasTotal > 0 ? opTotal / blasTotal : 0.0, compiles);
+  fmt::print("series{}: 20 N in [4096, 33768] (D=4096 V=128256): lcejit {:.1f} ms total (first "
+             "call {:.1f} ms), cuBLAS 3 GEMMs {:.1f} ms total, ratio {:.2f}; NVRTC compiles {}\n",
+             a.seriesBlasFirst ? " (cuBLAS first at each N)" : "", opTotal, firstMs, blasTotal,
+             blasTotal > 0 ? opTotal / blasTotal : 0.0, compiles);
   if (!a.json.empty()) {
     FILE *f = std::fopen(a.json.c_str(), "w");
     if (!f)
