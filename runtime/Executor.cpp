@@ -1,6 +1,7 @@
 //===- Executor.cpp - Runs a plan::Program on a stream ---------------------===//
 
 #include "runtime/Executor.h"
+#include "compiler/plan/SchedulePolicy.h"
 #include "compiler/support/Check.h"
 #include "runtime/LaunchTrace.h"
 
@@ -63,8 +64,46 @@ class BufferResolver {
 public:
   BufferResolver(const Program &program, const ProgramBuffers &buffers,
                  const plan::RunSchedule &s)
-      : program_(program), buffers_(buffers), n_(s.n),
+      : program_(program), buffers_(buffers), n_(s.n), sched_(s),
         offsets_(program.workspaceOffsets(s, nullptr)) {}
+
+  /// [Note: stored values in dW] (plan/SchedulePolicy.h), in a schedule with slabs.
+  bool slabMode() const { return sched_.slabGroup > 0; }
+  const plan::RunSchedule &schedule() const { return sched_; }
+  bool isSlabValues(const BufferRef &ref) const {
+    return slabMode() && ref.space == Space::Workspace &&
+           ref.index == program_.schedule.slabValues;
+  }
+  /// Slab 0's address in the output's memory (region slabGroup of it).
+  CUdeviceptr slabBase1(const plan::Kernel &kernel) const {
+    const BufferRef out{Space::Output, program_.schedule.slabOutput};
+    return resolve(out, kernel) + static_cast<CUdeviceptr>(sched_.slabGroup *
+                                                           sched_.slabStride * 2);
+  }
+  /// Slab slabSplit's address (the workspace's slabs).
+  CUdeviceptr slabBase2(const plan::Kernel &kernel) const {
+    return resolve(BufferRef{Space::Workspace, program_.schedule.slabValues}, kernel);
+  }
+  /// The address of a kernel parameter's buffer: resolve(), but with slabs the stored
+  /// values start in the output's memory, and each part of the scaled A has its own place
+  /// (part q at q x rows x its row bytes).
+  CUdeviceptr resolveParam(const BufferRef &ref, const plan::Kernel &kernel,
+                           const plan::LaunchItem &item) const {
+    if (isSlabValues(ref))
+      return slabBase1(kernel);
+    CUdeviceptr p = resolve(ref, kernel, item.rowBegin);
+    if (slabMode() && ref.space == Space::Workspace &&
+        ref.index == program_.schedule.slabScaledA) {
+      int64_t part = 0;
+      if (const auto *f = std::get_if<plan::DzFormKernel>(&kernel.body); f && f->k > 0)
+        part = f->aCol0 / f->k;
+      else if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&kernel.body); d && d->k > 0)
+        part = d->outCol0 / d->k;
+      const plan::BufferSpec &b = program_.workspace[static_cast<size_t>(ref.index)];
+      p += static_cast<CUdeviceptr>(part * item.rows * b.bytesPerRow);
+    }
+    return p;
+  }
 
   /// The address of `ref` for a launch over rows [rowBegin, ...): buffers indexed by the
   /// global row start at that row ([Note: the run schedule] in Program.h).
@@ -123,6 +162,7 @@ private:
   const Program &program_;
   const ProgramBuffers &buffers_;
   int64_t n_;
+  plan::RunSchedule sched_;
   std::vector<int64_t> offsets_;
 };
 
@@ -130,8 +170,9 @@ private:
 std::vector<Sm90Operand> wgmmaOperands(const Program &program, const BufferResolver &resolver,
                                        const plan::Kernel &kernel, const plan::LaunchItem &item) {
   const int32_t bn = plan::gemmTile(kernel).bn;
-  auto at = [&](const BufferRef &b) { return resolver.resolve(b, kernel, item.rowBegin); };
+  auto at = [&](const BufferRef &b) { return resolver.resolveParam(b, kernel, item); };
   const int64_t rows = item.rows, cc = item.chunkCols;
+  const plan::RunSchedule &sched = resolver.schedule();
   switch (kernel.kind()) {
   case plan::KernelKind::GemmReduce: {
     const auto &g = std::get<plan::GemmReduceKernel>(kernel.body).gemm;
@@ -150,13 +191,46 @@ std::vector<Sm90Operand> wgmmaOperands(const Program &program, const BufferResol
     const auto &d = std::get<plan::GemmDLhsKernel>(kernel.body);
     const CUdeviceptr b =
         at(d.b) + static_cast<CUdeviceptr>(item.chunkBegin * d.k * dtypeSize(d.bType));
-    return {Sm90Operand{at(d.dz), true, rows, cc, cc, 128},
-            Sm90Operand{b, false, d.k, cc, d.k, bn}};
+    if (d.slabs && resolver.isSlabValues(d.dz)) {
+      // [Note: stored values in dW]: the slabs below slabSplit in the output's memory, the
+      // rest in the workspace (the second map, TensorMapA2, last).
+      Sm90Operand a1{resolver.slabBase1(kernel), true, rows, sched.slabSplit * 128, 128, 128};
+      a1.slabs = sched.slabSplit;
+      a1.slabStride = sched.slabStride;
+      Sm90Operand a2{resolver.slabBase2(kernel), true, rows,
+                     (sched.slabs - sched.slabSplit) * 128, 128, 128};
+      a2.slabs = sched.slabs - sched.slabSplit;
+      a2.slabStride = rows * 128;
+      return {a1, Sm90Operand{b, false, d.k, cc, d.k, bn}, a2};
+    }
+    std::vector<Sm90Operand> ops = {Sm90Operand{at(d.dz), true, rows, cc, cc, 128},
+                                    Sm90Operand{b, false, d.k, cc, d.k, bn}};
+    if (d.slabs) // the second map's parameter, unused: any valid map
+      ops.push_back(ops[0]);
+    return ops;
   }
   case plan::KernelKind::GemmDRhs: {
     const auto &d = std::get<plan::GemmDRhsKernel>(kernel.body);
     std::vector<Sm90Operand> ops = {Sm90Operand{at(d.dz), false, cc, rows, cc, 128},
                                     Sm90Operand{at(d.a), false, d.k, rows, d.k, bn}};
+    if (d.slabs && resolver.isSlabValues(d.dz)) {
+      // [Note: stored values in dW]: this launch's slabs [a, b), all in one place.
+      const int64_t a = item.chunkBegin / plan::kSlabCols;
+      const int64_t nslabs = (cc + plan::kSlabCols - 1) / plan::kSlabCols;
+      const bool inWorkspace = a >= sched.slabSplit;
+      LCEJIT_CHECK(inWorkspace || a + nslabs <= sched.slabSplit,
+                   "kernel '{}': a dB launch over slabs [{}, {}) crosses slab {}", kernel.name,
+                   a, a + nslabs, sched.slabSplit);
+      Sm90Operand sl{inWorkspace
+                         ? resolver.slabBase2(kernel) +
+                               static_cast<CUdeviceptr>((a - sched.slabSplit) * rows * 256)
+                         : resolver.slabBase1(kernel) +
+                               static_cast<CUdeviceptr>(a * sched.slabStride * 2),
+                     false, cc, rows, 128, 128};
+      sl.slabs = nslabs;
+      sl.slabStride = inWorkspace ? rows * 128 : sched.slabStride;
+      ops[0] = sl;
+    }
     if (d.tile.tmaStore) {
       // [Note: sm90 output map]: the chunk's rows of the f32 out (its columns [outCol0,
       // outCol0 + k) of rows outLd wide: [Note: a scaled A in column parts]).
@@ -212,9 +286,32 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
     case Param::Kind::TensorMapA: rec.args.push_back(KernelArg::makeTensorMap(0)); break;
     case Param::Kind::TensorMapB: rec.args.push_back(KernelArg::makeTensorMap(1)); break;
     case Param::Kind::TensorMapOut: rec.args.push_back(KernelArg::makeTensorMap(2)); break;
+    case Param::Kind::TensorMapA2:
+      rec.args.push_back(KernelArg::makeTensorMap(static_cast<int64_t>(rec.maps.size()) - 1));
+      break;
     case Param::Kind::Pointer:
-      rec.args.push_back(
-          KernelArg::makePointer(resolver.resolve(p.buf, kernel, item.rowBegin)));
+      rec.args.push_back(KernelArg::makePointer(resolver.resolveParam(p.buf, kernel, item)));
+      break;
+    case Param::Kind::SlabSplit: {
+      // [Note: stored values in dW]: -1 for the ordinary layout; a dB launch reads all its
+      // slabs through its one map.
+      int64_t split = -1;
+      if (resolver.slabMode())
+        split = kernel.kind() == plan::KernelKind::GemmDRhs
+                    ? (item.chunkCols + plan::kSlabCols - 1) / plan::kSlabCols
+                    : resolver.schedule().slabSplit;
+      rec.args.push_back(KernelArg::makeI64(split));
+      break;
+    }
+    case Param::Kind::SlabStride:
+      rec.args.push_back(KernelArg::makeI64(resolver.schedule().slabStride));
+      break;
+    case Param::Kind::SlabBase:
+      rec.args.push_back(KernelArg::makePointer(
+          resolver.slabMode() ? resolver.slabBase2(kernel)
+                              : resolver.resolve(BufferRef{Space::Workspace,
+                                                           program.schedule.slabValues},
+                                                 kernel)));
       break;
     case Param::Kind::N: rec.args.push_back(KernelArg::makeI64(item.rows)); break;
     case Param::Kind::TotalRows: rec.args.push_back(KernelArg::makeI64(n)); break;
@@ -293,6 +390,16 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
       plan.memsets.push_back(MemsetRecord{p, end - begin});
   }
 
+  // [Note: stored values in dW]: the columns of a partial last slab past the last column
+  // are read by dA as part of its K (the forward stores only real columns): zero.
+  if (sched.slabGroup > 0 && sched.slabs * plan::kSlabCols > program.loopCols) {
+    const int64_t slabBytes = sched.rowsPerBlock * plan::kSlabCols * 2;
+    CUdeviceptr p = buffers.workspace +
+                    static_cast<CUdeviceptr>(offsets[static_cast<size_t>(
+                                                 program.schedule.slabValues)] +
+                                             (sched.slabs - 1 - sched.slabSplit) * slabBytes);
+    plan.memsets.push_back(MemsetRecord{p, slabBytes});
+  }
   BufferResolver resolver(program, buffers, sched);
   for (const plan::LaunchItem &item : program.expand(sched))
     appendLaunch(program, resolver, item, n, buffers.accumulateOutputs, plan);
@@ -404,9 +511,10 @@ bool tensorEmptyAt(const plan::TensorSpec &t, int64_t n) {
 
 } // namespace
 
-PreparedRun prepareRun(const Program &program, int64_t n) {
+PreparedRun prepareRun(const Program &program, int64_t n, bool outputFree) {
   PreparedRun r;
   r.n = n;
+  r.outputFree = outputFree;
   r.numInputs = static_cast<int32_t>(program.inputs.size());
   r.numOutputs = static_cast<int32_t>(program.outputs.size());
   const size_t numBases = program.inputs.size() + program.outputs.size() + 1;
@@ -424,7 +532,7 @@ PreparedRun prepareRun(const Program &program, int64_t n) {
   checkRows(program, n);
   LCEJIT_CHECK(static_cast<int32_t>(program.workspace.size()) > plan::kErrorBuffer,
                "program '{}' has no error buffer", program.name);
-  const plan::RunSchedule sched = program.runSchedule(n);
+  const plan::RunSchedule sched = program.runSchedule(n, outputFree);
   const std::vector<int64_t> offsets = program.workspaceOffsets(sched, &r.workspaceBytes);
   synthetic.workspaceBytes = r.workspaceBytes;
   ExecutionPlan plan = planExecution(program, synthetic, sched);
@@ -509,6 +617,10 @@ void bindRun(PreparedRun &r, const Program &program, const CUdeviceptr *inputs,
                      b - numInputs, program.outputs[b - numInputs].name, program.name);
   }
   checkAccumulateMask(program, accumulateOutputs, r.accumulable);
+  LCEJIT_CHECK(r.schedule.slabGroup == 0 || program.schedule.slabOutput < 0 ||
+                   !(accumulateOutputs >> program.schedule.slabOutput & 1),
+               "a run of '{}' prepared to overwrite output {} bound to add to it",
+               program.name, program.schedule.slabOutput);
   bool changed[kMaxBases] = {};
   bool any = false;
   for (size_t b = 0; b < numBases; ++b) {
@@ -589,8 +701,8 @@ void Executor::run(const ProgramBuffers &buffers, int64_t n, CUstream stream) co
   launch(r, stream);
 }
 
-PreparedRun Executor::prepare(int64_t n) const {
-  PreparedRun r = prepareRun(program_, n);
+PreparedRun Executor::prepare(int64_t n, bool outputFree) const {
+  PreparedRun r = prepareRun(program_, n, outputFree);
   for (const PreparedRun::Launch &l : r.launches)
     modules_[static_cast<size_t>(l.kernel)]->reserveDynamicShared(
         functions_[static_cast<size_t>(l.kernel)], l.dims.sharedBytes);

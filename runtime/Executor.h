@@ -171,6 +171,10 @@ struct PreparedRun {
   };
 
   int64_t n = -1;
+  /// Prepared for a call that overwrites ScheduleSpec::slabOutput, whose memory may then
+  /// hold the stored values ([Note: stored values in dW]): where the schedule keeps them
+  /// there (schedule.slabGroup > 0), bindRun refuses a mask that adds to that output.
+  bool outputFree = false;
   plan::RunSchedule schedule;
   int64_t workspaceBytes = 0;  ///< needed (workspaceBytes(program, n))
   int64_t errorWordOffset = 0; ///< errorWordOffset(program, n)
@@ -191,7 +195,7 @@ struct PreparedRun {
 
 /// Builds the prepared run of N (pure host work, no driver). Same errors as
 /// planExecution for N outside the bucket or a malformed Program.
-PreparedRun prepareRun(const plan::Program &program, int64_t n);
+PreparedRun prepareRun(const plan::Program &program, int64_t n, bool outputFree = false);
 
 /// Points `run` at `buffers`: checks them like planExecution (counts, nulls where a kernel
 /// uses a buffer, workspace null/misaligned/small, an accumulate mask with an output that
@@ -227,7 +231,7 @@ public:
 
   /// prepareRun(), and raises the dynamic shared memory limit of every kernel it launches
   /// (so launch() calls nothing but the launches and memsets).
-  PreparedRun prepare(int64_t n) const;
+  PreparedRun prepare(int64_t n, bool outputFree = false) const;
   /// Enqueues a prepared, bound run: its memsets and launches, nothing else (no
   /// allocation, no synchronization: capturable in a CUDA graph).
   void launch(const PreparedRun &run, CUstream stream) const;

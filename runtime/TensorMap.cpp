@@ -34,6 +34,29 @@ CUtensorMap encodeSm90Operand(const Sm90Operand &op) {
       throwCudaError(r, "cuTensorMapEncodeTiled (sm90 f32 output)", __FILE__, __LINE__);
     return map;
   }
+  if (op.slabs > 0) {
+    // [Note: stored values in dW]: (column in the slab, row of the slab, slab).
+    LCEJIT_CHECK_ARG(op.slabStride > 0 && op.slabStride % 8 == 0,
+                     "sm90 slab operand stride = {}: must be a positive multiple of 8 elements",
+                     op.slabStride);
+    LCEJIT_CHECK_ARG(op.boxRows >= 8 && op.boxRows <= 256 && op.boxRows % 8 == 0,
+                     "sm90 operand box of {} rows (8 to 256, a multiple of 8)", op.boxRows);
+    const int64_t slabRows = op.kMajor ? op.rows : op.k;
+    const cuuint64_t dims[3] = {128, static_cast<cuuint64_t>(std::max<int64_t>(slabRows, 1)),
+                                static_cast<cuuint64_t>(op.slabs)};
+    const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(op.kMajor ? op.boxRows : 64), 1};
+    const cuuint64_t strides[2] = {256, static_cast<cuuint64_t>(op.slabStride) * 2};
+    const cuuint32_t elementStrides[3] = {1, 1, 1};
+    CUtensorMap map;
+    CUresult r = cudaDriver().tensorMapEncodeTiled(
+        &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
+        reinterpret_cast<void *>(static_cast<uintptr_t>(op.data)), dims, strides, box,
+        elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+      throwCudaError(r, "cuTensorMapEncodeTiled (sm90 slab operand)", __FILE__, __LINE__);
+    return map;
+  }
   LCEJIT_CHECK_ARG(op.ld > 0 && op.ld % 8 == 0,
                    "sm90 operand ld = {}: must be a positive multiple of 8 elements (TMA rows "
                    "are 16-byte aligned)",

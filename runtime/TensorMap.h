@@ -39,6 +39,12 @@ struct Sm90Operand {
   int64_t ld = 0;   ///< elements between consecutive rows of memory
   int32_t boxRows = 128; ///< K-major box height: BM (A) or BN (B)
   bool f32Out = false;   ///< the f32 output map of [Note: sm90 output map] (boxRows unused)
+  /// [Note: stored values in dW] > 0: the operand lies in this many slabs of 128
+  /// columns of the stored values (k = the block's columns for K-major dA, rows = the
+  /// columns for MN-major dB), slabStride elements apart, each row-major with 128
+  /// elements a row (ld unused): dims (128, rows or k, slabs), box (64, boxRows or 64, 1).
+  int64_t slabs = 0;
+  int64_t slabStride = 0;
 };
 
 /// Encodes the tensor map of `op` (a bf16 operand, or the f32 output). Throws Error(InvalidArgument) naming the field

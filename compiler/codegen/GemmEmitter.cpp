@@ -638,6 +638,9 @@ static void emitFragmentValue(CodeWriter &w, const plan::GemmReduceKernel &k,
     else
       w.line("void *store_values;   // fp16 [n][cols] (the materialized dZ buffer)");
     w.line("void *store_tile_max; // f32 [n][cols / BN] (not with STORE_ROW_SCALED)");
+    // [Note: stored values in dW]: >= 0: the values lie in slabs of 128 columns.
+    w.line("long long store_split = -1, store_stride = 0;");
+    w.line("void *store_slabs2 = nullptr;");
     auto f = w.block("__device__ __forceinline__ float store_factor(float acc, long long "
                      "row, long long col, const Row &r, const Col &c) const");
     std::vector<std::string> results = epi.emitBodyOf(k.stored->factor);
@@ -814,6 +817,15 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
     w.line("epi.store_tile_max = {};", k.stored->rowScaled
                                            ? std::string("nullptr")
                                            : ctx.bufferName(k.stored->tileMax));
+    if (k.stored->slabs) {
+      LCEJIT_CHECK(isWgmma(ctx) && g.tile.bn <= 128 && 128 % g.tile.bn == 0,
+                   "{}: stored values in slabs need a wgmma forward whose tiles lie in one "
+                   "slab (bn {})",
+                   ctx.name(), g.tile.bn);
+      w.line("epi.store_split = {};", ctx.scalarParamName(Param::Kind::SlabSplit));
+      w.line("epi.store_stride = {};", ctx.scalarParamName(Param::Kind::SlabStride));
+      w.line("epi.store_slabs2 = {};", ctx.scalarParamName(Param::Kind::SlabBase));
+    }
   }
   if (isWgmma(ctx))
     w.line("lcejit::sm90::gemm_reduce_kernel<{}_config>(map_a, map_b, epi, {}, {}, {}LL, "
@@ -951,14 +963,22 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
   if (isWgmma(ctx)) {
     LCEJIT_CHECK(!split, "{}: the wgmma mainloop takes one dZ operand", what);
     if (k.rowFilter.valid()) {
+      // [Note: stored values in dW]: the slab parameters when dz is the stored values.
+      const std::string slabArgs =
+          k.slabs ? fmt::format(", {}, {}, {}", ctx.scalarParamName(Param::Kind::SlabSplit),
+                                ctx.scalarParamName(Param::Kind::SlabStride),
+                                ctx.scalarParamName(Param::Kind::SlabBase))
+                  : std::string();
       w.line("lcejit::sm90::gemm_dz_filtered_kernel<{}_config, lcejit::{}, {}>(map_a, map_b, "
-             "epi, {}, {}, {}, {}, {}LL, {}, {});",
+             "epi, {}, {}, {}, {}, {}LL, {}, {}{});",
              ctx.name(), dzFormatTag(k.format), plan::kRowFilterSplits, ctx.bufferName(k.dz),
              residual, ctx.bufferName(k.rowFilter), epi.n(), g.k,
              ctx.scalarParamName(Param::Kind::ChunkBegin),
-             ctx.scalarParamName(Param::Kind::ChunkCols));
+             ctx.scalarParamName(Param::Kind::ChunkCols), slabArgs);
       return;
     }
+    LCEJIT_CHECK(!k.slabs, "{}: stored values in slabs are written by the filtered dZ GEMM only",
+                 what);
     w.line("lcejit::sm90::gemm_dz_kernel<{}_config, lcejit::{}>(map_a, map_b, epi, {}, {}, "
            "{}, {}LL, {}, {});",
            ctx.name(), dzFormatTag(k.format), ctx.bufferName(k.dz), residual, epi.n(), g.k,
@@ -1061,16 +1081,25 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
     const std::string &cb = ctx.scalarParamName(Param::Kind::ChunkBegin);
     const std::string &cc = ctx.scalarParamName(Param::Kind::ChunkCols);
     if (res) {
+      // [Note: stored values in dW]: the second map and the first slab it holds.
+      std::string slabArgs;
+      if (k.slabs)
+        slabArgs = fmt::format("{}, lcejit::sm90::SlabA{{&map_a2, {}}}",
+                               rowScale ? "" : ", nullptr",
+                               ctx.scalarParamName(Param::Kind::SlabSplit));
+      // (slabArgs starts with its own comma)
       w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}, true, {}>(map_a, map_b, {}, {}, "
-             "{}LL, {}, {}, {}, {}, {}, {}LL, {} + {} == {}LL{});",
+             "{}LL, {}, {}, {}, {}, {}, {}LL, {} + {} == {}LL{}{});",
              ctx.name(), elemTag(k.outType),
              valueCType(k.residual.targetType), ctx.bufferName(k.out),
              ctx.scalarParamName(Param::Kind::N), k.k, cc, accumulate,
              ctx.bufferName(k.residual.buf), ctx.bufferName(k.residual.target),
              ctx.bufferName(k.b), k.cols, cb, cc, k.cols,
-             rowScale ? ", " + ctx.bufferName(k.rowScale) : std::string());
+             rowScale ? ", " + ctx.bufferName(k.rowScale) : std::string(),
+             slabArgs);
       return;
     }
+    LCEJIT_CHECK(!k.slabs, "{}: dA over slabs takes the residual epilogue", what);
     w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}>(map_a, map_b, {}, {}, {}LL, {}, "
            "{});",
            ctx.name(), elemTag(k.outType), ctx.bufferName(k.out),
@@ -1199,11 +1228,13 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
                  "{}: the TMA store epilogue writes an f32 output, not {}", what,
                  dtypeName(k.outType));
     w.line("lcejit::sm90::gemm_drhs_tma_kernel<{}_config>(map_a, map_b, map_out, {}, {}LL, "
-           "{}, {});",
+           "{}, {}{});",
            ctx.name(), ctx.scalarParamName(Param::Kind::N), k.k,
-           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate);
+           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate,
+           k.slabs ? ", " + ctx.scalarParamName(Param::Kind::SlabSplit) : std::string());
     return;
   }
+  LCEJIT_CHECK(!k.slabs, "{}: dB over slabs writes an f32 output through TMA", what);
   // [Note: target group sums]: the template flag, the target type and the trailing
   // arguments of the group-sum epilogue.
   LCEJIT_CHECK(!ts.valid() || !isWgmma(ctx) || k.tile.bn * 2 <= plan::kTargetSumsPadBytes,

@@ -58,7 +58,10 @@ const char *paramCType(const Param &p) {
   case Param::Kind::TensorMapA:
   case Param::Kind::TensorMapB:
   case Param::Kind::TensorMapOut:
+  case Param::Kind::TensorMapA2:
     return "const __grid_constant__ lcejit::sm90::TensorMap ";
+  case Param::Kind::SlabBase:
+    return "void *";
   default:
     return "long long ";
   }
@@ -202,6 +205,19 @@ void emitKernelHeader(CodeWriter &w, const KernelContext &ctx,
     case Param::Kind::AccumulateOutputs:
       role = "mask of the outputs this run adds to (bit i: output i; [Note: accumulating "
              "outputs])";
+      break;
+    case Param::Kind::SlabSplit:
+      role = "first slab of 128 columns in slab_base, or -1: the stored values are row-major "
+             "([Note: stored values in dW])";
+      break;
+    case Param::Kind::SlabStride:
+      role = "elements between the slabs below slab_split";
+      break;
+    case Param::Kind::SlabBase:
+      role = "the workspace's slabs (rows x 128 elements each)";
+      break;
+    case Param::Kind::TensorMapA2:
+      role = "TMA map of the A operand's slabs from slab_split on (encoded by the executor)";
       break;
     }
     w.comment(fmt::format("  {:<{}}  {}", p.name, width, role));

@@ -1354,6 +1354,17 @@ private:
               "); dA and dB run over one chunk of all columns per row block: 6*N*D*V of GEMM "
               "work" +
               lhs);
+        if (!opt_.storeInOutput)
+          prog_.decisions.push_back("stored values in dW: off (LCEJIT_STORE_IN_OUTPUT=0)");
+        else if (std::string why = allowSlabs(); !why.empty())
+          prog_.decisions.push_back("stored values in dW: not taken: " + why);
+        else
+          prog_.decisions.push_back(fmt::format(
+              "stored values in dW: a call that overwrites {} keeps the stored values of up to "
+              "{} rows (all in one block) in its memory, in slabs of 128 columns, dB in "
+              "launches that overwrite only slabs already read ([Note: stored values in dW])",
+              prog_.outputs[static_cast<size_t>(prog_.schedule.slabOutput)].name,
+              slabRowsMax(prog_)));
       }
       if (!materialized && opt_.exactTargetLogit) {
         if (std::string why = targetColumnDz(prog_, opt_.name); why.empty())
@@ -1377,6 +1388,76 @@ private:
         describeLhsSplit(n);
       }
     return true;
+  }
+
+  /// [Note: stored values in dW] (SchedulePolicy.h): marks the materialized schedule's
+  /// kernels that touch the stored values and the ScheduleSpec fields that let a call keep
+  /// them in dW's memory; returns why not ("" when done). Only the row-scaled wgmma
+  /// schedule (its stored values are dZ's operand as they are) with an f32 dW written
+  /// through TMA.
+  std::string allowSlabs() {
+    GemmReduceKernel *fwd = nullptr;
+    for (Kernel &k : prog_.kernels)
+      if (auto *g = std::get_if<GemmReduceKernel>(&k.body); g && g->stored)
+        fwd = g;
+    if (!fwd || !fwd->stored->rowScaled)
+      return "the stored values are formed into dZ in place (tile maxima)";
+    if (fwd->gemm.math != MathMode::WgmmaBF16 || fwd->gemm.tile.bn > kSlabCols ||
+        kSlabCols % fwd->gemm.tile.bn != 0)
+      return "the forward is not a wgmma GEMM whose tiles lie in one slab";
+    const BufferRef values = fwd->stored->values;
+    if (values.space != Space::Workspace)
+      return "the stored values are not a workspace buffer";
+    int32_t out = -1, lhs = 0, rhs = 0;
+    std::string why;
+    for (Kernel &k : prog_.kernels) {
+      if (auto *z = std::get_if<GemmDzKernel>(&k.body); z && z->dz == values) {
+        if (z->gemm.math != MathMode::WgmmaBF16 || !z->rowFilter.valid() ||
+            kSlabCols % z->gemm.tile.bn != 0 || z->dzLo.valid())
+          why = "a dZ GEMM writes the stored values other than filtered by rows";
+      } else if (auto *d = std::get_if<GemmDLhsKernel>(&k.body); d && d->dz == values) {
+        ++lhs;
+        if (d->math != MathMode::WgmmaBF16 || d->dzLo.valid())
+          why = "dA does not read the stored values through TMA";
+      } else if (auto *d = std::get_if<GemmDRhsKernel>(&k.body); d && d->dz == values) {
+        ++rhs;
+        if (d->math != MathMode::WgmmaBF16 || !d->tile.tmaStore || d->dzLo.valid() ||
+            d->out.space != Space::Output || d->targetSums.valid())
+          why = "dB does not write an output of f32 through TMA";
+        else if (out >= 0 && out != d->out.index)
+          why = "dB writes two outputs";
+        else
+          out = d->out.index;
+      }
+    }
+    if (!why.empty())
+      return why;
+    if (lhs != 1 || rhs < 1 || out < 0)
+      return "no dA and dB over the stored values";
+    const TensorSpec &dw = prog_.outputs[static_cast<size_t>(out)];
+    if (dw.dtype != DType::F32 || dw.shape.size() != 2 || dw.shape[0] != prog_.loopCols)
+      return fmt::format("{} is not an f32 [{}, k] output", dw.name, prog_.loopCols);
+    fwd->stored->slabs = true;
+    for (Kernel &k : prog_.kernels) {
+      if (auto *z = std::get_if<GemmDzKernel>(&k.body); z && z->dz == values)
+        z->slabs = true;
+      else if (auto *d = std::get_if<GemmDLhsKernel>(&k.body); d && d->dz == values)
+        d->slabs = true;
+      else if (auto *d = std::get_if<GemmDRhsKernel>(&k.body); d && d->dz == values)
+        d->slabs = true;
+    }
+    ScheduleSpec &spec = prog_.schedule;
+    spec.slabValues = values.index;
+    spec.slabOutput = out;
+    spec.slabScaledA = -1;
+    spec.slabScaledAParts = 1;
+    for (const Kernel &k : prog_.kernels)
+      if (const auto *f = std::get_if<DzFormKernel>(&k.body);
+          f && f->aScaled.valid() && f->aLd > 0 && f->k > 0) {
+        spec.slabScaledA = f->aScaled.index;
+        spec.slabScaledAParts = static_cast<int32_t>(f->aLd / f->k);
+      }
+    return "";
   }
 
   /// [Note: sm90 split-K]: what the launch of a full row block's dA does at N = n (the

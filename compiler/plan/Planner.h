@@ -71,6 +71,10 @@ struct PlanOptions {
   /// K, when the call's tiles would leave SMs idle ([Note: sm90 split-K] in
   /// lcejit_sm90.cuh). Off only for comparisons (LCEJIT_SPLIT_K=0).
   bool splitK = true;
+  /// The materialized schedule may keep a call's stored values in the memory of the f32 dW
+  /// it overwrites ([Note: stored values in dW] in SchedulePolicy.h). Off only for
+  /// comparisons (LCEJIT_STORE_IN_OUTPUT=0).
+  bool storeInOutput = true;
   /// > 0: a fixed chunk width instead of the budget's (tests).
   int64_t fixedChunkCols = 0;
   /// > 0: row blocks of this many rows where the budget holds them, instead of the run

@@ -240,6 +240,8 @@ static json kernelBodyJson(const Kernel &k) {
             j["stored"]["row_scaled_reference_arg"] = b.stored->referenceArg;
           else if (b.stored && b.stored->rowScaled)
             j["stored"]["row_scaled_reference"] = b.stored->reference;
+          if (b.stored && b.stored->slabs)
+            j["stored"]["slabs"] = true;
         } else if constexpr (std::is_same_v<T, GemmDzKernel>) {
           j = json{{"gemm", toJ(b.gemm)}, {"format", dzFormatName(b.format)}, {"dz", toJ(b.dz)}};
           if (b.dzLo.valid())
@@ -250,6 +252,8 @@ static json kernelBodyJson(const Kernel &k) {
           }
           if (b.rowFilter.valid())
             j["row_filter"] = toJ(b.rowFilter);
+          if (b.slabs)
+            j["slabs"] = true;
         } else if constexpr (std::is_same_v<T, GemmDLhsKernel>) {
           j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
                    {"format", dzFormatName(b.format)}, {"b_type", std::string(dtypeName(b.bType))},
@@ -263,6 +267,8 @@ static json kernelBodyJson(const Kernel &k) {
           }
           if (b.rowScale.valid())
             j["row_scale"] = toJ(b.rowScale);
+          if (b.slabs)
+            j["slabs"] = true;
         } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
           j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
                    {"format", dzFormatName(b.format)}, {"a_type", std::string(dtypeName(b.aType))},
@@ -277,6 +283,8 @@ static json kernelBodyJson(const Kernel &k) {
           }
           if (b.targetSums.valid())
             j["target_sums"] = toJ(b.targetSums);
+          if (b.slabs)
+            j["slabs"] = true;
         } else if constexpr (std::is_same_v<T, DzFormKernel>) {
           j = json{{"dz", toJ(b.dz)},         {"tile_max", toJ(b.tileMax)},
                    {"cols", b.cols},          {"tile_cols", b.tileCols},
@@ -384,6 +392,11 @@ std::string Program::toJson(int indent) const {
                        {"whole_rows", schedule.wholeRows},
                        {"blocked_steps", json::array({schedule.firstBlockedStep,
                                                       schedule.lastBlockedStep})}};
+  if (schedule.slabValues >= 0)
+    j["schedule"]["slabs"] = json{{"values", schedule.slabValues},
+                                  {"output", schedule.slabOutput},
+                                  {"scaled_a", schedule.slabScaledA},
+                                  {"scaled_a_parts", schedule.slabScaledAParts}};
   j["splits"] = splits;
   j["decisions"] = decisions;
   return j.dump(indent);
@@ -425,6 +438,13 @@ struct ParamList {
   }
   void add(Param::Kind k, const char *name) { params.push_back(Param{k, BufferRef{}, name}); }
 };
+/// [Note: stored values in dW] What a kernel that writes the stored values needs to find
+/// an element's slab.
+void addSlabParams(ParamList &pl) {
+  pl.add(Param::Kind::SlabSplit, "slab_split");
+  pl.add(Param::Kind::SlabStride, "slab_stride");
+  pl.add(Param::Kind::SlabBase, "slab_base");
+}
 } // namespace
 
 std::vector<Param> kernelParams(const Kernel &kernel) {
@@ -434,6 +454,8 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.add(Param::Kind::TensorMapB, "map_b");
     if (gemmTile(kernel).tmaStore)
       pl.add(Param::Kind::TensorMapOut, "map_out");
+    if (const auto *d = std::get_if<GemmDLhsKernel>(&kernel.body); d && d->slabs)
+      pl.add(Param::Kind::TensorMapA2, "map_a2");
   }
   const BufferRef scalars{Space::Workspace, kScalarSlotsBuffer};
   const BufferRef errors{Space::Workspace, kErrorBuffer};
@@ -465,6 +487,8 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::TotalRows, "n_total");
     pl.add(Param::Kind::Splits, "splits");
+    if (k.stored && k.stored->slabs)
+      addSlabParams(pl);
     break;
   }
   case KernelKind::GemmDz: {
@@ -482,6 +506,8 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.add(Param::Kind::TotalRows, "n_total");
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
     pl.add(Param::Kind::ChunkCols, "chunk_cols");
+    if (k.slabs)
+      addSlabParams(pl);
     break;
   }
   case KernelKind::GemmDLhs: {
@@ -500,6 +526,8 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.add(Param::Kind::ChunkIndex, "chunk_index");
     if (k.out.space == Space::Output)
       pl.add(Param::Kind::AccumulateOutputs, "accumulate_outputs");
+    if (k.slabs)
+      pl.add(Param::Kind::SlabSplit, "slab_split");
     break;
   }
   case KernelKind::GemmDRhs: {
@@ -518,6 +546,8 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.add(Param::Kind::RowBlock, "row_block");
     if (k.out.space == Space::Output)
       pl.add(Param::Kind::AccumulateOutputs, "accumulate_outputs");
+    if (k.slabs)
+      pl.add(Param::Kind::SlabSplit, "slab_split");
     break;
   }
   case KernelKind::DzForm: {
@@ -672,7 +702,9 @@ bool Program::hasChunkLoop() const {
                      [](const Step &s) { return s.kind == Step::Kind::ChunkLoop; });
 }
 
-RunSchedule Program::runSchedule(int64_t n) const { return chooseRunSchedule(*this, n); }
+RunSchedule Program::runSchedule(int64_t n, bool outputFree) const {
+  return chooseRunSchedule(*this, n, outputFree);
+}
 
 std::vector<LaunchItem> Program::expand(const RunSchedule &s) const {
   std::vector<LaunchItem> items;
@@ -694,6 +726,41 @@ std::vector<LaunchItem> Program::expand(const RunSchedule &s) const {
       it.kernel = step.kernel;
       it.chunkCols = loopCols;
       items.push_back(it);
+      return;
+    }
+    if (s.slabGroup > 0) {
+      // [Note: stored values in dW]: one chunk of all columns; the kernels other than dB
+      // in order, then dB in launches of at most slabGroup slabs, aligned from the last
+      // (the chunk of a dB launch is its slabs' columns), each launch's parts in order.
+      it.chunkIndex = 0;
+      it.chunkBegin = 0;
+      it.chunkCols = loopCols;
+      auto isSlabDb = [&](int32_t k) {
+        const auto *d = std::get_if<GemmDRhsKernel>(&kernels[static_cast<size_t>(k)].body);
+        return d && d->slabs;
+      };
+      for (int32_t k : step.loopKernels)
+        if (!isSlabDb(k)) {
+          it.kernel = k;
+          items.push_back(it);
+        }
+      std::vector<int64_t> starts;
+      for (int64_t b = s.slabSplit; b > 0; b -= s.slabGroup)
+        starts.push_back(std::max<int64_t>(b - s.slabGroup, 0));
+      std::reverse(starts.begin(), starts.end());
+      starts.push_back(s.slabSplit); // the workspace's slabs, to the last
+      for (size_t g = 0; g < starts.size(); ++g) {
+        const int64_t a = starts[g];
+        const int64_t b = g + 1 < starts.size() ? starts[g + 1] : s.slabs;
+        it.chunkIndex = static_cast<int64_t>(g);
+        it.chunkBegin = a * kSlabCols;
+        it.chunkCols = std::min(b * kSlabCols, loopCols) - it.chunkBegin;
+        for (int32_t k : step.loopKernels)
+          if (isSlabDb(k)) {
+            it.kernel = k;
+            items.push_back(it);
+          }
+      }
       return;
     }
     for (int64_t c = 0; c < s.chunks; ++c) {
@@ -877,9 +944,18 @@ std::vector<int64_t> Program::workspaceOffsets(int64_t n, int64_t *totalBytes) c
 std::vector<int64_t> Program::workspaceOffsets(const RunSchedule &s, int64_t *totalBytes) const {
   std::vector<int64_t> offs;
   int64_t off = 0;
-  for (const BufferSpec &b : workspace) {
+  for (size_t i = 0; i < workspace.size(); ++i) {
+    const BufferSpec &b = workspace[i];
     offs.push_back(off);
-    off += (bufferBytes(b, s.n, s.rowsPerBlock, s.chunkCols) + 255) / 256 * 256;
+    int64_t bytes = bufferBytes(b, s.n, s.rowsPerBlock, s.chunkCols);
+    if (s.slabGroup > 0) {
+      // [Note: stored values in dW]: the slabs from slabSplit on, and every scaled-A part.
+      if (static_cast<int32_t>(i) == schedule.slabValues)
+        bytes = b.bytesPerRowCol * s.rowsPerBlock * kSlabCols * (s.slabs - s.slabSplit);
+      else if (static_cast<int32_t>(i) == schedule.slabScaledA)
+        bytes *= std::max(schedule.slabScaledAParts, 1);
+    }
+    off += (bytes + 255) / 256 * 256;
   }
   if (totalBytes)
     *totalBytes = off;

@@ -335,6 +335,9 @@ struct StoredTile {
   /// f64 target logit); `reference` is unused. Rows whose target (excludeArg) lies outside
   /// [0, cols) store 0.
   int32_t referenceArg = -1;
+  /// [Note: stored values in dW] The values may be laid out in slabs of 128 columns
+  /// (the kernel takes the SlabSplit, SlabStride and SlabBase parameters).
+  bool slabs = false;
   bool operator==(const StoredTile &) const = default;
 };
 
@@ -423,6 +426,8 @@ struct GemmDzKernel {
   /// are written (dZ and residual), and a launch is kRowFilterSplits CTAs per 128-row tile,
   /// each of which returns at once when its tile has no such row (wgmma only).
   BufferRef rowFilter;
+  /// [Note: stored values in dW] dz is the forward's stored values, possibly in slabs.
+  bool slabs = false;
   bool operator==(const GemmDzKernel &) const = default;
 };
 
@@ -448,6 +453,9 @@ struct GemmDLhsKernel {
   /// When valid, f32 [N]: each row's sum is multiplied by rowScale[r] before the residual
   /// is added ([Note: row-scaled stored values]; a loop of one chunk only).
   BufferRef rowScale;
+  /// [Note: stored values in dW] dz is the forward's stored values, possibly in slabs
+  /// (SlabSplit, TensorMapA2).
+  bool slabs = false;
   bool operator==(const GemmDLhsKernel &) const = default;
 };
 
@@ -471,6 +479,9 @@ struct GemmDRhsKernel {
   /// [Note: target group sums]: when valid (a bf16/f16 out written once), each element's
   /// f32 sum gets the target-column correction of its row before the rounding.
   TargetSums targetSums;
+  /// [Note: stored values in dW] dz is the forward's stored values, possibly in slabs
+  /// (SlabSplit: a launch then covers a group of slabs, its chunk).
+  bool slabs = false;
   bool operator==(const GemmDRhsKernel &) const = default;
 };
 
@@ -647,6 +658,16 @@ struct Param {
     /// int64 mask of the outputs the run accumulates into (bit i: Program::outputs[i]);
     /// a kernel that writes an output reads its own bit. See [Note: accumulating outputs].
     AccumulateOutputs,
+    /// [Note: stored values in dW] Kernels with `slabs` set: int64, the first slab of 128
+    /// columns that lives in the workspace (SlabBase), or -1: the stored values are
+    /// row-major [rows][cols] at their own buffer (the ordinary schedule).
+    SlabSplit,
+    /// int64 elements between the slabs below SlabSplit (those in the output's memory).
+    SlabStride,
+    /// Pointer: the workspace's slabs (slab SlabSplit first, rows x 128 elements each).
+    SlabBase,
+    /// GemmDLhs with `slabs`: the TMA map of the workspace's slabs (slab >= SlabSplit).
+    TensorMapA2,
   };
   Kind kind = Kind::Pointer;
   BufferRef buf;
@@ -718,6 +739,15 @@ struct ScheduleSpec {
   bool wholeRows = false;
   int32_t firstBlockedStep = -1; ///< -1: rows are never blocked
   int32_t lastBlockedStep = -1;
+  /// [Note: stored values in dW] >= 0: the workspace buffer of the forward's stored values,
+  /// which a call that overwrites output `slabOutput` (f32) may keep in that output's
+  /// memory instead; -1: never.
+  int32_t slabValues = -1;
+  int32_t slabOutput = -1;
+  /// The scaled-A copy dB reads ([Note: a scaled A in column parts]) and its parts: with
+  /// the slabs every part is kept at once (part q at q x rows x its row bytes).
+  int32_t slabScaledA = -1;
+  int32_t slabScaledAParts = 1;
   bool operator==(const ScheduleSpec &) const = default;
 };
 
@@ -740,6 +770,17 @@ struct RunSchedule {
   /// Partial entries per row of the GemmReduce kernels for this call (<= Program::splits,
   /// which sizes the partials buffer; [Note: column splits per call] in SchedulePolicy.h).
   int32_t splits = 1;
+  /// [Note: stored values in dW] > 0: one block of all rows whose stored values live in
+  /// slabs of 128 columns: slab i < slabSplit in the output's region i + slabGroup (rows
+  /// 128 (i + slabGroup) .. of it), slabs >= slabSplit in the workspace; dB runs in
+  /// launches of at most slabGroup slabs aligned from the last. 0: the ordinary layout.
+  int64_t slabGroup = 0;
+  int64_t slabSplit = 0;
+  int64_t slabs = 0;     ///< ceil(cols / 128)
+  int64_t slabStride = 0; ///< elements (of the stored values) between regions of the output
+  /// The workspace of the ordinary schedule, which a call that adds to the output takes
+  /// (at least workspaceBytes: the slabs are taken only where they need no more).
+  int64_t slabOrdinaryWorkspaceBytes = 0;
   /// One line for people: the choice, the workspace against the budget, and the reason.
   std::string describe() const;
 };
@@ -787,7 +828,9 @@ struct Program {
 
   bool hasChunkLoop() const;
   /// Row blocks and chunks for a call with N rows (plan::chooseRunSchedule).
-  RunSchedule runSchedule(int64_t n) const;
+  /// `outputFree`: the call overwrites ScheduleSpec::slabOutput, whose memory may then
+  /// hold the stored values ([Note: stored values in dW]).
+  RunSchedule runSchedule(int64_t n, bool outputFree = false) const;
   /// Every launch of a run with this schedule, in order.
   std::vector<LaunchItem> expand(const RunSchedule &s) const;
   /// Launch geometry of kernel `k` for `rows` rows and a chunk of `chunkCols` columns, with

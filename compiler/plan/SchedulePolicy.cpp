@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <optional>
 #include <utility>
 
 namespace lcejit::plan {
@@ -187,6 +189,12 @@ int64_t blockRowsCap(const ScheduleSpec &spec) {
 std::string RunSchedule::describe() const {
   if (chunks == 0)
     return fmt::format("N = {}: {}; workspace {}", n, reason, mib(workspaceBytes));
+  if (slabGroup > 0)
+    return fmt::format("N = {}: 1 row block of {} rows, {} slabs of 128 columns, the first {} "
+                       "in the gradient's memory, the last {} in the workspace, dB in "
+                       "launches of up to {} slabs; workspace {} of the {} budget; {}",
+                       n, rowsPerBlock, slabs, slabSplit, slabs - slabSplit, slabGroup,
+                       mib(workspaceBytes), mib(budgetBytes), reason);
   std::string estimate;
   if (ruleRowsPerBlock > 0)
     estimate = fmt::format(" (the estimated run time's choice, {:.1f} % below the rule's blocks "
@@ -274,9 +282,89 @@ int32_t chooseSplitK(int64_t tiles, int64_t kblocks, int32_t numSMs, int32_t max
   return best;
 }
 
-RunSchedule chooseRunSchedule(const Program &p, int64_t n) {
+RunSchedule chooseRunSchedule(const Program &p, int64_t n, bool outputFree) {
   RunSchedule s = chooseBlocksAndChunks(p, n);
+  if (outputFree)
+    if (std::optional<RunSchedule> slab = chooseSlabs(p, s))
+      s = *slab;
   s.splits = chooseColumnSplits(p, s.rowsPerBlock);
+  return s;
+}
+
+int64_t slabRegionBytes(const Program &p) {
+  const ScheduleSpec &spec = p.schedule;
+  if (spec.slabOutput < 0 || spec.slabOutput >= static_cast<int32_t>(p.outputs.size()))
+    return 0;
+  const TensorSpec &out = p.outputs[static_cast<size_t>(spec.slabOutput)];
+  if (out.shape.size() != 2 || out.shape[0] < 0 || out.shape[1] <= 0)
+    return 0;
+  return kSlabCols * out.shape[1] * dtypeSize(out.dtype);
+}
+
+int64_t slabRowsMax(const Program &p) { return slabRegionBytes(p) / (kSlabCols * 2); }
+
+namespace {
+/// [Note: stored values in dW] The dB GEMM whose A operand is the stored values.
+const GemmDRhsKernel *slabDRhs(const Program &p) {
+  for (const Kernel &k : p.kernels)
+    if (const auto *d = std::get_if<GemmDRhsKernel>(&k.body); d && d->slabs)
+      return d;
+  return nullptr;
+}
+} // namespace
+
+std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordinary) {
+  const ScheduleSpec &spec = p.schedule;
+  const int64_t n = ordinary.n;
+  const GemmDRhsKernel *db = slabDRhs(p);
+  if (spec.slabValues < 0 || !db || !spec.wholeRows || ordinary.rowBlocks <= 1 || n <= 0 ||
+      n > slabRowsMax(p) || p.loopCols <= 0)
+    return std::nullopt;
+  const int64_t slabs = (p.loopCols + kSlabCols - 1) / kSlabCols;
+  const int64_t full = p.loopCols / kSlabCols; // slabs whose dW region is whole
+  if (full < 2)
+    return std::nullopt;
+  // The workspace of G slabs there (and the partial last one), every scaled-A part kept.
+  RunSchedule s = ordinary;
+  s.rowsPerBlock = n;
+  s.rowBlocks = 1;
+  s.chunkCols = p.loopCols;
+  s.chunks = 1;
+  s.ruleRowsPerBlock = s.ruleChunkCols = 0;
+  s.estimatedGain = 0;
+  s.slabs = slabs;
+  s.slabStride = slabRegionBytes(p) / 2;
+  auto workspaceOf = [&](int64_t g) {
+    RunSchedule t = s;
+    t.slabGroup = g;
+    t.slabSplit = full - g;
+    int64_t total = 0;
+    p.workspaceOffsets(t, &total);
+    return total;
+  };
+  // No more workspace than the ordinary schedule's (so workspaceBytes(n), which reports
+  // that, stays an upper bound) nor than the budget.
+  const int64_t limit = spec.budgetBytes > 0 ? std::min(spec.budgetBytes, ordinary.workspaceBytes)
+                                             : ordinary.workspaceBytes;
+  // G slabs a dB launch: whole waves of tiles (dB's tiles of one slab: ceil(k / bn)), as
+  // many as the workspace holds (fewer launches).
+  const int64_t perSlab = std::max<int64_t>((db->k + db->tile.bn - 1) / db->tile.bn, 1);
+  const int64_t sms = std::max<int64_t>(p.target.numSMs, 1);
+  const int64_t unit = sms / std::gcd(sms, perSlab);
+  int64_t g = full - 1;
+  while (g >= 1 && workspaceOf(g) > limit)
+    --g;
+  if (g < 1)
+    return std::nullopt;
+  if (g >= unit)
+    g -= g % unit;
+  s.slabGroup = g;
+  s.slabSplit = full - g;
+  s.workspaceBytes = workspaceOf(g);
+  s.slabOrdinaryWorkspaceBytes = ordinary.workspaceBytes;
+  s.overBudget = false;
+  s.reason = "materialized: one row block, its stored values in the gradient's memory "
+             "([Note: stored values in dW])";
   return s;
 }
 

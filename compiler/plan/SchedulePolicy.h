@@ -37,10 +37,44 @@
 
 #include "compiler/plan/Program.h"
 
+#include <optional>
+
 namespace lcejit::plan {
 
-/// The schedule for a call with `n` rows (n >= 0). Pure and deterministic.
-RunSchedule chooseRunSchedule(const Program &program, int64_t n);
+/// The schedule for a call with `n` rows (n >= 0). Pure and deterministic. `outputFree`:
+/// the call overwrites ScheduleSpec::slabOutput (chooseSlabs may keep the stored values
+/// there).
+RunSchedule chooseRunSchedule(const Program &program, int64_t n, bool outputFree = false);
+
+/// [Note: stored values in dW] The materialized schedule's stored values are rows x V
+/// bf16, and the budget holds a block of them: every block after the first then re-reads
+/// and re-writes the f32 dW, and short blocks leave dA's SMs idle (A 1.09x cuBLAS in blocks
+/// of 2048 rows, 1.04x in one of 8192; B 1.26x against 1.10x: docs/performance.md, session
+/// 16). A call that overwrites an f32 dW hands the op V x D x 4 bytes that hold nothing
+/// until dB writes them: room for the values of up to 2·D rows. Laid out in slabs of
+/// kSlabCols columns (slab i: the rows x 128 values of columns 128i.., row-major, 256 bytes
+/// a row), slab i lives in dW's region i + G (its rows 128 (i + G) .. 128 (i + G) + 127,
+/// 128 x D x 4 bytes) for i < slabSplit = (whole regions) - G, the others in the workspace.
+/// dB runs in launches of at most G slabs aligned from the last, in order: the launch over
+/// slabs [a, b) reads them (regions [a + G, b + G), not yet written, or the workspace) and
+/// writes regions [a, b), which held slabs [a - G, b - G), read by earlier launches. So
+/// kernel boundaries order every overwrite after the last read of what it overwrites.
+/// The forward and the filtered dZ GEMM find a value's slab from its column (SlabSplit,
+/// SlabStride, SlabBase), dA reads slabs below SlabSplit through one tensor map and the
+/// rest through a second (TensorMapA2), each dB launch through one. The scaled A dB reads
+/// keeps every column part at once (part q at q x rows x its row bytes).
+/// Taken when: the Program allows it (ScheduleSpec::slabValues, set by the planner for the
+/// row-scaled wgmma schedule with an f32 dW; LCEJIT_STORE_IN_OUTPUT=0 turns it off), the
+/// call overwrites dW (outputFree), the ordinary schedule would block rows, all rows fit a
+/// slab (N <= 2·D), and its workspace (G slabs and the scaled A) is no more than the
+/// ordinary schedule's: G is the most whole waves of dB tiles that leave it so.
+std::optional<RunSchedule> chooseSlabs(const Program &program, const RunSchedule &ordinary);
+/// Columns of a slab.
+inline constexpr int64_t kSlabCols = 128;
+/// Bytes of one region of the slab output (kSlabCols of its rows); 0 without one.
+int64_t slabRegionBytes(const Program &program);
+/// The most rows whose slabs fit a region (2·D for an f32 [V, D] dW).
+int64_t slabRowsMax(const Program &program);
 
 /// [Note: estimated run time] How long a call of `n` rows takes with blocks of
 /// `rowsPerBlock` rows (the last one the rest) and chunks of `chunkCols` columns (0: one

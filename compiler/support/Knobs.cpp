@@ -43,6 +43,7 @@ constexpr std::string_view kExactTarget = "LCEJIT_EXACT_TARGET";
 constexpr std::string_view kMulticast = "LCEJIT_MULTICAST";
 constexpr std::string_view kRowScaled = "LCEJIT_ROW_SCALED";
 constexpr std::string_view kSplitK = "LCEJIT_SPLIT_K";
+constexpr std::string_view kStoreInOutput = "LCEJIT_STORE_IN_OUTPUT";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -71,6 +72,7 @@ struct Values {
   bool multicast = true;
   bool rowScaled = true;
   bool splitK = true;
+  bool storeInOutput = true;
 };
 
 /// The only getenv in lcejit. Unset and empty are the same: std::nullopt.
@@ -247,6 +249,7 @@ std::unique_ptr<Values> readAll() {
   v->multicast = parseBool(kMulticast, readEnv(kMulticast), true);
   v->rowScaled = parseBool(kRowScaled, readEnv(kRowScaled), true);
   v->splitK = parseBool(kSplitK, readEnv(kSplitK), true);
+  v->storeInOutput = parseBool(kStoreInOutput, readEnv(kStoreInOutput), true);
   return v;
 }
 
@@ -314,6 +317,10 @@ const std::vector<KnobInfo> &allKnobs() {
        "wgmma dA: tiles that would leave SMs idle run on clusters of 2 or 4 CTAs, each over "
        "part of K, summed in a fixed order (0: never split, to measure what it buys; part of "
        "the cache key)."},
+      {kStoreInOutput, "bool", "1",
+       "Materialized schedule: a call that overwrites an f32 dW may keep the forward's stored "
+       "values in dW's memory, in one block of up to 2*D rows (0: never, to measure what it "
+       "buys; part of the cache key)."},
   };
   return knobs;
 }
@@ -361,6 +368,7 @@ bool exactTarget() { return current().exactTarget; }
 bool multicast() { return current().multicast; }
 bool rowScaled() { return current().rowScaled; }
 bool splitK() { return current().splitK; }
+bool storeInOutput() { return current().storeInOutput; }
 
 namespace {
 std::atomic<int64_t> gGeneration{0};

@@ -129,6 +129,11 @@ bool rowScaled();
 /// split-K] in lcejit_sm90.cuh); off only to measure what that buys.
 bool splitK();
 
+/// LCEJIT_STORE_IN_OUTPUT (boolean, default on): the materialized schedule may keep a
+/// call's stored values in the memory of the f32 dW it overwrites ([Note: stored values in
+/// dW] in plan/SchedulePolicy.h); off only to measure what that buys.
+bool storeInOutput();
+
 /// Makes the next accessor call read the environment again. For tests only.
 void reloadForTesting();
 

@@ -101,6 +101,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.multicast = knobs::multicast();
   p.rowScaled = knobs::rowScaled();
   p.splitK = knobs::splitK();
+  p.storeInOutput = knobs::storeInOutput();
   p.blockRows = knobs::blockRows().value_or(0);
   if (forwardOnly_)
     p.outputTypes = {DType::F32};
@@ -136,6 +137,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += "|no-row-scaled";
   if (!knobs::splitK())
     tile += "|no-split-k";
+  if (!knobs::storeInOutput())
+    tile += "|no-store-in-output";
   if (auto r = knobs::blockRows())
     tile += fmt::format("|block-rows={}", *r);
   // Every field of plan::Target: the SM count sets the column splits, the shared memory

@@ -328,14 +328,21 @@ struct LinearCrossEntropy::Impl {
     return lp;
   }
 
-  /// The prepared run of N (built on a miss: host work and allocation, once per N).
-  runtime::PreparedRun &runFor(LoadedProgram &lp, int64_t n) {
+  /// The prepared run of N (built on a miss: host work and allocation, once per N and
+  /// `outputFree`: whether the call overwrites the gradient whose memory may hold the
+  /// stored values, [Note: stored values in dW]).
+  runtime::PreparedRun &runFor(LoadedProgram &lp, int64_t n, bool outputFree = true) {
+    // A Program that never keeps them there, and a call whose schedule does not, share
+    // one run: a call that adds to dW takes any run of N without slabs.
+    if (lp.executor->program().schedule.slabValues < 0)
+      outputFree = true;
     for (auto &r : lp.runs)
-      if (r->n == n)
+      if (r->n == n && (outputFree ? r->outputFree : r->schedule.slabGroup == 0))
         return *r;
     if (lp.runs.size() >= LoadedProgram::kRunsPerProgram)
       lp.runs.erase(lp.runs.begin());
-    lp.runs.push_back(std::make_unique<runtime::PreparedRun>(lp.executor->prepare(n)));
+    lp.runs.push_back(
+        std::make_unique<runtime::PreparedRun>(lp.executor->prepare(n, outputFree)));
     ops::callPathCounters().runBuilds.fetch_add(1, std::memory_order_relaxed);
     return *lp.runs.back();
   }
@@ -433,8 +440,13 @@ bool LinearCrossEntropy::prepare(int64_t n) {
   im.ensureDevice();
   LoadedProgram &lp = im.loadedFor(CallKind::Plain, n, /*capturing=*/false);
   runtime::PreparedRun &run = im.runFor(lp, n);
+  // A call that adds to dW too ([Note: stored values in dW]: where one that overwrites it
+  // keeps the stored values there, the other is cut otherwise, with more workspace).
+  int64_t bytes = run.workspaceBytes;
+  if (run.schedule.slabGroup > 0)
+    bytes = std::max(bytes, im.runFor(lp, n, /*outputFree=*/false).workspaceBytes);
   if (!im.userWorkspace)
-    im.ensureWorkspace(run.workspaceBytes, /*capturing=*/false);
+    im.ensureWorkspace(bytes, /*capturing=*/false);
   return compiled;
 }
 
@@ -445,11 +457,24 @@ int64_t LinearCrossEntropy::workspaceBytes(int64_t n) {
   return runtime::workspaceBytes(l.compiled->program, n);
 }
 
+namespace {
+/// The schedule of a call that overwrites dW and, where it differs ([Note: stored values
+/// in dW]), of one that adds to it.
+std::string scheduleText(const plan::Program &p, int64_t n) {
+  const plan::RunSchedule free = p.runSchedule(n, /*outputFree=*/true);
+  if (free.slabGroup == 0)
+    return free.describe();
+  return free.describe() + "; a call that adds to " +
+         p.outputs[static_cast<size_t>(p.schedule.slabOutput)].name + ": " +
+         p.runSchedule(n).describe();
+}
+} // namespace
+
 std::string LinearCrossEntropy::scheduleSummary(int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
   ops::ProgramLookup l =
       impl_->jit->lookup(n, impl_->callTarget(options().device), /*compile=*/false);
-  return l.compiled->program.runSchedule(n).describe();
+  return scheduleText(l.compiled->program, n);
 }
 
 std::string LinearCrossEntropy::inspect(int64_t n, const std::string &what) {
@@ -464,7 +489,7 @@ std::string LinearCrossEntropy::inspect(int64_t n, const std::string &what) {
   std::string text;
   for (const std::string &d : p.decisions)
     text += "// decision: " + d + "\n";
-  text += "// run schedule: " + p.runSchedule(n).describe() + "\n";
+  text += "// run schedule: " + scheduleText(p, n) + "\n";
   return text + p.toJson(2) + "\n";
 }
 
@@ -546,7 +571,9 @@ void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions
   auto cu = [](const void *p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); };
   const CallKind kind = !gradients ? CallKind::Forward : scaled ? CallKind::Scaled : CallKind::Plain;
   LoadedProgram &lp = im.loadedFor(kind, n, capturing);
-  runtime::PreparedRun &run = im.runFor(lp, n);
+  // [Note: stored values in dW]: a call that overwrites dW may keep the forward's stored
+  // values in dW's memory until dB writes it.
+  runtime::PreparedRun &run = im.runFor(lp, n, gradients && !accumulate.gradWeight);
   const plan::Program &program = lp.executor->program();
   CUstream s = static_cast<CUstream>(stream);
   const runtime::CudaDriver &d = runtime::cudaDriver();

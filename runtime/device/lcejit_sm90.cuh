@@ -165,6 +165,15 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap *map,
                "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y)
                : "memory");
 }
+/// The box at (x, y, z) of a 3D map ([Note: stored values in dW]: column in the slab,
+/// row, slab).
+__device__ __forceinline__ void tma_load_3d(u32 dst, const TensorMap *map, u32 bar, int x,
+                                            int y, int z) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::"
+               "complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+               "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "r"(z)
+               : "memory");
+}
 /// tma_load_2d into every CTA of the cluster named in `mask` (bit r: rank r): the box
 /// lands at offset `dst` of each one's shared memory and completes its bytes on each
 /// one's barrier at offset `bar` ([Note: sm90 multicast]).
@@ -628,6 +637,28 @@ __device__ __forceinline__ void split_k_exchange(float (&acc)[Cfg::ACC], u32 slo
   cluster_sync(); // rank 0 has read them
 }
 
+/// [Note: stored values in dW] (plan/SchedulePolicy.h) An A operand that is the forward's
+/// stored values in slabs of 128 columns: split < 0, the ordinary 2D map; else 3D maps
+/// (column in the slab, row of the slab, slab), the slabs from `split` on through `map2`
+/// (dA, whose K runs over every slab; a dB launch reads all of its slabs through map_a).
+struct SlabA {
+  const TensorMap *map2 = nullptr;
+  i64 split = -1;
+};
+
+/// Where the stored values' element (row, col) of a launch of n rows lies: row-major
+/// [n][cols] at `values` (split < 0), or in slabs of 128 columns, each [n][128]: slab s
+/// < split at values + s * stride, the others at slabs2 + (s - split) * n * 128.
+__device__ __forceinline__ u16 *stored_at(void *values, void *slabs2, i64 split, i64 stride,
+                                          i64 n, i64 cols, i64 row, i64 col) {
+  if (split < 0)
+    return static_cast<u16 *>(values) + row * cols + col;
+  const i64 s = col >> 7;
+  u16 *base = s < split ? static_cast<u16 *>(values) + s * stride
+                        : static_cast<u16 *>(slabs2) + (s - split) * n * 128;
+  return base + row * 128 + (col & 127);
+}
+
 //===----------------------------------------------------------------------===//
 // The mainloop. For every tile of `tiles`, Epi::tile(acc, row0, col0, t)
 // gets consumer thread t's accumulators of the 64-row slice at (row0, col0)
@@ -640,7 +671,7 @@ template <class Cfg, class Tiles, class Epi>
 __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
                                            const TensorMap &map_b,
                                            const Tiles &tiles, Epi &epi,
-                                           i64 k, u32 pair = 1) {
+                                           i64 k, u32 pair = 1, SlabA slab_a = {}) {
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
   const u32 base = smem_base();
   const u32 full = base + Cfg::BAR_OFFSET;
@@ -670,6 +701,8 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     mbar_fence_init();
     tma_prefetch(&map_a);
     tma_prefetch(&map_b);
+    if (slab_a.map2)
+      tma_prefetch(slab_a.map2);
   }
   __syncthreads();
   if (MC && cn > 1)
@@ -705,11 +738,26 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
           const u32 a_dst = base + s * Cfg::STAGE_BYTES;
           const u32 b_dst = a_dst + Cfg::A_BYTES;
           if (Cfg::MAJOR_A == K_MAJOR) {
-            tma_load_2d(a_dst, &map_a, bar, k0, m0);
+            if (slab_a.split >= 0) {
+              // [Note: stored values in dW]: k-blocks of 64 columns, two a slab.
+              const i64 sl = k0 >> 7;
+              if (sl < slab_a.split)
+                tma_load_3d(a_dst, &map_a, bar, k0 & 127, m0, static_cast<int>(sl));
+              else
+                tma_load_3d(a_dst, slab_a.map2, bar, k0 & 127, m0,
+                            static_cast<int>(sl - slab_a.split));
+            } else {
+              tma_load_2d(a_dst, &map_a, bar, k0, m0);
+            }
           } else {
 #pragma unroll
-            for (int j = 0; j < BM / 64; ++j)
-              tma_load_2d(a_dst + j * 8192, &map_a, bar, m0 + 64 * j, k0);
+            for (int j = 0; j < BM / 64; ++j) {
+              const int m = m0 + 64 * j;
+              if (slab_a.split >= 0)
+                tma_load_3d(a_dst + j * 8192, &map_a, bar, m & 127, k0, m >> 7);
+              else
+                tma_load_2d(a_dst + j * 8192, &map_a, bar, m, k0);
+            }
           }
           if (MC) {
             constexpr int HALF = BN / 2; // rows; 128 bytes each
@@ -1123,7 +1171,11 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   template <int R>
   __device__ __forceinline__ void store_pairs(const float (&acc)[R], int h, i64 row, i64 col0,
                                               int t) const {
-    u32 *out = static_cast<u32 *>(epi.store_values) + (row * cols + col0) / 2 + t % 4;
+    // [Note: stored values in dW]: a tile's columns lie in one slab (BN divides 128).
+    u32 *out = reinterpret_cast<u32 *>(stored_at(epi.store_values, epi.store_slabs2,
+                                                 epi.store_split, epi.store_stride, n, cols,
+                                                 row, col0)) +
+               t % 4;
 #pragma unroll
     for (int g = 0; g < R / 4; ++g)
       st_cs_u32(out + 4 * g, __float_as_uint(acc[4 * g + 2 * h])); // [Note: streamed outputs]
@@ -1159,7 +1211,8 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       // kept live across the loop, made ptxas spill).
       const i64 rel = epi.store_target(rv) - col0 - 2 * (t % 4);
       if (rel >= 0 && rel < 2 * R && (rel % 8) < 2)
-        static_cast<u16 *>(epi.store_values)[row * cols + col0 + rel + 2 * (t % 4)] = 0;
+        *stored_at(epi.store_values, epi.store_slabs2, epi.store_split, epi.store_stride, n,
+                   cols, row, col0 + rel + 2 * (t % 4)) = 0;
     }
   }
   /// Quad shuffles finish each row of a consumer. With ping-pong both consumers hold
@@ -1257,6 +1310,10 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
   /// i32 [n] or null: only rows with row_filter[row] != 0 are written ([Note: a per-row
   /// reference] in plan/Program.h).
   const int *row_filter = nullptr;
+  /// [Note: stored values in dW]: dz is the stored values in slabs (split >= 0; the
+  /// checked path only, which every filtered launch takes).
+  void *slabs2 = nullptr;
+  i64 slab_split = -1, slab_stride = 0;
 
   /// The accumulator index of row half h's target column in this thread's tile at col0,
   /// or -1 (rows past n, targets outside the tile or in another lane).
@@ -1352,7 +1409,13 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
         continue;
       const float v0 = epi.value(acc[i], row, chunk_begin + c, rv[h],
                                  epi.load_col(chunk_begin + c));
-      const i64 idx = row * chunk_cols + c;
+      i64 idx = row * chunk_cols + c;
+      void *dz_at = dz;
+      if (slab_split >= 0) {
+        // [Note: stored values in dW]: one chunk of all columns; c and c + 1 share a slab.
+        dz_at = stored_at(dz, slabs2, slab_split, slab_stride, n, chunk_cols, row, c);
+        idx = 0;
+      }
       if constexpr (Epi::RESIDUAL)
         if (i == kx[h])
           store_residual(row, v0);
@@ -1364,23 +1427,23 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
             store_residual(row, v1);
         if (FORMAT == DZ_BF16) {
           if (pairs)
-            store_f32_pair<elem_bf16>(dz, idx, v0, v1);
+            store_f32_pair<elem_bf16>(dz_at, idx, v0, v1);
           else {
-            store_f32<elem_bf16>(dz, idx, v0);
-            store_f32<elem_bf16>(dz, idx + 1, v1);
+            store_f32<elem_bf16>(dz_at, idx, v0);
+            store_f32<elem_bf16>(dz_at, idx + 1, v1);
           }
         } else {
           if (pairs)
-            store_f32_pair<elem_f32>(dz, idx, v0, v1);
+            store_f32_pair<elem_f32>(dz_at, idx, v0, v1);
           else {
-            store_f32<elem_f32>(dz, idx, v0);
-            store_f32<elem_f32>(dz, idx + 1, v1);
+            store_f32<elem_f32>(dz_at, idx, v0);
+            store_f32<elem_f32>(dz_at, idx + 1, v1);
           }
         }
       } else if (FORMAT == DZ_BF16) {
-        store_f32<elem_bf16>(dz, idx, v0);
+        store_f32<elem_bf16>(dz_at, idx, v0);
       } else {
-        store_f32<elem_f32>(dz, idx, v0);
+        store_f32<elem_f32>(dz_at, idx, v0);
       }
     }
   }
@@ -1406,7 +1469,8 @@ template <class Cfg, int FORMAT, int SPLITS, class Epi>
 __device__ __forceinline__ void
 gemm_dz_filtered_kernel(const TensorMap &map_a, const TensorMap &map_b, const Epi &epi,
                         void *dz, void *residual, const void *row_filter, i64 n, i64 k,
-                        i64 chunk_begin, i64 chunk_cols) {
+                        i64 chunk_begin, i64 chunk_cols, i64 slab_split = -1,
+                        i64 slab_stride = 0, void *slabs2 = nullptr) {
   const i64 row_tile = static_cast<i64>(blockIdx.x) / SPLITS;
   const int split = static_cast<int>(blockIdx.x % SPLITS);
   const int *filter = static_cast<const int *>(row_filter);
@@ -1417,8 +1481,9 @@ gemm_dz_filtered_kernel(const TensorMap &map_a, const TensorMap &map_b, const Ep
   const i64 per = (tiles + SPLITS - 1) / SPLITS;
   const i64 t_begin = min_i64(static_cast<i64>(split) * per, tiles);
   const i64 t_end = min_i64(t_begin + per, tiles);
-  DzEpilogue<Cfg, FORMAT, Epi> e{epi, dz, static_cast<float *>(residual), n, chunk_begin,
-                                 chunk_cols, filter};
+  DzEpilogue<Cfg, FORMAT, Epi> e{epi,        dz,      static_cast<float *>(residual), n,
+                                 chunk_begin, chunk_cols, filter, slabs2, slab_split,
+                                 slab_stride};
   gemm_tiles<Cfg>(map_a, map_b, RowOfTiles{row_tile, t_begin, t_end}, e, k);
 }
 
@@ -1703,7 +1768,7 @@ template <class Cfg, bool RESIDUAL, class TargetT, class Epi>
 __device__ __forceinline__ void
 dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, i64 k,
            i64 chunk_cols, const void *residual, const void *target, const void *b,
-           i64 cols, bool last, const void *row_scale) {
+           i64 cols, bool last, const void *row_scale, SlabA slab_a) {
   // [Note: sm90 split-K]: the launch decides whether the tiles run split.
   const auto tiles = [&] {
     if constexpr (Cfg::SPLIT_K > 1)
@@ -1717,10 +1782,10 @@ dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, 
                                      n,    k,
                                      cols, last,
                                      static_cast<const float *>(row_scale)};
-    gemm_tiles<Cfg>(map_a, map_b, tiles, r, chunk_cols);
+    gemm_tiles<Cfg>(map_a, map_b, tiles, r, chunk_cols, 1, slab_a);
   } else {
     Epi copy = e;
-    gemm_tiles<Cfg>(map_a, map_b, tiles, copy, chunk_cols);
+    gemm_tiles<Cfg>(map_a, map_b, tiles, copy, chunk_cols, 1, slab_a);
   }
 }
 
@@ -1739,15 +1804,15 @@ gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
                  i64 n, i64 k, i64 chunk_cols, bool accumulate,
                  const void *residual = nullptr, const void *target = nullptr,
                  const void *b = nullptr, i64 cols = 0, bool last = false,
-                 const void *row_scale = nullptr) {
+                 const void *row_scale = nullptr, SlabA slab_a = {}) {
   if constexpr (OutElem::BYTES == 4) {
     const F32OutEpilogue e{static_cast<float *>(out), n, k, k, 0, accumulate};
     dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
-                                       b, cols, last, row_scale);
+                                       b, cols, last, row_scale, slab_a);
   } else {
     const RoundedOutEpilogue<OutElem> e{out, n, k, 0, accumulate};
     dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
-                                       b, cols, last, row_scale);
+                                       b, cols, last, row_scale, slab_a);
   }
 }
 
@@ -1784,12 +1849,14 @@ gemm_drhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
 template <class Cfg>
 __device__ __forceinline__ void
 gemm_drhs_tma_kernel(const TensorMap &map_a, const TensorMap &map_b, const TensorMap &map_out,
-                     i64 n, i64 k, i64 chunk_cols, bool accumulate) {
+                     i64 n, i64 k, i64 chunk_cols, bool accumulate, i64 slab_split = -1) {
   static_assert(Cfg::TMA_STORE, "gemm_drhs_tma_kernel needs a TMA_STORE config");
   if (threadIdx.x == 0)
     tma_prefetch(&map_out);
   F32TmaOutEpilogue<Cfg> e{&map_out, accumulate};
-  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n);
+  // [Note: stored values in dW]: with slab_split >= 0, the launch's slabs through map_a.
+  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n, 1,
+                  SlabA{nullptr, slab_split});
 }
 
 } // namespace sm90

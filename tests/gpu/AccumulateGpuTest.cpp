@@ -133,6 +133,10 @@ TEST_P(LceGpuAccumulate, AddsTheGradientsToPrefilledBuffers) {
   if (c.wantChunks) {
     ASSERT_GT(sched.chunks, 1) << "the case must cut the vocabulary into chunks";
   }
+  if (std::string(c.name).find("_slabs_") != std::string::npos) {
+    ASSERT_NE(op.scheduleSummary(c.n).find("in the gradient's memory"), std::string::npos)
+        << "the case must keep its stored values in dW: " << op.scheduleSummary(c.n);
+  }
 
   const int64_t es = dtypeSize(c.dtype), nd = c.n * c.d, vd = c.v * c.d;
   DeviceBuffer h(nd * es), w(vd * es), y(c.n * 8), dH(nd * es), dW(vd * dtypeSize(c.gradWeight)),
@@ -277,6 +281,14 @@ INSTANTIATE_TEST_SUITE_P(
                 true, 1.0f, false, Precision::Fast, false, 4, true, true},
         AccCase{"bf16_budget4_rowblocks_chunks_mma_scaled", BF, 4097, 256, 32003, {}, 0, F32, true,
                 true, 0.25f, false, Precision::Fast, false, 4, true, true},
+        // [Note: stored values in dW]: a 100 MiB budget blocks these 2000 rows in the
+        // ordinary schedule; a call that overwrites dW keeps them in one block in dW's
+        // memory. Both: the fresh call takes the slabs, the accumulating one the blocks
+        // (one op, two prepared runs); dH only: both calls take the slabs.
+        AccCase{"bf16_slabs_n2000_d1024_both_budget100", BF, 2000, 1024, 32000, 30.0, 7, F32,
+                true, true, 1.0f, false, Precision::Fast, false, 100, true, false},
+        AccCase{"bf16_slabs_n2000_d1024_dHonly_budget100", BF, 2000, 1024, 32000, {}, 0, F32,
+                true, false, 0.5f, false, Precision::Fast, false, 100, true, false},
         // bf16 dW never blocks its rows; a small budget still chunks the vocabulary.
         AccCase{"bf16_budget4_dWbf16_chunks", BF, 2000, 256, 32000, 30.0, 3, BF, true, true, 1.0f,
                 false, Precision::Fast, false, 4, false, true},

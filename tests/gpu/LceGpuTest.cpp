@@ -169,6 +169,10 @@ TEST_P(LceGpu, MatchesFp64Reference) {
               std::string::npos)
         << "this case is meant to store against a per-row reference and recompute its far rows";
   }
+  if (std::string(c.name).find("_slabs_") != std::string::npos) {
+    EXPECT_NE(op.scheduleSummary(c.n).find("in the gradient's memory"), std::string::npos)
+        << "this case is meant to keep its stored values in dW: " << op.scheduleSummary(c.n);
+  }
   if (recompute) {
     EXPECT_EQ(op.scheduleSummary(c.n).find("materialized"), std::string::npos)
         << "this case is meant to run the recompute: " << op.scheduleSummary(c.n);
@@ -298,6 +302,17 @@ INSTANTIATE_TEST_SUITE_P(
              DType::I64, true, Precision::Fast, Logits::Far},
         Case{"bf16_mat_far_rowblocks_n4097_d256_v32000_ignore_budget100", BF, 4097, 256, 32000,
              {}, 7, R::Sum, F32, I32, true, Precision::Fast, Logits::Far, 100},
+        // [Note: stored values in dW]: budgets that block these rows in the ordinary
+        // schedule, N <= 2·D: one block whose stored values live in dW's memory (the
+        // filtered dZ GEMM writes the far rows into the slabs too); tail rows, ignored rows,
+        // i32 targets, peaked logits. The Llama-3-head cases with N = 4097 above take it too.
+        Case{"bf16_mat_slabs_n2000_d1024_v32000_softcap_ignore_budget100", BF, 2000, 1024,
+             32000, 30.0, 7, R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Random,
+             100},
+        Case{"bf16_mat_slabs_far_n1999_d1024_v32000_i32_budget100", BF, 1999, 1024, 32000, {},
+             0, R::Sum, F32, I32, true, Precision::Fast, Logits::Far, 100},
+        Case{"bf16_mat_slabs_peaked_n1500_d768_v32000_budget80", BF, 1500, 768, 32000, {}, 0,
+             R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Peaked, 80},
         // N * V > 2^31 (element indices past int32).
         Case{"bf16_n20000_d64_v128256_nv_over_2e31", BF, 20000, 64, 128256, {}, 0, R::Mean,
              F32}),

@@ -330,6 +330,11 @@ int runDump(const Args &a) {
   planText += fmt::format("// workspace at N = {}: {} bytes ({:.1f} MiB)\n", a.tokens, wsBytes,
                           double(wsBytes) / (1 << 20));
   planText += fmt::format("// run schedule: {}\n", sched.describe());
+  // [Note: stored values in dW]: a call that overwrites dW may be cut otherwise.
+  if (plan::RunSchedule free = p.runSchedule(a.tokens, /*outputFree=*/true); free.slabGroup > 0)
+    planText += fmt::format("// run schedule of a call that overwrites {}: {}\n",
+                            p.outputs[static_cast<size_t>(p.schedule.slabOutput)].name,
+                            free.describe());
   for (const std::string &d : p.decisions)
     planText += fmt::format("// decision: {}\n", d);
   planText += p.toJson(2) + "\n";

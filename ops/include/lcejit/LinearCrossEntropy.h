@@ -225,7 +225,8 @@ public:
   /// budget unless the budget is too small for any schedule (scheduleSummary says so).
   int64_t workspaceBytes(int64_t n);
   /// One line: how a call with N tokens is cut (row blocks, vocabulary chunks), the
-  /// workspace it uses and why.
+  /// workspace it uses and why; a call that overwrites gradWeight (no Accumulate of it),
+  /// and, where a call that adds to it is cut otherwise, that one too.
   std::string scheduleSummary(int64_t n);
 
   /// Makes calls use `bytes` of caller-owned device memory at `data` (256-byte aligned) as

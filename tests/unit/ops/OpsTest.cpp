@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <random>
 #include <set>
 #include <sys/wait.h>
@@ -1235,6 +1236,211 @@ TEST(OpsAccumulate, TheMaskReachesEveryKernelThatWritesAGradient) {
         << "the dW GEMM reads bit 2";
     EXPECT_NE(cuda.find("(((accumulate_outputs >> 1) & 1) != 0)"), std::string::npos)
         << "the writer of dH reads bit 1";
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// [Note: stored values in dW] (plan/SchedulePolicy.h)
+//===----------------------------------------------------------------------===//
+
+struct SlabShape {
+  int64_t n, d, v, budgetMb;
+  std::optional<double> softcap;
+};
+
+/// The planned Program of the sm_90a default target for a shape.
+ops::ProgramLookup slabLookup(ops::LceJit &jit, int64_t n) {
+  return jit.lookup(n, ops::LceJit::defaultTarget(), /*compile=*/false);
+}
+
+LinearCrossEntropyOptions slabOptions(const SlabShape &s) {
+  LinearCrossEntropyOptions o = base();
+  o.hidden = s.d;
+  o.vocab = s.v;
+  o.softcap = s.softcap;
+  o.workspaceBudgetBytes = s.budgetMb << 20;
+  return o;
+}
+
+/// The slabs are taken exactly where they may be: a call that overwrites the f32 dW
+/// (outputFree), an ordinary schedule of several row blocks, N <= 2·D, the workspace no
+/// larger than the ordinary schedule's; never for a bf16 dW, with the knob off, or with
+/// N > 2·D. The schedule says so in scheduleSummary and the dump's plan.
+TEST(OpsSlabs, TakenExactlyWhereTheCallOverwritesAnF32DwAndTheRowsFit) {
+  const SlabShape a{8192, 4096, 128256, 512, std::nullopt};
+  ops::LceJit jit(slabOptions(a));
+  const plan::Program &p = slabLookup(jit, a.n).compiled->program;
+  ASSERT_GE(p.schedule.slabValues, 0) << "the planner allows the slabs on the Llama-3 head";
+  EXPECT_EQ(plan::slabRowsMax(p), 2 * a.d);
+  for (int64_t n : {int64_t(4097), int64_t(6000), int64_t(8192)}) {
+    const plan::RunSchedule ordinary = p.runSchedule(n), free = p.runSchedule(n, true);
+    ASSERT_GT(ordinary.rowBlocks, 1) << ordinary.describe();
+    EXPECT_EQ(ordinary.slabGroup, 0);
+    ASSERT_GT(free.slabGroup, 0) << free.describe();
+    EXPECT_EQ(free.rowBlocks, 1);
+    EXPECT_EQ(free.rowsPerBlock, n);
+    EXPECT_EQ(free.slabs, 1002);
+    EXPECT_EQ(free.slabSplit, 1002 - free.slabGroup);
+    EXPECT_EQ(free.slabStride, 128 * a.d * 2) << "bf16 elements per 128 rows of the f32 dW";
+    EXPECT_LE(free.workspaceBytes, ordinary.workspaceBytes);
+    EXPECT_LE(free.workspaceBytes, int64_t(512) << 20);
+    EXPECT_EQ(free.slabOrdinaryWorkspaceBytes, ordinary.workspaceBytes);
+    // Whole waves of dB tiles a launch: 8 tiles a slab (a part of 2048 columns, 256 wide).
+    EXPECT_EQ(free.slabGroup % 33, 0) << free.slabGroup;
+    EXPECT_NE(free.describe().find("slabs of 128 columns"), std::string::npos)
+        << free.describe();
+  }
+  // More rows than a slab holds: the ordinary schedule.
+  EXPECT_EQ(p.runSchedule(8193, true).slabGroup, 0);
+  const plan::Program &big = slabLookup(jit, 20000).compiled->program;
+  EXPECT_EQ(big.runSchedule(20000, true).slabGroup, 0);
+  // One ordinary block already: nothing to gain.
+  const plan::Program &small = slabLookup(jit, 2048).compiled->program;
+  EXPECT_EQ(small.runSchedule(2048).rowBlocks, 1);
+  EXPECT_EQ(small.runSchedule(2048, true).slabGroup, 0);
+  // The op's summary shows a plain call's schedule, and the other when they differ.
+  LinearCrossEntropy op(slabOptions(a));
+  const std::string summary = op.scheduleSummary(a.n);
+  EXPECT_NE(summary.find("in the gradient's memory"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("a call that adds to dW: N = 8192: 4 row blocks"), std::string::npos)
+      << summary;
+  EXPECT_NE(op.inspect(a.n, "plan").find("stored values in dW: a call that overwrites dW"),
+            std::string::npos);
+  // A bf16 dW: no room for them.
+  LinearCrossEntropyOptions bf = slabOptions(a);
+  bf.gradWeightDType = DType::BF16;
+  ops::LceJit jitBf(bf);
+  EXPECT_EQ(slabLookup(jitBf, a.n).compiled->program.schedule.slabValues, -1);
+  // The knob: off, and in the cache key.
+  lcejit::testing::ScopedEnv knob{{"LCEJIT_STORE_IN_OUTPUT", "0"}};
+  ops::LceJit jitOff(slabOptions(a));
+  const ops::ProgramLookup off = slabLookup(jitOff, a.n);
+  EXPECT_EQ(off.compiled->program.schedule.slabValues, -1);
+  EXPECT_EQ(off.compiled->program.runSchedule(a.n, true).slabGroup, 0);
+  EXPECT_NE(off.compiled->cacheKey.find("|no-store-in-output"), std::string::npos);
+}
+
+/// The property that makes the slabs safe, on the launches and addresses the executor
+/// makes (synthetic buffers): the forward writes every slab where dA's maps and each dB
+/// launch's map read it; dA runs before any dB; every dB launch reads slabs nothing has
+/// overwritten, in one place, and writes only bytes of dW whose slabs every reader has
+/// read already; the dB launches of each part cover dW's rows once.
+TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
+  for (const SlabShape &s : {SlabShape{8192, 4096, 128256, 512, std::nullopt},
+                             SlabShape{4097, 4096, 128256, 512, 30.0},
+                             SlabShape{2000, 1024, 32000, 100, std::nullopt},
+                             SlabShape{1500, 768, 32000, 80, 30.0}}) {
+    SCOPED_TRACE(fmt::format("N = {} D = {} V = {} budget {} MiB", s.n, s.d, s.v, s.budgetMb));
+    ops::LceJit jit(slabOptions(s));
+    const plan::Program &p = slabLookup(jit, s.n).compiled->program;
+    const plan::RunSchedule sched = p.runSchedule(s.n, true);
+    ASSERT_GT(sched.slabGroup, 0) << sched.describe();
+    runtime::ProgramBuffers b;
+    b.inputs = {0x10000000000, 0x20000000000, 0x30000000000};
+    const CUdeviceptr dw = 0x60000000000;
+    b.outputs = {0x40000000000, 0x50000000000, dw};
+    b.workspace = 0x70000000000;
+    b.workspaceBytes = sched.workspaceBytes;
+    runtime::ExecutionPlan ep = runtime::planExecution(p, b, sched);
+    const int64_t slabBytes = s.n * 256, regionBytes = 128 * s.d * 4;
+    // Where the forward puts slab i (its SlabSplit, SlabStride, SlabBase and values pointer).
+    std::vector<CUdeviceptr> at;
+    int fwd = -1, dA = -1, firstDb = -1;
+    struct Read { size_t launch; std::vector<int64_t> slabs; };
+    std::vector<std::pair<size_t, std::vector<std::pair<CUdeviceptr, int64_t>>>> writes;
+    std::map<int64_t, std::vector<size_t>> readers; // slab -> launches reading it
+    std::map<int64_t, int64_t> coverage;            // part column 0 -> rows of dW covered
+    for (size_t li = 0; li < ep.launches.size(); ++li) {
+      const runtime::LaunchRecord &r = ep.launches[li];
+      const plan::Kernel &k = p.kernels[static_cast<size_t>(r.kernel)];
+      const std::vector<plan::Param> params = plan::kernelParams(k);
+      auto arg = [&](plan::Param::Kind kind) -> const runtime::KernelArg & {
+        for (size_t i = 0; i < params.size(); ++i)
+          if (params[i].kind == kind)
+            return r.args[i];
+        ADD_FAILURE() << k.name << " has no parameter of kind " << int(kind);
+        return r.args[0];
+      };
+      if (const auto *g = std::get_if<plan::GemmReduceKernel>(&k.body); g && g->stored) {
+        fwd = static_cast<int>(li);
+        ASSERT_TRUE(g->stored->slabs);
+        const int64_t split = arg(plan::Param::Kind::SlabSplit).value.i64;
+        const int64_t stride = arg(plan::Param::Kind::SlabStride).value.i64;
+        const CUdeviceptr base2 = arg(plan::Param::Kind::SlabBase).value.pointer;
+        CUdeviceptr values = 0;
+        for (size_t i = 0; i < params.size(); ++i)
+          if (params[i].kind == plan::Param::Kind::Pointer && params[i].buf == g->stored->values)
+            values = r.args[i].value.pointer;
+        EXPECT_EQ(split, sched.slabSplit);
+        for (int64_t i = 0; i < sched.slabs; ++i)
+          at.push_back(i < split ? values + static_cast<CUdeviceptr>(i * stride * 2)
+                                 : base2 + static_cast<CUdeviceptr>((i - split) * slabBytes));
+        // Slabs in dW lie inside it, one per region, and shifted by the group.
+        for (int64_t i = 0; i < split; ++i) {
+          EXPECT_EQ(at[static_cast<size_t>(i)], dw + static_cast<CUdeviceptr>((i + sched.slabGroup) * regionBytes));
+          EXPECT_LE(slabBytes, regionBytes);
+        }
+        for (int64_t i = split; i < sched.slabs; ++i)
+          EXPECT_GE(at[static_cast<size_t>(i)], b.workspace);
+      } else if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&k.body)) {
+        dA = static_cast<int>(li);
+        ASSERT_EQ(r.maps.size(), 3u);
+        const runtime::Sm90Operand &a1 = r.maps[0], &a2 = r.maps[2];
+        EXPECT_EQ(a1.slabs + a2.slabs, sched.slabs);
+        EXPECT_EQ(arg(plan::Param::Kind::SlabSplit).value.i64, a1.slabs);
+        for (int64_t i = 0; i < sched.slabs; ++i) {
+          const runtime::Sm90Operand &m = i < a1.slabs ? a1 : a2;
+          const int64_t j = i < a1.slabs ? i : i - a1.slabs;
+          EXPECT_EQ(m.data + static_cast<CUdeviceptr>(j * m.slabStride * 2), at[static_cast<size_t>(i)]) << "slab " << i;
+          EXPECT_EQ(m.rows, s.n);
+          readers[i].push_back(li);
+        }
+        (void)d;
+      } else if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body)) {
+        if (firstDb < 0)
+          firstDb = static_cast<int>(li);
+        const runtime::Sm90Operand &a = r.maps[0], &out = r.maps[2];
+        ASSERT_GT(a.slabs, 0);
+        ASSERT_TRUE(out.f32Out);
+        // The launch's columns: its chunk.
+        const int64_t c0 = arg(plan::Param::Kind::ChunkBegin).value.i64;
+        const int64_t cc = arg(plan::Param::Kind::ChunkCols).value.i64;
+        EXPECT_EQ(c0 % 128, 0);
+        EXPECT_EQ(a.slabs, (cc + 127) / 128);
+        EXPECT_LE(a.slabs, sched.slabGroup + 1);
+        EXPECT_EQ(a.k, s.n);
+        for (int64_t j = 0; j < a.slabs; ++j) {
+          EXPECT_EQ(a.data + static_cast<CUdeviceptr>(j * a.slabStride * 2),
+                    at[static_cast<size_t>(c0 / 128 + j)]) << "slab " << c0 / 128 + j;
+          readers[c0 / 128 + j].push_back(li);
+        }
+        EXPECT_EQ(out.rows, cc);
+        EXPECT_EQ(out.data, dw + static_cast<CUdeviceptr>((c0 * out.ld + d->outCol0) * 4));
+        std::vector<std::pair<CUdeviceptr, int64_t>> w;
+        for (int64_t row = 0; row < cc; ++row)
+          w.push_back({out.data + static_cast<CUdeviceptr>(row * out.ld * 4), out.k * 4});
+        writes.push_back({li, w});
+        EXPECT_EQ(coverage[d->outCol0], c0) << "dB launches of a part run in order, adjacent";
+        coverage[d->outCol0] = c0 + cc;
+      }
+    }
+    ASSERT_GE(fwd, 0);
+    ASSERT_GE(dA, 0);
+    ASSERT_GT(firstDb, dA) << "dA reads every slab before any dB writes";
+    ASSERT_LT(fwd, dA);
+    for (const auto &[col0, end] : coverage)
+      EXPECT_EQ(end, s.v) << "part at column " << col0;
+    // Every write: the slabs it overlaps have no reader at or after this launch.
+    for (const auto &[li, ranges] : writes)
+      for (const auto &[lo, bytes] : ranges)
+        for (int64_t i = 0; i < sched.slabs; ++i) {
+          const CUdeviceptr sl = at[static_cast<size_t>(i)];
+          if (!(lo < sl + static_cast<CUdeviceptr>(slabBytes) && sl < lo + static_cast<CUdeviceptr>(bytes)))
+            continue;
+          for (size_t reader : readers[i])
+            ASSERT_LT(reader, li) << "launch " << li << " overwrites slab " << i
+                                  << " that launch " << reader << " reads";
+        }
   }
 }
 

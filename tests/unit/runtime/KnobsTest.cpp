@@ -209,7 +209,8 @@ TEST_F(KnobsTest, DefaultOnSwitches) {
                              {"LCEJIT_EXACT_TARGET", knobs::exactTarget},
                              {"LCEJIT_MULTICAST", knobs::multicast},
                              {"LCEJIT_ROW_SCALED", knobs::rowScaled},
-                             {"LCEJIT_SPLIT_K", knobs::splitK}};
+                             {"LCEJIT_SPLIT_K", knobs::splitK},
+                             {"LCEJIT_STORE_IN_OUTPUT", knobs::storeInOutput}};
   for (const Switch &sw : switches) {
     SCOPED_TRACE(sw.name);
     env.set(sw.name, std::nullopt);
@@ -277,7 +278,8 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_DUMP_DIR",       "LCEJIT_ALWAYS_COMPILE", "LCEJIT_ASSERT_NO_COMPILE",
       "LCEJIT_LOG",            "LCEJIT_CUDA_INCLUDE", "LCEJIT_WORKSPACE_MB",
       "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP",     "LCEJIT_BACKWARD",
-      "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K",     "LCEJIT_BLOCK_ROWS"};
+      "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K",     "LCEJIT_BLOCK_ROWS",
+      "LCEJIT_STORE_IN_OUTPUT"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();
