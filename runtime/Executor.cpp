@@ -67,11 +67,14 @@ public:
       : program_(program), buffers_(buffers), n_(s.n), sched_(s),
         offsets_(program.workspaceOffsets(s, nullptr)) {}
 
-  /// [Note: stored values in dW] (plan/SchedulePolicy.h), in a schedule with slabs.
-  bool slabMode() const { return sched_.slabGroup > 0; }
+  /// [Note: stored values in dW] (plan/SchedulePolicy.h): a launch of the first row block
+  /// of a schedule with slabs (the ordinary blocks after it see the ordinary layout).
+  bool slabLaunch(const plan::LaunchItem &item) const {
+    return sched_.slabGroup > 0 && item.rowBlock == 0;
+  }
   const plan::RunSchedule &schedule() const { return sched_; }
-  bool isSlabValues(const BufferRef &ref) const {
-    return slabMode() && ref.space == Space::Workspace &&
+  bool isSlabValues(const BufferRef &ref, const plan::LaunchItem &item) const {
+    return slabLaunch(item) && ref.space == Space::Workspace &&
            ref.index == program_.schedule.slabValues;
   }
   /// Slab 0's address in the output's memory (region slabGroup of it).
@@ -89,20 +92,25 @@ public:
   /// (part q at q x rows x its row bytes).
   CUdeviceptr resolveParam(const BufferRef &ref, const plan::Kernel &kernel,
                            const plan::LaunchItem &item) const {
-    if (isSlabValues(ref))
+    if (isSlabValues(ref, item))
       return slabBase1(kernel);
-    CUdeviceptr p = resolve(ref, kernel, item.rowBegin);
-    if (slabMode() && ref.space == Space::Workspace &&
-        ref.index == program_.schedule.slabScaledA) {
+    const int64_t inUnion = slabLaunch(item) && ref.space == Space::Workspace
+                                ? program_.slabUnionOffset(sched_, ref.index)
+                                : -1;
+    if (inUnion >= 0) {
+      // The slab block's block-local buffers, in the values' buffer after the workspace's
+      // slabs; the scaled A with every part at once.
       int64_t part = 0;
-      if (const auto *f = std::get_if<plan::DzFormKernel>(&kernel.body); f && f->k > 0)
-        part = f->aCol0 / f->k;
-      else if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&kernel.body); d && d->k > 0)
-        part = d->outCol0 / d->k;
+      if (ref.index == program_.schedule.slabScaledA) {
+        if (const auto *f = std::get_if<plan::DzFormKernel>(&kernel.body); f && f->k > 0)
+          part = f->aCol0 / f->k;
+        else if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&kernel.body); d && d->k > 0)
+          part = d->outCol0 / d->k;
+      }
       const plan::BufferSpec &b = program_.workspace[static_cast<size_t>(ref.index)];
-      p += static_cast<CUdeviceptr>(part * item.rows * b.bytesPerRow);
+      return slabBase2(kernel) + static_cast<CUdeviceptr>(inUnion + part * item.rows * b.bytesPerRow);
     }
-    return p;
+    return resolve(ref, kernel, item.rowBegin);
   }
 
   /// The address of `ref` for a launch over rows [rowBegin, ...): buffers indexed by the
@@ -191,7 +199,7 @@ std::vector<Sm90Operand> wgmmaOperands(const Program &program, const BufferResol
     const auto &d = std::get<plan::GemmDLhsKernel>(kernel.body);
     const CUdeviceptr b =
         at(d.b) + static_cast<CUdeviceptr>(item.chunkBegin * d.k * dtypeSize(d.bType));
-    if (d.slabs && resolver.isSlabValues(d.dz)) {
+    if (d.slabs && resolver.isSlabValues(d.dz, item)) {
       // [Note: stored values in dW]: the slabs below slabSplit in the output's memory, the
       // rest in the workspace (the second map, TensorMapA2, last).
       Sm90Operand a1{resolver.slabBase1(kernel), true, rows, sched.slabSplit * 128, 128, 128};
@@ -213,7 +221,7 @@ std::vector<Sm90Operand> wgmmaOperands(const Program &program, const BufferResol
     const auto &d = std::get<plan::GemmDRhsKernel>(kernel.body);
     std::vector<Sm90Operand> ops = {Sm90Operand{at(d.dz), false, cc, rows, cc, 128},
                                     Sm90Operand{at(d.a), false, d.k, rows, d.k, bn}};
-    if (d.slabs && resolver.isSlabValues(d.dz)) {
+    if (d.slabs && resolver.isSlabValues(d.dz, item)) {
       // [Note: stored values in dW]: this launch's slabs [a, b), all in one place.
       const int64_t a = item.chunkBegin / plan::kSlabCols;
       const int64_t nslabs = (cc + plan::kSlabCols - 1) / plan::kSlabCols;
@@ -296,7 +304,7 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
       // [Note: stored values in dW]: -1 for the ordinary layout; a dB launch reads all its
       // slabs through its one map.
       int64_t split = -1;
-      if (resolver.slabMode())
+      if (resolver.slabLaunch(item))
         split = kernel.kind() == plan::KernelKind::GemmDRhs
                     ? (item.chunkCols + plan::kSlabCols - 1) / plan::kSlabCols
                     : resolver.schedule().slabSplit;
@@ -308,7 +316,7 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
       break;
     case Param::Kind::SlabBase:
       rec.args.push_back(KernelArg::makePointer(
-          resolver.slabMode() ? resolver.slabBase2(kernel)
+          resolver.slabLaunch(item) ? resolver.slabBase2(kernel)
                               : resolver.resolve(BufferRef{Space::Workspace,
                                                            program.schedule.slabValues},
                                                  kernel)));
@@ -393,7 +401,7 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
   // [Note: stored values in dW]: the columns of a partial last slab past the last column
   // are read by dA as part of its K (the forward stores only real columns): zero.
   if (sched.slabGroup > 0 && sched.slabs * plan::kSlabCols > program.loopCols) {
-    const int64_t slabBytes = sched.rowsPerBlock * plan::kSlabCols * 2;
+    const int64_t slabBytes = sched.slabRows * plan::kSlabCols * 2;
     CUdeviceptr p = buffers.workspace +
                     static_cast<CUdeviceptr>(offsets[static_cast<size_t>(
                                                  program.schedule.slabValues)] +

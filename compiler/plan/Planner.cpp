@@ -1361,8 +1361,9 @@ private:
         else
           prog_.decisions.push_back(fmt::format(
               "stored values in dW: a call that overwrites {} keeps the stored values of up to "
-              "{} rows (all in one block) in its memory, in slabs of 128 columns, dB in "
-              "launches that overwrite only slabs already read ([Note: stored values in dW])",
+              "{} rows (its first block) in its memory, in slabs of 128 columns, dB in "
+              "launches that overwrite only slabs already read; the rows after them run in "
+              "ordinary blocks ([Note: stored values in dW])",
               prog_.outputs[static_cast<size_t>(prog_.schedule.slabOutput)].name,
               slabRowsMax(prog_)));
       }

@@ -728,7 +728,7 @@ std::vector<LaunchItem> Program::expand(const RunSchedule &s) const {
       items.push_back(it);
       return;
     }
-    if (s.slabGroup > 0) {
+    if (s.slabGroup > 0 && block == 0) {
       // [Note: stored values in dW]: one chunk of all columns; the kernels other than dB
       // in order, then dB in launches of at most slabGroup slabs, aligned from the last
       // (the chunk of a dB launch is its slabs' columns), each launch's parts in order.
@@ -775,9 +775,12 @@ std::vector<LaunchItem> Program::expand(const RunSchedule &s) const {
   };
   for (int32_t i = 0; i < static_cast<int32_t>(steps.size());) {
     if (i == first && s.rowBlocks > 1) {
+      // [Note: stored values in dW]: the first block of slabRows rows, then ordinary ones.
+      const int64_t head = s.slabGroup > 0 ? s.slabRows : 0;
       for (int64_t b = 0; b < s.rowBlocks; ++b) {
-        int64_t begin = b * s.rowsPerBlock;
-        int64_t rows = std::min(s.rowsPerBlock, s.n - begin);
+        int64_t begin = head > 0 ? (b == 0 ? 0 : head + (b - 1) * s.rowsPerBlock)
+                                 : b * s.rowsPerBlock;
+        int64_t rows = head > 0 && b == 0 ? head : std::min(s.rowsPerBlock, s.n - begin);
         for (int32_t j = first; j <= last; ++j)
           emitStep(j, begin, rows, b);
       }
@@ -941,6 +944,50 @@ std::vector<int64_t> Program::workspaceOffsets(int64_t n, int64_t *totalBytes) c
   return workspaceOffsets(runSchedule(n), totalBytes);
 }
 
+int64_t Program::slabValuesBytes(const RunSchedule &s) const {
+  if (s.slabGroup <= 0 || schedule.slabValues < 0)
+    return 0;
+  const BufferSpec &b = workspace.at(static_cast<size_t>(schedule.slabValues));
+  return (b.bytesPerRowCol * s.slabRows * kSlabCols * (s.slabs - s.slabSplit) + 255) / 256 * 256;
+}
+
+int64_t Program::slabScaledABytes(const RunSchedule &s) const {
+  if (s.slabGroup <= 0 || schedule.slabScaledA < 0)
+    return 0;
+  const BufferSpec &b = workspace.at(static_cast<size_t>(schedule.slabScaledA));
+  return bufferBytes(b, s.n, s.slabRows, s.chunkCols) * std::max(schedule.slabScaledAParts, 1);
+}
+
+int64_t Program::slabUnionOffset(const RunSchedule &s, int32_t index) const {
+  if (s.slabGroup <= 0 || index < 0 || index >= static_cast<int32_t>(workspace.size()) ||
+      index == schedule.slabValues || !workspace[static_cast<size_t>(index)].blockLocal)
+    return -1;
+  if (index == schedule.slabScaledA)
+    return slabValuesBytes(s);
+  int64_t off = slabValuesBytes(s) + (slabScaledABytes(s) + 255) / 256 * 256;
+  for (int32_t i = 0; i < index; ++i) {
+    const BufferSpec &b = workspace[static_cast<size_t>(i)];
+    if (i != schedule.slabValues && i != schedule.slabScaledA && b.blockLocal)
+      off += (bufferBytes(b, s.n, s.slabRows, s.chunkCols) + 255) / 256 * 256;
+  }
+  return off;
+}
+
+int64_t Program::slabUnionBytes(const RunSchedule &s) const {
+  if (s.slabGroup <= 0)
+    return 0;
+  int64_t last = -1;
+  for (int32_t i = 0; i < static_cast<int32_t>(workspace.size()); ++i)
+    if (i != schedule.slabValues && i != schedule.slabScaledA &&
+        workspace[static_cast<size_t>(i)].blockLocal)
+      last = i;
+  if (last < 0)
+    return slabValuesBytes(s) + (slabScaledABytes(s) + 255) / 256 * 256;
+  const BufferSpec &b = workspace[static_cast<size_t>(last)];
+  return slabUnionOffset(s, static_cast<int32_t>(last)) +
+         (bufferBytes(b, s.n, s.slabRows, s.chunkCols) + 255) / 256 * 256;
+}
+
 std::vector<int64_t> Program::workspaceOffsets(const RunSchedule &s, int64_t *totalBytes) const {
   std::vector<int64_t> offs;
   int64_t off = 0;
@@ -949,11 +996,14 @@ std::vector<int64_t> Program::workspaceOffsets(const RunSchedule &s, int64_t *to
     offs.push_back(off);
     int64_t bytes = bufferBytes(b, s.n, s.rowsPerBlock, s.chunkCols);
     if (s.slabGroup > 0) {
-      // [Note: stored values in dW]: the slabs from slabSplit on, and every scaled-A part.
+      // [Note: stored values in dW]: what the ordinary blocks need, or the slab block:
+      // the slabs from slabSplit on and, after them in the same buffer, every part of the
+      // scaled A (slabScaledA itself then serves the ordinary blocks alone).
+      // The slab block's other block-local buffers live in the values' buffer too.
+      if (s.rowBlocks <= 1 && b.blockLocal)
+        bytes = 0;
       if (static_cast<int32_t>(i) == schedule.slabValues)
-        bytes = b.bytesPerRowCol * s.rowsPerBlock * kSlabCols * (s.slabs - s.slabSplit);
-      else if (static_cast<int32_t>(i) == schedule.slabScaledA)
-        bytes *= std::max(schedule.slabScaledAParts, 1);
+        bytes = std::max(bytes, slabUnionBytes(s));
     }
     off += (bytes + 255) / 256 * 256;
   }

@@ -770,11 +770,14 @@ struct RunSchedule {
   /// Partial entries per row of the GemmReduce kernels for this call (<= Program::splits,
   /// which sizes the partials buffer; [Note: column splits per call] in SchedulePolicy.h).
   int32_t splits = 1;
-  /// [Note: stored values in dW] > 0: one block of all rows whose stored values live in
-  /// slabs of 128 columns: slab i < slabSplit in the output's region i + slabGroup (rows
-  /// 128 (i + slabGroup) .. of it), slabs >= slabSplit in the workspace; dB runs in
-  /// launches of at most slabGroup slabs aligned from the last. 0: the ordinary layout.
+  /// [Note: stored values in dW] > 0: the first block, of slabRows rows, keeps its stored
+  /// values in slabs of 128 columns: slab i < slabSplit in the output's region i +
+  /// slabGroup (rows 128 (i + slabGroup) .. of it), slabs >= slabSplit in the workspace;
+  /// its dB runs in launches of at most slabGroup slabs aligned from the last. The other
+  /// rowBlocks - 1 blocks (rowsPerBlock rows each, the last the rest) are ordinary, their
+  /// dB adding to what the first wrote. 0: the ordinary layout.
   int64_t slabGroup = 0;
+  int64_t slabRows = 0;
   int64_t slabSplit = 0;
   int64_t slabs = 0;     ///< ceil(cols / 128)
   int64_t slabStride = 0; ///< elements (of the stored values) between regions of the output
@@ -841,6 +844,16 @@ struct Program {
   std::vector<int64_t> workspaceOffsets(const RunSchedule &s, int64_t *totalBytes) const;
   /// The same for the schedule runSchedule(n) chooses.
   std::vector<int64_t> workspaceOffsets(int64_t n, int64_t *totalBytes) const;
+  /// [Note: stored values in dW] In a schedule with slabs, within ScheduleSpec::slabValues'
+  /// buffer: the bytes of the workspace's slabs (256-aligned), then of every part of the
+  /// scaled A of the slab block (ScheduleSpec::slabScaledA; 0 without).
+  int64_t slabValuesBytes(const RunSchedule &s) const;
+  int64_t slabScaledABytes(const RunSchedule &s) const;
+  /// The slab block's other block-local buffers live there too, after those, in index
+  /// order: the byte offset of workspace buffer `index` in that buffer (-1: not one of
+  /// them), and the bytes of all of it.
+  int64_t slabUnionOffset(const RunSchedule &s, int32_t index) const;
+  int64_t slabUnionBytes(const RunSchedule &s) const;
   /// Bytes one row of a row-indexed buffer spans (0: not indexed by the global row).
   int64_t rowStrideBytes(const BufferRef &b) const;
 };

@@ -189,12 +189,17 @@ int64_t blockRowsCap(const ScheduleSpec &spec) {
 std::string RunSchedule::describe() const {
   if (chunks == 0)
     return fmt::format("N = {}: {}; workspace {}", n, reason, mib(workspaceBytes));
-  if (slabGroup > 0)
+  if (slabGroup > 0) {
+    const std::string rest =
+        rowBlocks > 1 ? fmt::format(", then {} row block{} of {} rows", rowBlocks - 1,
+                                    rowBlocks == 2 ? "" : "s", rowsPerBlock)
+                      : std::string();
     return fmt::format("N = {}: 1 row block of {} rows, {} slabs of 128 columns, the first {} "
                        "in the gradient's memory, the last {} in the workspace, dB in "
-                       "launches of up to {} slabs; workspace {} of the {} budget; {}",
-                       n, rowsPerBlock, slabs, slabSplit, slabs - slabSplit, slabGroup,
+                       "launches of up to {} slabs{}; workspace {} of the {} budget; {}",
+                       n, slabRows, slabs, slabSplit, slabs - slabSplit, slabGroup, rest,
                        mib(workspaceBytes), mib(budgetBytes), reason);
+  }
   std::string estimate;
   if (ruleRowsPerBlock > 0)
     estimate = fmt::format(" (the estimated run time's choice, {:.1f} % below the rule's blocks "
@@ -317,15 +322,23 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
   const ScheduleSpec &spec = p.schedule;
   const int64_t n = ordinary.n;
   const GemmDRhsKernel *db = slabDRhs(p);
+  const int64_t rowsMax = slabRowsMax(p);
   if (spec.slabValues < 0 || !db || !spec.wholeRows || ordinary.rowBlocks <= 1 || n <= 0 ||
-      n > slabRowsMax(p) || p.loopCols <= 0)
+      p.loopCols <= 0 || rowsMax <= 0)
     return std::nullopt;
   const int64_t slabs = (p.loopCols + kSlabCols - 1) / kSlabCols;
   const int64_t full = p.loopCols / kSlabCols; // slabs whose dW region is whole
   if (full < 2)
     return std::nullopt;
-  // The workspace of G slabs there (and the partial last one), every scaled-A part kept.
+  // The slab block: all rows, or (more than a slab holds) the most a slab holds, in whole
+  // row tiles, and ordinary blocks for the rest.
+  const int64_t align = std::max<int64_t>(spec.rowAlign, 1);
+  const bool mixed = n > rowsMax;
+  const int64_t head = mixed ? rowsMax / align * align : n;
+  if (mixed && head < std::max(spec.minBlockRows, align))
+    return std::nullopt; // a short slab block saves less than it costs
   RunSchedule s = ordinary;
+  s.slabRows = head;
   s.rowsPerBlock = n;
   s.rowBlocks = 1;
   s.chunkCols = p.loopCols;
@@ -334,25 +347,45 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
   s.estimatedGain = 0;
   s.slabs = slabs;
   s.slabStride = slabRegionBytes(p) / 2;
-  auto workspaceOf = [&](int64_t g) {
+  auto workspaceOf = [&](int64_t g, int64_t rows) {
     RunSchedule t = s;
     t.slabGroup = g;
     t.slabSplit = full - g;
+    if (mixed) {
+      t.rowsPerBlock = rows;
+      t.rowBlocks = 1 + (n - head + rows - 1) / rows;
+    }
     int64_t total = 0;
     p.workspaceOffsets(t, &total);
     return total;
   };
-  // No more workspace than the ordinary schedule's (so workspaceBytes(n), which reports
-  // that, stays an upper bound) nor than the budget.
-  const int64_t limit = spec.budgetBytes > 0 ? std::min(spec.budgetBytes, ordinary.workspaceBytes)
-                                             : ordinary.workspaceBytes;
+  // Within the budget (without one, no more than the ordinary schedule's workspace).
+  const int64_t limit = spec.budgetBytes > 0 ? spec.budgetBytes : ordinary.workspaceBytes;
   // G slabs a dB launch: whole waves of tiles (dB's tiles of one slab: ceil(k / bn)), as
   // many as the workspace holds (fewer launches).
   const int64_t perSlab = std::max<int64_t>((db->k + db->tile.bn - 1) / db->tile.bn, 1);
   const int64_t sms = std::max<int64_t>(p.target.numSMs, 1);
   const int64_t unit = sms / std::gcd(sms, perSlab);
+  const int64_t gMin = std::min(unit, full - 1);
+  int64_t rows = n;
+  if (mixed) {
+    // The ordinary blocks: the most rows (at most the ordinary schedule's) that leave room
+    // for a slab block of gMin slabs, evened out over the blocks the rest needs.
+    const int64_t rest = n - head;
+    rows = std::min(ordinary.rowsPerBlock, (rest + align - 1) / align * align);
+    while (rows > align && workspaceOf(gMin, rows) > limit)
+      rows -= align;
+    if (workspaceOf(gMin, rows) > limit)
+      return std::nullopt;
+    const int64_t blocks = (rest + rows - 1) / rows;
+    rows = std::min(rows, ((rest + blocks - 1) / blocks + align - 1) / align * align);
+    s.rowsPerBlock = rows;
+    s.rowBlocks = 1 + (rest + rows - 1) / rows;
+    if (s.rowBlocks >= ordinary.rowBlocks)
+      return std::nullopt; // no f32 pass saved
+  }
   int64_t g = full - 1;
-  while (g >= 1 && workspaceOf(g) > limit)
+  while (g >= 1 && workspaceOf(g, rows) > limit)
     --g;
   if (g < 1)
     return std::nullopt;
@@ -360,11 +393,13 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
     g -= g % unit;
   s.slabGroup = g;
   s.slabSplit = full - g;
-  s.workspaceBytes = workspaceOf(g);
+  s.workspaceBytes = workspaceOf(g, rows);
   s.slabOrdinaryWorkspaceBytes = ordinary.workspaceBytes;
   s.overBudget = false;
-  s.reason = "materialized: one row block, its stored values in the gradient's memory "
-             "([Note: stored values in dW])";
+  s.reason = mixed ? "materialized: the first row block's stored values in the gradient's "
+                     "memory ([Note: stored values in dW]), the other blocks' in the workspace"
+                   : "materialized: one row block, its stored values in the gradient's memory "
+                     "([Note: stored values in dW])";
   return s;
 }
 

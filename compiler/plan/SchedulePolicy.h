@@ -62,12 +62,20 @@ RunSchedule chooseRunSchedule(const Program &program, int64_t n, bool outputFree
 /// The forward and the filtered dZ GEMM find a value's slab from its column (SlabSplit,
 /// SlabStride, SlabBase), dA reads slabs below SlabSplit through one tensor map and the
 /// rest through a second (TensorMapA2), each dB launch through one. The scaled A dB reads
-/// keeps every column part at once (part q at q x rows x its row bytes).
+/// keeps every column part at once, after the workspace's slabs in their buffer (part q at
+/// q x rows x its row bytes): memory the ordinary blocks use for their stored values.
+/// More rows than a slab holds (N > 2·D): the first block takes the most a slab holds (in
+/// whole row tiles, at least minBlockRows), and the rest run in ordinary blocks after it
+/// (RunSchedule::slabRows, rowsPerBlock), each adding to the dW the first wrote: one f32
+/// pass per ordinary block instead of one per block after the first (Gemma-2's head: 4608
+/// rows in slabs and 4 blocks of 896 instead of 8 of 1024).
 /// Taken when: the Program allows it (ScheduleSpec::slabValues, set by the planner for the
 /// row-scaled wgmma schedule with an f32 dW; LCEJIT_STORE_IN_OUTPUT=0 turns it off), the
-/// call overwrites dW (outputFree), the ordinary schedule would block rows, all rows fit a
-/// slab (N <= 2·D), and its workspace (G slabs and the scaled A) is no more than the
-/// ordinary schedule's: G is the most whole waves of dB tiles that leave it so.
+/// call overwrites dW (outputFree), the ordinary schedule would block rows, the slabs
+/// leave fewer blocks than it, and the workspace stays within the budget: the ordinary
+/// blocks take the most rows (up to the ordinary schedule's) that leave room for G = one
+/// whole wave's worth of slabs, evened out; then G is the most whole waves of dB tiles
+/// that fit.
 std::optional<RunSchedule> chooseSlabs(const Program &program, const RunSchedule &ordinary);
 /// Columns of a slab.
 inline constexpr int64_t kSlabCols = 128;

@@ -319,7 +319,7 @@ const std::vector<KnobInfo> &allKnobs() {
        "the cache key)."},
       {kStoreInOutput, "bool", "1",
        "Materialized schedule: a call that overwrites an f32 dW may keep the forward's stored "
-       "values in dW's memory, in one block of up to 2*D rows (0: never, to measure what it "
+       "values of its first 2*D rows in dW's memory, in one block (0: never, to measure what it "
        "buys; part of the cache key)."},
   };
   return knobs;

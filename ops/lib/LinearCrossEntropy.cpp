@@ -454,7 +454,10 @@ int64_t LinearCrossEntropy::workspaceBytes(int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
   ops::ProgramLookup l =
       impl_->jit->lookup(n, impl_->callTarget(options().device), /*compile=*/false);
-  return runtime::workspaceBytes(l.compiled->program, n);
+  // A call that overwrites dW and one that adds to it may be cut differently ([Note:
+  // stored values in dW]): the larger, so that the answer serves both.
+  const plan::Program &p = l.compiled->program;
+  return std::max(runtime::workspaceBytes(p, n), p.runSchedule(n, true).workspaceBytes);
 }
 
 namespace {

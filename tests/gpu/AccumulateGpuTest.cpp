@@ -136,6 +136,10 @@ TEST_P(LceGpuAccumulate, AddsTheGradientsToPrefilledBuffers) {
   if (std::string(c.name).find("_slabs_") != std::string::npos) {
     ASSERT_NE(op.scheduleSummary(c.n).find("in the gradient's memory"), std::string::npos)
         << "the case must keep its stored values in dW: " << op.scheduleSummary(c.n);
+    if (std::string(c.name).find("_mixed_") != std::string::npos) {
+      ASSERT_NE(op.scheduleSummary(c.n).find(" slabs, then "), std::string::npos)
+          << "the case must run ordinary blocks after its slabs: " << op.scheduleSummary(c.n);
+    }
   }
 
   const int64_t es = dtypeSize(c.dtype), nd = c.n * c.d, vd = c.v * c.d;
@@ -289,6 +293,9 @@ INSTANTIATE_TEST_SUITE_P(
                 true, true, 1.0f, false, Precision::Fast, false, 100, true, false},
         AccCase{"bf16_slabs_n2000_d1024_dHonly_budget100", BF, 2000, 1024, 32000, {}, 0, F32,
                 true, false, 0.5f, false, Precision::Fast, false, 100, true, false},
+        // 2048 rows in slabs, ordinary blocks after them; the accumulating call: blocks.
+        AccCase{"bf16_slabs_mixed_n3500_d1024_both_budget72", BF, 3500, 1024, 32000, 30.0, 3,
+                F32, true, true, 1.0f, false, Precision::Fast, false, 72, true, false},
         // bf16 dW never blocks its rows; a small budget still chunks the vocabulary.
         AccCase{"bf16_budget4_dWbf16_chunks", BF, 2000, 256, 32000, 30.0, 3, BF, true, true, 1.0f,
                 false, Precision::Fast, false, 4, false, true},

@@ -172,6 +172,11 @@ TEST_P(LceGpu, MatchesFp64Reference) {
   if (std::string(c.name).find("_slabs_") != std::string::npos) {
     EXPECT_NE(op.scheduleSummary(c.n).find("in the gradient's memory"), std::string::npos)
         << "this case is meant to keep its stored values in dW: " << op.scheduleSummary(c.n);
+    if (std::string(c.name).find("_mixed_") != std::string::npos) {
+      EXPECT_NE(op.scheduleSummary(c.n).find(" slabs, then "), std::string::npos)
+          << "this case is meant to run ordinary blocks after its slabs: "
+          << op.scheduleSummary(c.n);
+    }
   }
   if (recompute) {
     EXPECT_EQ(op.scheduleSummary(c.n).find("materialized"), std::string::npos)
@@ -313,6 +318,14 @@ INSTANTIATE_TEST_SUITE_P(
              0, R::Sum, F32, I32, true, Precision::Fast, Logits::Far, 100},
         Case{"bf16_mat_slabs_peaked_n1500_d768_v32000_budget80", BF, 1500, 768, 32000, {}, 0,
              R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Peaked, 80},
+        // More rows than a slab holds (2·D): that many in slabs, the rest in ordinary
+        // blocks that add to the dW the slab block wrote (4 ordinary blocks become 3); far
+        // rows in both.
+        Case{"bf16_mat_slabs_mixed_n6000_d2048_v32000_softcap_ignore_budget100", BF, 6000,
+             2048, 32000, 30.0, 5, R::Mean, F32, DType::I64, true, Precision::Fast,
+             Logits::Random, 100},
+        Case{"bf16_mat_slabs_mixed_far_n3500_d1024_v32000_i32_budget72", BF, 3500, 1024, 32000,
+             {}, 0, R::Sum, F32, I32, true, Precision::Fast, Logits::Far, 72},
         // N * V > 2^31 (element indices past int32).
         Case{"bf16_n20000_d64_v128256_nv_over_2e31", BF, 20000, 64, 128256, {}, 0, R::Mean,
              F32}),

@@ -221,8 +221,9 @@ public:
   bool prepare(int64_t n);
 
   /// Bytes of device workspace a call with N tokens uses (plans without compiling; on the
-  /// current GPU's target, or the default H200 target without a GPU). It stays within the
-  /// budget unless the budget is too small for any schedule (scheduleSummary says so).
+  /// current GPU's target, or the default H200 target without a GPU): the most of a call
+  /// that overwrites gradWeight and one that adds to it. It stays within the budget unless
+  /// the budget is too small for any schedule (scheduleSummary says so).
   int64_t workspaceBytes(int64_t n);
   /// One line: how a call with N tokens is cut (row blocks, vocabulary chunks), the
   /// workspace it uses and why; a call that overwrites gradWeight (no Accumulate of it),

@@ -1282,7 +1282,6 @@ TEST(OpsSlabs, TakenExactlyWhereTheCallOverwritesAnF32DwAndTheRowsFit) {
     EXPECT_EQ(free.slabs, 1002);
     EXPECT_EQ(free.slabSplit, 1002 - free.slabGroup);
     EXPECT_EQ(free.slabStride, 128 * a.d * 2) << "bf16 elements per 128 rows of the f32 dW";
-    EXPECT_LE(free.workspaceBytes, ordinary.workspaceBytes);
     EXPECT_LE(free.workspaceBytes, int64_t(512) << 20);
     EXPECT_EQ(free.slabOrdinaryWorkspaceBytes, ordinary.workspaceBytes);
     // Whole waves of dB tiles a launch: 8 tiles a slab (a part of 2048 columns, 256 wide).
@@ -1290,10 +1289,32 @@ TEST(OpsSlabs, TakenExactlyWhereTheCallOverwritesAnF32DwAndTheRowsFit) {
     EXPECT_NE(free.describe().find("slabs of 128 columns"), std::string::npos)
         << free.describe();
   }
-  // More rows than a slab holds: the ordinary schedule.
-  EXPECT_EQ(p.runSchedule(8193, true).slabGroup, 0);
-  const plan::Program &big = slabLookup(jit, 20000).compiled->program;
-  EXPECT_EQ(big.runSchedule(20000, true).slabGroup, 0);
+  // More rows than a slab holds: the most a slab holds first, ordinary blocks after, fewer
+  // blocks (f32 passes of dW) than the ordinary schedule's, no more workspace.
+  for (int64_t n : {int64_t(8193), int64_t(12000), int64_t(20000), int64_t(32768)}) {
+    const plan::Program &q = slabLookup(jit, n).compiled->program;
+    const plan::RunSchedule ordinary = q.runSchedule(n), free = q.runSchedule(n, true);
+    ASSERT_GT(free.slabGroup, 0) << free.describe();
+    EXPECT_EQ(free.slabRows, 8192) << free.describe();
+    EXPECT_EQ(free.rowBlocks, 1 + (n - 8192 + free.rowsPerBlock - 1) / free.rowsPerBlock);
+    EXPECT_LT(free.rowBlocks, ordinary.rowBlocks) << free.describe();
+    EXPECT_LE(free.rowsPerBlock, ordinary.rowsPerBlock);
+    EXPECT_EQ(free.rowsPerBlock % 128, 0);
+    EXPECT_LE(free.workspaceBytes, int64_t(512) << 20);
+    EXPECT_NE(free.describe().find("then "), std::string::npos) << free.describe();
+  }
+  // Gemma-2's head: 4608 rows (2·D) in slabs, then ordinary blocks.
+  const SlabShape b{8192, 2304, 256000, 512, 30.0};
+  ops::LceJit jitB(slabOptions(b));
+  const plan::Program &pb = slabLookup(jitB, b.n).compiled->program;
+  const plan::RunSchedule ob = pb.runSchedule(b.n), fb = pb.runSchedule(b.n, true);
+  ASSERT_GT(fb.slabGroup, 0) << fb.describe();
+  EXPECT_EQ(fb.slabRows, 4608);
+  EXPECT_LT(fb.rowBlocks, ob.rowBlocks) << fb.describe() << " against " << ob.describe();
+  EXPECT_LE(fb.workspaceBytes, int64_t(512) << 20);
+  // The op's workspace query answers for both kinds of call.
+  LinearCrossEntropy opB(slabOptions(b));
+  EXPECT_EQ(opB.workspaceBytes(b.n), std::max(ob.workspaceBytes, fb.workspaceBytes));
   // One ordinary block already: nothing to gain.
   const plan::Program &small = slabLookup(jit, 2048).compiled->program;
   EXPECT_EQ(small.runSchedule(2048).rowBlocks, 1);
@@ -1329,7 +1350,11 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
   for (const SlabShape &s : {SlabShape{8192, 4096, 128256, 512, std::nullopt},
                              SlabShape{4097, 4096, 128256, 512, 30.0},
                              SlabShape{2000, 1024, 32000, 100, std::nullopt},
-                             SlabShape{1500, 768, 32000, 80, 30.0}}) {
+                             SlabShape{1500, 768, 32000, 80, 30.0},
+                             // Rows after the slabs, in ordinary blocks.
+                             SlabShape{10000, 4096, 128256, 512, std::nullopt},
+                             SlabShape{8192, 2304, 256000, 512, 30.0},
+                             SlabShape{5000, 1024, 32000, 100, std::nullopt}}) {
     SCOPED_TRACE(fmt::format("N = {} D = {} V = {} budget {} MiB", s.n, s.d, s.v, s.budgetMb));
     ops::LceJit jit(slabOptions(s));
     const plan::Program &p = slabLookup(jit, s.n).compiled->program;
@@ -1342,11 +1367,11 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
     b.workspace = 0x70000000000;
     b.workspaceBytes = sched.workspaceBytes;
     runtime::ExecutionPlan ep = runtime::planExecution(p, b, sched);
-    const int64_t slabBytes = s.n * 256, regionBytes = 128 * s.d * 4;
+    const int64_t slabBytes = sched.slabRows * 256, regionBytes = 128 * s.d * 4;
+    size_t lastSlabGemm = 0, firstOrdinary = std::numeric_limits<size_t>::max();
     // Where the forward puts slab i (its SlabSplit, SlabStride, SlabBase and values pointer).
     std::vector<CUdeviceptr> at;
     int fwd = -1, dA = -1, firstDb = -1;
-    struct Read { size_t launch; std::vector<int64_t> slabs; };
     std::vector<std::pair<size_t, std::vector<std::pair<CUdeviceptr, int64_t>>>> writes;
     std::map<int64_t, std::vector<size_t>> readers; // slab -> launches reading it
     std::map<int64_t, int64_t> coverage;            // part column 0 -> rows of dW covered
@@ -1361,6 +1386,30 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
         ADD_FAILURE() << k.name << " has no parameter of kind " << int(kind);
         return r.args[0];
       };
+      const bool ordinaryBlock = r.rowBlock > 0;
+      if (ordinaryBlock)
+        firstOrdinary = std::min(firstOrdinary, li);
+      else if (plan::isGemmKind(k.kind()))
+        lastSlabGemm = li;
+      if (ordinaryBlock && plan::isGemmKind(k.kind())) {
+        // The ordinary layout: no slab parameter, no slab map; the forward writes its block's
+        // values into the workspace's buffer (where the slab block's slabs were), dB adds to
+        // all of dW.
+        for (size_t i = 0; i < params.size(); ++i)
+          if (params[i].kind == plan::Param::Kind::SlabSplit)
+            EXPECT_EQ(r.args[i].value.i64, -1) << k.name;
+        if (const auto *g = std::get_if<plan::GemmReduceKernel>(&k.body); g && g->stored) {
+          for (size_t i = 0; i < params.size(); ++i)
+            if (params[i].kind == plan::Param::Kind::Pointer && params[i].buf == g->stored->values)
+              writes.push_back({li, {{r.args[i].value.pointer,
+                                      s.v * 2 * arg(plan::Param::Kind::N).value.i64}}});
+        }
+        if (std::get_if<plan::GemmDRhsKernel>(&k.body)) {
+          EXPECT_EQ(r.maps[0].slabs, 0);
+          writes.push_back({li, {{dw, s.v * s.d * 4}}});
+        }
+        continue;
+      }
       if (const auto *g = std::get_if<plan::GemmReduceKernel>(&k.body); g && g->stored) {
         fwd = static_cast<int>(li);
         ASSERT_TRUE(g->stored->slabs);
@@ -1392,7 +1441,7 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
           const runtime::Sm90Operand &m = i < a1.slabs ? a1 : a2;
           const int64_t j = i < a1.slabs ? i : i - a1.slabs;
           EXPECT_EQ(m.data + static_cast<CUdeviceptr>(j * m.slabStride * 2), at[static_cast<size_t>(i)]) << "slab " << i;
-          EXPECT_EQ(m.rows, s.n);
+          EXPECT_EQ(m.rows, sched.slabRows);
           readers[i].push_back(li);
         }
         (void)d;
@@ -1408,7 +1457,7 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
         EXPECT_EQ(c0 % 128, 0);
         EXPECT_EQ(a.slabs, (cc + 127) / 128);
         EXPECT_LE(a.slabs, sched.slabGroup + 1);
-        EXPECT_EQ(a.k, s.n);
+        EXPECT_EQ(a.k, sched.slabRows);
         for (int64_t j = 0; j < a.slabs; ++j) {
           EXPECT_EQ(a.data + static_cast<CUdeviceptr>(j * a.slabStride * 2),
                     at[static_cast<size_t>(c0 / 128 + j)]) << "slab " << c0 / 128 + j;
@@ -1428,6 +1477,9 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
     ASSERT_GE(dA, 0);
     ASSERT_GT(firstDb, dA) << "dA reads every slab before any dB writes";
     ASSERT_LT(fwd, dA);
+    // Every launch of the slab block's GEMMs before the ordinary blocks' first.
+    EXPECT_EQ(firstOrdinary < ep.launches.size(), sched.rowBlocks > 1);
+    EXPECT_LT(lastSlabGemm, firstOrdinary);
     for (const auto &[col0, end] : coverage)
       EXPECT_EQ(end, s.v) << "part at column " << col0;
     // Every write: the slabs it overlaps have no reader at or after this launch.
