@@ -398,16 +398,11 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
       plan.memsets.push_back(MemsetRecord{p, end - begin});
   }
 
-  // [Note: stored values in dW]: the columns of a partial last slab past the last column
-  // are read by dA as part of its K (the forward stores only real columns): zero.
-  if (sched.slabGroup > 0 && sched.slabs * plan::kSlabCols > program.loopCols) {
-    const int64_t slabBytes = sched.slabRows * plan::kSlabCols * 2;
-    CUdeviceptr p = buffers.workspace +
-                    static_cast<CUdeviceptr>(offsets[static_cast<size_t>(
-                                                 program.schedule.slabValues)] +
-                                             (sched.slabs - 1 - sched.slabSplit) * slabBytes);
-    plan.memsets.push_back(MemsetRecord{p, slabBytes});
-  }
+  // [Note: stored values in dW]: whole slabs only (dA reads a slab's 128 columns as K;
+  // a partial one would need its columns past the last zeroed).
+  LCEJIT_CHECK(sched.slabGroup == 0 || sched.slabs * plan::kSlabCols == program.loopCols,
+               "program '{}': slabs of {} columns for {} columns", program.name, plan::kSlabCols,
+               program.loopCols);
   BufferResolver resolver(program, buffers, sched);
   for (const plan::LaunchItem &item : program.expand(sched))
     appendLaunch(program, resolver, item, n, buffers.accumulateOutputs, plan);

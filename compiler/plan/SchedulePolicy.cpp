@@ -326,8 +326,12 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
   if (spec.slabValues < 0 || !db || !spec.wholeRows || ordinary.rowBlocks <= 1 || n <= 0 ||
       p.loopCols <= 0 || rowsMax <= 0)
     return std::nullopt;
-  const int64_t slabs = (p.loopCols + kSlabCols - 1) / kSlabCols;
-  const int64_t full = p.loopCols / kSlabCols; // slabs whose dW region is whole
+  // Whole slabs: the materialized schedule's columns are a multiple of its 128-column tiles
+  // (a partial last slab would need its columns past the last zeroed for dA's K).
+  if (p.loopCols % kSlabCols != 0)
+    return std::nullopt;
+  const int64_t slabs = p.loopCols / kSlabCols;
+  const int64_t full = slabs; // every slab's dW region is whole
   if (full < 2)
     return std::nullopt;
   // The slab block: all rows, or (more than a slab holds) the most a slab holds, in whole
