@@ -371,16 +371,32 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
   const int64_t sms = std::max<int64_t>(p.target.numSMs, 1);
   const int64_t unit = sms / std::gcd(sms, perSlab);
   const int64_t gMin = std::min(unit, full - 1);
+  // The workspace grows with G and with the ordinary blocks' rows: the most of either that
+  // fits, by bisection (this runs for every new N).
+  auto most = [](int64_t lo, int64_t hi, auto fits) {
+    // The largest x in [lo, hi] with fits(x), given fits(lo) (monotone); lo if none above.
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (fits(mid))
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    return lo;
+  };
   int64_t rows = n;
   if (mixed) {
     // The ordinary blocks: the most rows (at most the ordinary schedule's) that leave room
     // for a slab block of gMin slabs, evened out over the blocks the rest needs.
     const int64_t rest = n - head;
-    rows = std::min(ordinary.rowsPerBlock, (rest + align - 1) / align * align);
-    while (rows > align && workspaceOf(gMin, rows) > limit)
-      rows -= align;
-    if (workspaceOf(gMin, rows) > limit)
+    // Whole row tiles (the ordinary schedule's rows a block are, and so is the rest
+    // rounded up).
+    const int64_t top = std::min(ordinary.rowsPerBlock, (rest + align - 1) / align * align);
+    if (top < align || workspaceOf(gMin, align) > limit)
       return std::nullopt;
+    rows = align * most(1, top / align, [&](int64_t t) {
+             return workspaceOf(gMin, t * align) <= limit;
+           });
     const int64_t blocks = (rest + rows - 1) / rows;
     rows = std::min(rows, ((rest + blocks - 1) / blocks + align - 1) / align * align);
     s.rowsPerBlock = rows;
@@ -388,11 +404,9 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
     if (s.rowBlocks >= ordinary.rowBlocks)
       return std::nullopt; // no f32 pass saved
   }
-  int64_t g = full - 1;
-  while (g >= 1 && workspaceOf(g, rows) > limit)
-    --g;
-  if (g < 1)
+  if (workspaceOf(1, rows) > limit)
     return std::nullopt;
+  int64_t g = most(1, full - 1, [&](int64_t x) { return workspaceOf(x, rows) <= limit; });
   if (g >= unit)
     g -= g % unit;
   s.slabGroup = g;
