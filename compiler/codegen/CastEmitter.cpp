@@ -135,8 +135,48 @@ static void emitDzRowScaleKernel(CodeWriter &w, const KernelContext &ctx,
          part ? fmt::format(", {}LL, {}LL", k.aCol0, aLd) : std::string());
 }
 
+/// [Note: values scaled in place]: the stored values times their row's scale, in place.
+static void emitDzScaleValuesKernel(CodeWriter &w, const KernelContext &ctx,
+                                    const plan::DzFormKernel &k) {
+  LCEJIT_CHECK(k.dz.valid() && k.rowScale.valid() && k.cols > 0 && k.cols % 8 == 0 &&
+                   !k.aScaled.valid() && !k.residual.valid() && !k.aOnly,
+               "dz_form kernel '{}': scaling the values in place needs the values, a row "
+               "scale and cols a positive multiple of 8 (cols = {}), and nothing else",
+               ctx.name(), k.cols);
+  ParamRoles roles;
+  roles.add(ctx.bufferName(k.dz),
+            fmt::format("in and out bf16 stored values [rows of the block, {}]{}", k.cols,
+                        k.slabs ? ", or slabs of 128 columns ([Note: stored values in dW])"
+                                : ""));
+  roles.add(ctx.bufferName(k.rowScale), "f32 [N] row scale (the row form's)");
+  emitKernelHeader(w, ctx,
+                   {"the materialized schedule's values scaled in place ([Note: values "
+                    "scaled in place] in Program.h), after dA, before dB:",
+                    "dz[r][c] = bf16(row_scale[r] * dz[r][c]); dB then reads dZ and the "
+                    "unscaled A",
+                    "block 256, y over 128-column groups, x strided over rows (16-byte "
+                    "loads and stores)"},
+                   roles);
+  auto kb = openKernel(w, ctx, 256);
+  if (k.slabs)
+    w.line("lcejit::dz_scale_values_kernel({}, {}, {}, {}LL, {}, {}, {});",
+           ctx.bufferName(k.dz), ctx.bufferName(k.rowScale),
+           ctx.scalarParamName(Param::Kind::N), k.cols,
+           ctx.scalarParamName(Param::Kind::SlabSplit),
+           ctx.scalarParamName(Param::Kind::SlabStride),
+           ctx.scalarParamName(Param::Kind::SlabBase));
+  else
+    w.line("lcejit::dz_scale_values_kernel({}, {}, {}, {}LL, -1LL, 0LL, nullptr);",
+           ctx.bufferName(k.dz), ctx.bufferName(k.rowScale),
+           ctx.scalarParamName(Param::Kind::N), k.cols);
+}
+
 void emitDzFormKernel(CodeWriter &w, const KernelContext &ctx) {
   const plan::DzFormKernel &k = std::get<plan::DzFormKernel>(ctx.kernel().body);
+  if (k.rowScaled && k.scaleValues) {
+    emitDzScaleValuesKernel(w, ctx, k);
+    return;
+  }
   if (k.rowScaled) {
     emitDzRowScaleKernel(w, ctx, k);
     return;

@@ -208,7 +208,9 @@ namespace {
 /// What materialize() does with the dZ function it has taken apart: the whole
 /// materialized schedule, or only the target column's dZ of the recompute schedule
 /// ([Note: the target column's dZ] in Program.h).
-enum class Rewrite { Materialize, TargetOnly };
+/// MaterializeInPlace: the materialized schedule with the values scaled in place ([Note:
+/// values scaled in place] in Program.h) and no budget check (the caller's policy decides).
+enum class Rewrite { Materialize, MaterializeInPlace, TargetOnly };
 std::string materialize(Program &p, const std::string &name, Rewrite mode, bool exactTarget,
                         bool rowScaled);
 
@@ -224,8 +226,10 @@ std::string rewriteCopy(Program &program, const std::string &name, Rewrite mode,
 } // namespace
 
 std::string materializeBackward(Program &program, const std::string &name, bool exactTarget,
-                                bool rowScaled) {
-  return rewriteCopy(program, name, Rewrite::Materialize, exactTarget, rowScaled);
+                                bool rowScaled, bool scaleInPlace) {
+  return rewriteCopy(program, name,
+                     scaleInPlace ? Rewrite::MaterializeInPlace : Rewrite::Materialize,
+                     exactTarget, rowScaled);
 }
 
 std::string targetColumnDz(Program &program, const std::string &name) {
@@ -314,7 +318,8 @@ std::optional<std::pair<double, double>> boundsOf(const ScalarFunc &f, int32_t i
 
 std::string materialize(Program &p, const std::string &name, Rewrite mode, bool exactTarget,
                         bool rowScaled) {
-  const bool full = mode == Rewrite::Materialize;
+  const bool full = mode != Rewrite::TargetOnly;
+  const bool inPlace = mode == Rewrite::MaterializeInPlace;
   // 1. The shape of the Program: one forward reduce, one chunk loop led by a GemmDz.
   int32_t fi = -1, loopStep = -1, fStep = -1;
   for (int32_t s = 0; s < static_cast<int32_t>(p.steps.size()); ++s) {
@@ -834,6 +839,7 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
     };
 
     int32_t dbPart = -1; // [Note: a scaled A in column parts]: dB's kernel, when split
+    int32_t dbInPlace = -1; // [Note: values scaled in place]: dB's kernel
     StoredTile st;
     BufferRef rowReference; // [Note: a per-row reference]: c_r, f32 per row
     std::optional<RowKernel> refKernel; // ... and the row kernel that writes it
@@ -1112,6 +1118,14 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
         } else if (auto *d = std::get_if<GemmDRhsKernel>(&kk.body)) {
           if (!(d->a == F.gemm.a) || d->aType != DType::BF16)
             throw Fail{"internal: dB's B operand is not the forward's bf16 A"};
+          if (inPlace) {
+            // [Note: values scaled in place]: dB reads the unscaled A, and a DzForm before
+            // it scales the values (inserted below).
+            if (dbInPlace >= 0)
+              throw Fail{"internal: two dB GEMMs over the stored values"};
+            dbInPlace = ki;
+            continue;
+          }
           // [Note: a scaled A in column parts]: in parts when the copy would outweigh the
           // tile maxima (the per-row reference's case at LLM heads).
           const int64_t part = F.gemm.k / kScaledAParts;
@@ -1137,6 +1151,11 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
       }
     }
     F.stored = std::move(st);
+    // What the values scaled in place need (F refers into p.kernels, which grows below).
+    const BufferRef inPlaceValues = F.stored->values;
+    const bool inPlaceRowScaled = F.stored->rowScaled;
+    const int64_t inPlaceCols = F.gemm.cols;
+    const BufferRef inPlaceScale = dzf.rowScale;
 
     // 10. Kernels and steps: the dZ GEMM goes, the row kernel and DzForm come before the
     //     loop, whose one chunk is all columns.
@@ -1169,6 +1188,24 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
         added.push_back(static_cast<int32_t>(p.kernels.size()) - 1);
       }
       loop.loopKernels.insert(at + 1, added.begin(), added.end());
+    }
+    if (inPlace) {
+      // [Note: values scaled in place]: after dA (which scales its own rows), before dB.
+      if (!inPlaceRowScaled || dbInPlace < 0 || !inPlaceScale.valid())
+        throw Fail{"the values are not row-scaled (no row scale to apply in place)"};
+      DzFormKernel sv;
+      sv.dz = inPlaceValues;
+      sv.cols = inPlaceCols;
+      sv.rowScaled = true;
+      sv.scaleValues = true;
+      sv.rowScale = inPlaceScale;
+      if (sv.cols % 8 != 0)
+        throw Fail{fmt::format("{} columns are not a multiple of 8", sv.cols)};
+      auto at = std::find(loop.loopKernels.begin(), loop.loopKernels.end(), dbInPlace);
+      if (at == loop.loopKernels.end())
+        throw Fail{"internal: dB is not in the loop"};
+      p.kernels.push_back(Kernel{name + "_dzscale0", std::move(sv)});
+      loop.loopKernels.insert(at, static_cast<int32_t>(p.kernels.size()) - 1);
     }
     // [Note: a per-row reference]: the dZ GEMM stays first in the loop (one chunk of all
     // columns), filtered to the flagged rows.
@@ -1214,7 +1251,7 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
     // block the recompute is kept.
     const int64_t ra = std::max<int64_t>(p.schedule.rowAlign, 1);
     const int64_t want = std::max<int64_t>(p.schedule.minBlockRows, ra);
-    if (workspaceBytesFor(p, want, want, p.loopCols) > p.schedule.budgetBytes)
+    if (!inPlace && workspaceBytesFor(p, want, want, p.loopCols) > p.schedule.budgetBytes)
       return fmt::format("the {} MiB budget holds the stored values of fewer than {} rows "
                          "(each row block re-reads and re-writes dW: below that the "
                          "recompute costs less)",

@@ -22,8 +22,12 @@ namespace lcejit::plan {
 /// sums the f64 target logit, against each row's target value ([Note: a per-row
 /// reference]); Program::decisions is not touched, the caller reads
 /// StoredTile::rowScaled and StoredTile::referenceArg.
+/// `scaleInPlace` ([Note: values scaled in place] in Program.h): dB reads the unscaled A
+/// and a DzForm after dA scales the row-scaled values in place (no scaled copy of A); no
+/// budget check: the caller keeps the Program only where its run schedules fit.
 std::string materializeBackward(Program &program, const std::string &name,
-                                bool exactTarget = true, bool rowScaled = true);
+                                bool exactTarget = true, bool rowScaled = true,
+                                bool scaleInPlace = false);
 
 /// [Note: the target column's dZ] for the recompute schedule: a row kernel before the
 /// chunk loop stores each row's dZ at its target column (from the forward's (m, t) pair,

@@ -1298,9 +1298,17 @@ private:
       } else if (std::string why = materializeBackward(prog_, opt_.name, opt_.exactTargetLogit,
                                                        opt_.rowScaled);
                  !why.empty()) {
-        prog_.decisions.push_back("backward: materialized schedule not taken: " + why);
+        if (std::string inPlace = materializeInPlace(); !inPlace.empty())
+          prog_.decisions.push_back("backward: materialized schedule not taken: " + why +
+                                    (inPlace == why ? std::string()
+                                                    : "; with the values in dW's memory: " +
+                                                          inPlace));
+        else
+          materialized = true;
       } else {
         materialized = true;
+      }
+      if (materialized) {
         // One backward line: the materialized one replaces the recompute's.
         std::erase_if(prog_.decisions, [](const std::string &d) {
           return d.rfind(kRecomputeDecision, 0) == 0;
@@ -1328,23 +1336,27 @@ private:
               "target logit ({0}_zy0, both before the forward), the forward GEMM stores bf16 "
               "factor(v)*exp(v - c_r) per element (0 at the target column, no tile maxima); a "
               "row kernel forms each row's scale a*exp(c_r - lse) and the target column's dZ "
-              "({1}), dA multiplies its rows by the scale and dB reads bf16(scale * A): no "
-              "pass over the stored values; a row whose loss exceeds {2:g} (its values would "
-              "leave bf16's range) is flagged, and {0}_dz0, filtered to the tiles that hold "
-              "one, writes its dZ instead; dA and dB run over one chunk of all columns per "
-              "row block: 6*N*D*V of GEMM work{3}",
-              opt_.name, targetCol, kRowScaledRange, lhs));
+              "({1}), dA multiplies its rows by the scale and dB reads {4}; a row whose loss "
+              "exceeds {2:g} (its values would leave bf16's range) is flagged, and {0}_dz0, "
+              "filtered to the tiles that hold one, writes its dZ instead; dA and dB run over "
+              "one chunk of all columns per row block: 6*N*D*V of GEMM work{3}",
+              opt_.name, targetCol, kRowScaledRange, lhs,
+              prog_.schedule.slabOnly
+                  ? "the values scaled in place and A (see below)"
+                  : "bf16(scale * A): no pass over the stored values"));
         else if (st && st->rowScaled)
           prog_.decisions.push_back(fmt::format(
               "backward: materialized, row-scaled: the forward's value is at most {0:g} (within "
               "{1:g} of it), so the forward GEMM stores bf16 factor(v)*exp(v - {0:g}) per "
               "element (the dZ operand as it is, 0 at the target column) and no tile maxima; "
               "a row kernel forms each row's scale a*exp({0:g} - lse) and the target "
-              "column's dZ ({2}), dA multiplies its rows by the scale and dB reads bf16(scale "
-              "* A): no pass over the stored values; dA and dB run over one chunk of all "
-              "columns per row block: 6*N*D*V of GEMM work ([Note: row-scaled stored "
-              "values]){3}",
-              st->reference, kRowScaledRange, targetCol, lhs));
+              "column's dZ ({2}), dA multiplies its rows by the scale and dB reads {4}; dA "
+              "and dB run over one chunk of all columns per row block: 6*N*D*V of GEMM work "
+              "([Note: row-scaled stored values]){3}",
+              st->reference, kRowScaledRange, targetCol, lhs,
+              prog_.schedule.slabOnly
+                  ? "the values scaled in place and A (see below)"
+                  : "bf16(scale * A): no pass over the stored values"));
         else
           prog_.decisions.push_back(
               "backward: materialized: the forward GEMM stores fp16 factor(v)*exp(v - tile "
@@ -1354,7 +1366,20 @@ private:
               "); dA and dB run over one chunk of all columns per row block: 6*N*D*V of GEMM "
               "work" +
               lhs);
-        if (!opt_.storeInOutput)
+        if (prog_.schedule.slabOnly)
+          prog_.decisions.push_back(fmt::format(
+              "stored values in dW, scaled in place ([Note: values scaled in place]): the {} "
+              "MiB budget holds the stored values of too few rows for blocks, so this "
+              "Program serves the calls that overwrite {} with N <= {} (one row block, its "
+              "stored values in slabs in {}'s memory, dB in launches that overwrite only "
+              "slabs already read); after dA, {}_dzscale0 multiplies them by the row scale "
+              "in place and dB reads them with the unscaled A (no scaled copy of A); every "
+              "other call runs the recompute Program of this bucket",
+              prog_.schedule.budgetBytes >> 20,
+              prog_.outputs[static_cast<size_t>(prog_.schedule.slabOutput)].name,
+              slabRowsMax(prog_),
+              prog_.outputs[static_cast<size_t>(prog_.schedule.slabOutput)].name, opt_.name));
+        else if (!opt_.storeInOutput)
           prog_.decisions.push_back("stored values in dW: off (LCEJIT_STORE_IN_OUTPUT=0)");
         else if (std::string why = allowSlabs(); !why.empty())
           prog_.decisions.push_back("stored values in dW: not taken: " + why);
@@ -1385,10 +1410,58 @@ private:
     tuneLhsTile();
     if (prog_.hasChunkLoop())
       for (int64_t n : {std::max<int64_t>(bucketLow_, 1), bucket_}) {
-        prog_.decisions.push_back("run schedule (example): " + prog_.runSchedule(n).describe());
+        if (!servesCall(prog_, exampleSchedule(n))) {
+          prog_.decisions.push_back(fmt::format(
+              "run schedule (example): N = {}: not served by this Program (more rows than a "
+              "slab block holds, or the slabs do not fit): the recompute Program of the "
+              "bucket runs it",
+              n));
+          continue;
+        }
+        prog_.decisions.push_back("run schedule (example): " + exampleSchedule(n).describe());
         describeLhsSplit(n);
       }
     return true;
+  }
+
+  /// The run schedule of a call with N rows for the decisions: the one of a call that
+  /// overwrites dW where the Program serves only those ([Note: values scaled in place]).
+  RunSchedule exampleSchedule(int64_t n) const {
+    return prog_.runSchedule(n, /*outputFree=*/prog_.schedule.slabOnly);
+  }
+
+  /// [Note: values scaled in place] (Program.h): where the budget holds the stored values
+  /// of too few rows for the materialized blocks, the materialized schedule with the values
+  /// in dW's memory and scaled there, for the calls it serves (plan::servesCall); "" when
+  /// taken, else why not (the Program is then as it was).
+  std::string materializeInPlace() {
+    if (!opt_.storeInOutput)
+      return "off (LCEJIT_STORE_IN_OUTPUT=0)";
+    Program saved = prog_;
+    std::string why = materializeBackward(prog_, opt_.name, opt_.exactTargetLogit,
+                                          opt_.rowScaled, /*scaleInPlace=*/true);
+    if (why.empty())
+      why = allowSlabs();
+    if (why.empty()) {
+      prog_.schedule.slabOnly = true;
+      // The workspace grows with N: if the largest N of the bucket that a slab block holds
+      // is served, so is every smaller one. (Asked of a copy with its row blocks decided,
+      // as they will be below.)
+      const int64_t top = std::min(bucket_, slabRowsMax(prog_));
+      Program trial = prog_;
+      std::swap(prog_, trial);
+      decideRowBlocks();
+      const bool serves = servesCall(prog_, prog_.runSchedule(top, /*outputFree=*/true));
+      std::swap(prog_, trial);
+      if (top < std::max<int64_t>(bucketLow_, 1))
+        why = fmt::format("no N of the bucket fits a slab block (at most {} rows)",
+                          slabRowsMax(prog_));
+      else if (!serves)
+        why = fmt::format("at N = {} the slabs do not fit the budget", top);
+    }
+    if (!why.empty())
+      prog_ = std::move(saved);
+    return why;
   }
 
   /// [Note: stored values in dW] (SchedulePolicy.h): marks the materialized schedule's
@@ -1446,6 +1519,9 @@ private:
         d->slabs = true;
       else if (auto *d = std::get_if<GemmDRhsKernel>(&k.body); d && d->dz == values)
         d->slabs = true;
+      else if (auto *f = std::get_if<DzFormKernel>(&k.body);
+               f && f->scaleValues && f->dz == values)
+        f->slabs = true; // [Note: values scaled in place]
     }
     ScheduleSpec &spec = prog_.schedule;
     spec.slabValues = values.index;
@@ -1464,7 +1540,7 @@ private:
   /// [Note: sm90 split-K]: what the launch of a full row block's dA does at N = n (the
   /// split is the launch's: Program::launchDims for the block's rows).
   void describeLhsSplit(int64_t n) {
-    const RunSchedule s = prog_.runSchedule(n);
+    const RunSchedule s = exampleSchedule(n);
     for (int32_t k = 0; k < static_cast<int32_t>(prog_.kernels.size()); ++k) {
       const auto *d = std::get_if<GemmDLhsKernel>(&prog_.kernels[static_cast<size_t>(k)].body);
       if (!d || d->math != MathMode::WgmmaBF16 || d->tile.splitK <= 1 || s.chunkCols <= 0)
@@ -1495,7 +1571,9 @@ private:
   void tuneLhsTile() {
     if (!prog_.schedule.wholeRows || !prog_.hasChunkLoop())
       return;
-    const int64_t rows = prog_.runSchedule(bucket_).rowsPerBlock;
+    const int64_t rows =
+        exampleSchedule(prog_.schedule.slabOnly ? std::min(bucket_, slabRowsMax(prog_)) : bucket_)
+            .rowsPerBlock;
     for (Kernel &kernel : prog_.kernels) {
       auto *d = std::get_if<GemmDLhsKernel>(&kernel.body);
       if (!d || d->math != MathMode::WgmmaBF16)

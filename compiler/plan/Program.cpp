@@ -316,7 +316,11 @@ static json kernelBodyJson(const Kernel &k) {
             }
             if (b.aOnly)
               j["row_scaled"]["a_only"] = true;
+            if (b.scaleValues)
+              j["row_scaled"]["scale_values"] = true;
           }
+          if (b.slabs)
+            j["slabs"] = true;
         } else if constexpr (std::is_same_v<T, TargetCorrectionKernel>) {
           j = json{{"residual", toJ(b.residual)}, {"a", toJ(b.a)},
                    {"a_type", std::string(dtypeName(b.aType))}, {"k", b.k}, {"cols", b.cols}};
@@ -397,6 +401,8 @@ std::string Program::toJson(int indent) const {
                                   {"output", schedule.slabOutput},
                                   {"scaled_a", schedule.slabScaledA},
                                   {"scaled_a_parts", schedule.slabScaledAParts}};
+  if (schedule.slabOnly)
+    j["schedule"]["slab_only"] = true;
   j["splits"] = splits;
   j["decisions"] = decisions;
   return j.dump(indent);
@@ -565,6 +571,8 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.referenceRow);
     pl.addBuffer(k.recompute);
     pl.add(Param::Kind::N, "n");
+    if (k.slabs) // [Note: values scaled in place]
+      addSlabParams(pl);
     break;
   }
   case KernelKind::TargetCorrection: {
@@ -917,6 +925,13 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
     // Grid-stride over 8-column vectors (row-scaled: over rows and 8-element vectors of A).
     const auto &k = std::get<DzFormKernel>(kernel.body);
     d.block = 256;
+    if (k.scaleValues) {
+      // [Note: values scaled in place]: y over the 128-column groups (slabs), x over the
+      // rows, 16 threads a row of the group (16 bytes each), grid-stride over rows.
+      d.grid[0] = std::min<int64_t>(ceilDiv(n, 32), 16);
+      d.grid[1] = ceilDiv(k.cols, 128);
+      break;
+    }
     const int64_t vecs = k.rowScaled ? std::max<int64_t>(k.aScaled.valid() ? k.k / 8 : 1, 1)
                                      : k.cols / 8;
     d.grid[0] = std::min<int64_t>(ceilDiv(n * vecs, 256 * 2), int64_t(132) * 16);

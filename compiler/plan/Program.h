@@ -310,6 +310,27 @@ inline constexpr int32_t kRowFilterSplits = 16;
 /// in the same buffer before its dB. The dW traffic and the GEMM work stay the same.
 inline constexpr int32_t kScaledAParts = 2;
 
+/// [Note: values scaled in place] The materialized schedule needs, per row block, the
+/// block's stored values (rows x V bf16) in the workspace, and it is refused where the
+/// budget holds fewer than minBlockRows of them (each block re-reads and re-writes the f32
+/// dW): at the lean 64 MiB on Llama-3's head, ~250 rows. But a call that overwrites an f32
+/// dW keeps the values of up to 2·D rows in dW's memory ([Note: stored values in dW] in
+/// SchedulePolicy.h), and needs only G slabs of workspace. What else it needed was dB's
+/// bf16(rowScale x A), all rows and parts at once (N x D x 2 bytes: 64 MB at Llama-3's
+/// N = 8192, the whole lean budget). So where the ordinary blocks are refused, the planner
+/// builds the materialized Program with the row scale applied to the values themselves:
+/// after dA (which scales its own rows' sums, unchanged), a DzForm with scaleValues
+/// multiplies every stored value by its row's scale in place (bf16 in, bf16 out: a second
+/// rounding of each value, where the scaled copy rounded the scaled A instead; one pass
+/// over the values, 2 x 2 x N x V bytes), and dB reads them with the unscaled A (the input
+/// itself: no copy, no column parts). Its workspace is the slabs' G and the row buffers.
+/// Such a Program is slab-only (ScheduleSpec::slabOnly): it serves the calls whose run
+/// schedule is one row block within the budget (plan::servesCall), and the op runs every
+/// other call (one that adds to dW, or has more rows than a slab block holds) with the
+/// recompute Program of the same bucket (LceJit's `recompute`, its own cache key), which is
+/// what the lean budget ran before. The planner keeps it only if the largest N of the
+/// bucket that a slab block holds is served. LCEJIT_STORE_IN_OUTPUT=0 turns it off with
+/// the slabs.
 struct StoredTile {
   BufferRef values;   ///< fp16 [rows of the block][cols] (block-local; bf16 dZ after DzForm)
   BufferRef tileMax;  ///< f32 [rows of the block][cols / tileCols] (block-local)
@@ -529,6 +550,14 @@ struct DzFormKernel {
   int64_t aCol0 = 0;
   int64_t aLd = 0;
   bool aOnly = false;
+  /// [Note: values scaled in place] With rowScaled and scaleValues the kernel does one
+  /// thing, after dA has read the stored values and before dB does:
+  ///   dz[r][c] = bf16(rowScale[r] * dz[r][c])      (r < rows of the block, c < cols)
+  /// (rowScale from the row form of the block, an earlier DzForm), so that dB reads dZ
+  /// itself and the unscaled A: no scaled copy of A. With `slabs` the values may lie in
+  /// slabs of 128 columns ([Note: stored values in dW]: SlabSplit, SlabStride, SlabBase).
+  bool scaleValues = false;
+  bool slabs = false;
   bool operator==(const DzFormKernel &) const = default;
 };
 
@@ -748,6 +777,12 @@ struct ScheduleSpec {
   /// the slabs every part is kept at once (part q at q x rows x its row bytes).
   int32_t slabScaledA = -1;
   int32_t slabScaledAParts = 1;
+  /// [Note: values scaled in place] The Program serves only the calls whose run schedule
+  /// is one row block (its stored values in slabs, or all in the workspace) within the
+  /// budget (plan::servesCall); the op runs every other call with the recompute Program of
+  /// the same bucket. Set where the budget is too small for the ordinary materialized
+  /// blocks (the lean 64 MiB: a call that adds to dW would run blocks of ~250 rows).
+  bool slabOnly = false;
   bool operator==(const ScheduleSpec &) const = default;
 };
 

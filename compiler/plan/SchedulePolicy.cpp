@@ -318,12 +318,19 @@ const GemmDRhsKernel *slabDRhs(const Program &p) {
 }
 } // namespace
 
+bool servesCall(const Program &p, const RunSchedule &s) {
+  return !p.schedule.slabOnly || (s.rowBlocks == 1 && !s.overBudget);
+}
+
 std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordinary) {
   const ScheduleSpec &spec = p.schedule;
   const int64_t n = ordinary.n;
   const GemmDRhsKernel *db = slabDRhs(p);
   const int64_t rowsMax = slabRowsMax(p);
-  if (spec.slabValues < 0 || !db || !spec.wholeRows || ordinary.rowBlocks <= 1 || n <= 0 ||
+  // One block within the budget needs no slabs ([Note: values scaled in place]: a
+  // slab-only Program serves it as it is).
+  const bool oneBlock = ordinary.rowBlocks <= 1 && !ordinary.overBudget;
+  if (spec.slabValues < 0 || !db || !spec.wholeRows || oneBlock || n <= 0 ||
       p.loopCols <= 0 || rowsMax <= 0)
     return std::nullopt;
   // Whole slabs: the materialized schedule's columns are a multiple of its 128-column tiles
@@ -338,6 +345,9 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
   // row tiles, and ordinary blocks for the rest.
   const int64_t align = std::max<int64_t>(spec.rowAlign, 1);
   const bool mixed = n > rowsMax;
+  // [Note: values scaled in place]: such a Program serves one block only.
+  if (mixed && spec.slabOnly)
+    return std::nullopt;
   const int64_t head = mixed ? rowsMax / align * align : n;
   if (mixed && head < std::max(spec.minBlockRows, align))
     return std::nullopt; // a short slab block saves less than it costs
@@ -407,8 +417,20 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
   if (workspaceOf(1, rows) > limit)
     return std::nullopt;
   int64_t g = most(1, full - 1, [&](int64_t x) { return workspaceOf(x, rows) <= limit; });
-  if (g >= unit)
+  if (g >= unit) {
     g -= g % unit;
+  } else if (spec.slabOnly) {
+    // Less than a whole number of waves: the G with the fullest last wave (the most tiles
+    // per wave of its launches), the largest on a tie (lean A: 24 slabs of 16 tiles, 2.9
+    // waves, not 28, 3.4). Only here so far: the default budget's schedules with G below a
+    // wave's unit (Gemma-2's head) were measured with the most that fits.
+    int64_t best = g;
+    auto fill = [&](int64_t x) { return double(x * perSlab) / double((x * perSlab + sms - 1) / sms); };
+    for (int64_t x = g; x >= 1; --x)
+      if (fill(x) > fill(best) * 1.0001)
+        best = x;
+    g = best;
+  }
   s.slabGroup = g;
   s.slabSplit = full - g;
   s.workspaceBytes = workspaceOf(g, rows);

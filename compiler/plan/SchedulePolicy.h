@@ -77,6 +77,10 @@ RunSchedule chooseRunSchedule(const Program &program, int64_t n, bool outputFree
 /// whole wave's worth of slabs, evened out; then G is the most whole waves of dB tiles
 /// that fit.
 std::optional<RunSchedule> chooseSlabs(const Program &program, const RunSchedule &ordinary);
+/// [Note: values scaled in place] (Program.h): whether `program` serves a call with this
+/// run schedule (always, unless ScheduleSpec::slabOnly: then one row block within the
+/// budget); the op runs the others with the recompute Program of the bucket.
+bool servesCall(const Program &program, const RunSchedule &schedule);
 /// Columns of a slab.
 inline constexpr int64_t kSlabCols = 128;
 /// Bytes of one region of the slab output (kSlabCols of its rows); 0 without one.

@@ -949,6 +949,23 @@ private:
   }
 
   void dzForm(const std::string &name, const DzFormKernel &k) {
+    if (k.rowScaled && k.scaleValues) {
+      // [Note: values scaled in place]: each stored value times its row's scale, rounded
+      // to bf16 again (the ordinary layout: the interpreter keeps no slabs).
+      Site site{name, "the values scaled in place"};
+      if (!k.rowScale.valid() || !k.dz.valid() || k.aScaled.valid() || k.residual.valid())
+        badProgram(name, "scaling the values in place needs the values and a row scale, and "
+                         "nothing else");
+      for (int64_t r = 0; r < rows_; ++r) {
+        const double s = read(k.rowScale, r, DType::F32, site);
+        for (int64_t c = 0; c < k.cols; ++c) {
+          double &x = element(k.dz, r * k.cols + c, DType::BF16, site);
+          const double y = s * x;
+          x = opt_.roundDz ? roundToDType(y, DType::BF16) : y;
+        }
+      }
+      return;
+    }
     if (k.rowScaled) {
       // [Note: row-scaled stored values]: per row; the stored values stay.
       Site site{name, "the row scale"};

@@ -70,9 +70,10 @@ fe::LceSpec lceSpecOf(const LinearCrossEntropyOptions &o) {
 }
 
 LceJit::LceJit(const LinearCrossEntropyOptions &options, pipeline::TraceSink trace,
-               bool forwardOnly, bool scaledGradients)
+               bool forwardOnly, bool scaledGradients, bool recompute)
     : options_(validateOptions(options)), forwardOnly_(forwardOnly),
-      scaledGradients_(scaledGradients && !forwardOnly), trace_(std::move(trace)) {
+      scaledGradients_(scaledGradients && !forwardOnly), recompute_(recompute),
+      trace_(std::move(trace)) {
   fe::LceSpec spec = lceSpecOf(options_);
   spec.gradients = !forwardOnly;
   spec.gradScale = scaledGradients_;
@@ -93,8 +94,9 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.mainloop = mainloop == "mma"     ? plan::Mainloop::MmaSync
                : mainloop == "wgmma" ? plan::Mainloop::Wgmma
                                      : plan::Mainloop::Auto;
-  p.backward = knobs::backward() == "materialized" ? plan::PlanOptions::Backward::Materialized
-                                                   : plan::PlanOptions::Backward::Recompute;
+  p.backward = !recompute_ && knobs::backward() == "materialized"
+                   ? plan::PlanOptions::Backward::Materialized
+                   : plan::PlanOptions::Backward::Recompute;
   p.targetResidual = knobs::targetResidual();
   p.tmaStore = knobs::tmaStore();
   p.exactTargetLogit = knobs::exactTarget();
@@ -123,8 +125,9 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile = fmt::format("|tile={}", fmt::join(*t, ","));
   if (knobs::mainloop() != "auto")
     tile += "|mainloop=" + knobs::mainloop();
-  if (knobs::backward() != "materialized") // the default
-    tile += "|backward=" + knobs::backward();
+  if (const std::string b = recompute_ ? "recompute" : knobs::backward();
+      b != "materialized") // the default
+    tile += "|backward=" + b;
   if (!knobs::targetResidual())
     tile += "|no-target-residual";
   if (!knobs::tmaStore())

@@ -63,11 +63,16 @@ public:
   /// runs the pass pipeline; `trace` sees every stage (dumps).
   /// `forwardOnly`: the loss only; `scaledGradients`: a 4th input, grad_scale (rank-0
   /// f32 on the device), multiplies the gradients (fe::LceSpec::gradScale).
+  /// `recompute`: plan the vocab-chunked recompute backward whatever LCEJIT_BACKWARD says
+  /// (part of the cache key): the Program of the calls a slab-only Program does not serve
+  /// ([Note: values scaled in place] in plan/Program.h).
   explicit LceJit(const LinearCrossEntropyOptions &options, pipeline::TraceSink trace = {},
-                  bool forwardOnly = false, bool scaledGradients = false);
+                  bool forwardOnly = false, bool scaledGradients = false,
+                  bool recompute = false);
 
   /// The loss only (LinearCrossEntropy::forward): no gradient outputs.
   bool forwardOnly() const { return forwardOnly_; }
+  bool scaledGradients() const { return scaledGradients_; }
 
   const LinearCrossEntropyOptions &options() const { return options_; }
   const fe::Graph &graph() const { return *graph_; }
@@ -97,6 +102,7 @@ private:
   LinearCrossEntropyOptions options_;
   bool forwardOnly_ = false;
   bool scaledGradients_ = false;
+  bool recompute_ = false;
   pipeline::TraceSink trace_;
   std::unique_ptr<fe::Graph> graph_;
   std::unique_ptr<pipeline::FusedGraph> fused_;

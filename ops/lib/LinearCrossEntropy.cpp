@@ -5,6 +5,7 @@
 #include "ops/lib/Reference.h"
 #include "compiler/support/Check.h"
 #include "compiler/support/Knobs.h"
+#include "compiler/plan/SchedulePolicy.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/Executor.h"
 #include "runtime/Module.h"
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <map>
+#include <functional>
 #include <mutex>
 #include <optional>
 
@@ -101,10 +103,22 @@ struct LoadedProgram {
   /// built last; at most kRunsPerProgram (the oldest is dropped).
   std::vector<std::unique_ptr<runtime::PreparedRun>> runs;
   static constexpr size_t kRunsPerProgram = 8;
+  /// [Note: values scaled in place] A slab-only Program: whether it serves a call of N rows
+  /// that overwrites dW or not, by (2 N + outputFree), most recent last (at most kRuns...).
+  std::vector<std::pair<int64_t, bool>> serves;
 };
 
-/// Which of the op's graphs a call runs (LinearCrossEntropy::Impl::jitFor).
-enum class CallKind : uint8_t { Plain = 0, Forward = 1, Scaled = 2 };
+/// Which of the op's graphs a call runs (LinearCrossEntropy::Impl::jitFor); the Recompute
+/// kinds: the same graph's recompute Program, for the calls a slab-only Program does not
+/// serve ([Note: values scaled in place] in plan/Program.h).
+enum class CallKind : uint8_t {
+  Plain = 0,
+  Forward = 1,
+  Scaled = 2,
+  PlainRecompute = 3,
+  ScaledRecompute = 4
+};
+constexpr size_t kCallKinds = 5;
 
 /// [Note: the warm path] What a call needs, per op, kind and bucket: found by comparing
 /// integers (N against the bucket's bounds, the knob generation), so a call whose Program
@@ -137,6 +151,43 @@ struct LinearCrossEntropy::Impl {
                                                 ops::dumpSinkFromKnobs("lce-scaled"),
                                                 /*forwardOnly=*/false, /*scaledGradients=*/true);
     return *scaledJit;
+  }
+  std::unique_ptr<ops::LceJit> recomputeJit, scaledRecomputeJit; ///< made on first use
+  std::mutex recomputeJitMu;
+  ops::LceJit &jitOf(CallKind kind) {
+    switch (kind) {
+    case CallKind::Forward: return jitFor(false, false);
+    case CallKind::Scaled: return jitFor(true, true);
+    case CallKind::PlainRecompute:
+    case CallKind::ScaledRecompute: {
+      const bool scaled = kind == CallKind::ScaledRecompute;
+      std::unique_ptr<ops::LceJit> &j = scaled ? scaledRecomputeJit : recomputeJit;
+      // Also asked outside `mu` (workspaceBytes, scheduleSummary, prepare's plan).
+      std::lock_guard<std::mutex> lock(recomputeJitMu);
+      if (!j)
+        j = std::make_unique<ops::LceJit>(
+            jit->options(), ops::dumpSinkFromKnobs(scaled ? "lce-scaled-recompute" : "lce-recompute"),
+            /*forwardOnly=*/false, scaled, /*recompute=*/true);
+      return *j;
+    }
+    case CallKind::Plain: break;
+    }
+    return jitFor(true, false);
+  }
+  /// The recompute Program of N's bucket, planned (not compiled) on first use.
+  std::function<const plan::Program &()> recomputeProgram(int64_t n, int device) {
+    auto hold = std::make_shared<ops::ProgramLookup>(); // keeps the answer alive
+    return [this, n, device, hold]() -> const plan::Program & {
+      if (!hold->compiled)
+        *hold = jitOf(CallKind::PlainRecompute).lookup(n, callTarget(device),
+                                                      /*compile=*/false);
+      return hold->compiled->program;
+    };
+  }
+  /// [Note: values scaled in place] Whether a call of N rows (overwriting dW or not) runs
+  /// the recompute Program instead of `p`, a slab-only Program that does not serve it.
+  static bool needsRecompute(const plan::Program &p, int64_t n, bool outputFree) {
+    return p.schedule.slabOnly && !plan::servesCall(p, p.runSchedule(n, outputFree));
   }
   /// The op's context ([Note: the op's context]): the primary context of
   /// options.device, or the one current at the first GPU call; set once.
@@ -188,7 +239,7 @@ struct LinearCrossEntropy::Impl {
   bool deviceReady = false;
   plan::Target target;
   std::map<const ops::CompiledProgram *, std::unique_ptr<LoadedProgram>> loaded;
-  std::vector<CallPlan> plans[3]; ///< per CallKind ([Note: the warm path])
+  std::vector<CallPlan> plans[kCallKinds]; ///< per CallKind ([Note: the warm path])
   CUdeviceptr workspace = 0; ///< the op's own allocation
   int64_t workspaceBytes = 0;
   CUdeviceptr userWorkspace = 0; ///< setWorkspace(): caller-owned, used instead
@@ -313,9 +364,7 @@ struct LinearCrossEntropy::Impl {
                      "kernels of its bucket yet (loading is not capturable); call prepare({}) "
                      "first (for forward() or a GradScale other than 1, one call of that kind)",
                      n, n);
-    ops::LceJit &j = kind == CallKind::Forward ? jitFor(false, false)
-                     : kind == CallKind::Scaled ? jitFor(true, true)
-                                                : jitFor(true, false);
+    ops::LceJit &j = jitOf(kind);
     ops::ProgramLookup l = j.lookup(n, target);
     LoadedProgram &lp = load(l.compiled);
     const plan::Program &prog = l.compiled->program;
@@ -326,6 +375,34 @@ struct LinearCrossEntropy::Impl {
     p.loaded = &lp;
     ps.push_back(p);
     return lp;
+  }
+
+  /// The loaded Program of a gradient call ([Note: values scaled in place]): the kind's,
+  /// or the recompute Program of its bucket where that is slab-only and does not serve the
+  /// call (decided once per N and outputFree, then found by comparing integers).
+  LoadedProgram &programFor(CallKind kind, int64_t n, bool outputFree, bool capturing) {
+    LoadedProgram &lp = loadedFor(kind, n, capturing);
+    const plan::Program &p = lp.executor->program();
+    if (!p.schedule.slabOnly)
+      return lp;
+    const int64_t key = 2 * n + (outputFree ? 1 : 0);
+    bool serves = false, found = false;
+    for (const auto &[k, v] : lp.serves)
+      if (k == key) {
+        serves = v;
+        found = true;
+      }
+    if (!found) {
+      serves = !needsRecompute(p, n, outputFree);
+      if (lp.serves.size() >= 2 * LoadedProgram::kRunsPerProgram)
+        lp.serves.erase(lp.serves.begin());
+      lp.serves.emplace_back(key, serves);
+    }
+    if (serves)
+      return lp;
+    return loadedFor(kind == CallKind::Scaled ? CallKind::ScaledRecompute
+                                              : CallKind::PlainRecompute,
+                     n, capturing);
   }
 
   /// The prepared run of N (built on a miss: host work and allocation, once per N and
@@ -425,9 +502,15 @@ int64_t LinearCrossEntropy::compileCount() { return ops::LceJit::programCompileC
 
 bool LinearCrossEntropy::prepare(int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
-  const bool compiled =
-      impl_->jit->lookup(n, impl_->callTarget(options().device)).binaryOrigin ==
-      runtime::CacheOrigin::Compiled;
+  const plan::Target target = impl_->callTarget(options().device);
+  const ops::ProgramLookup l = impl_->jit->lookup(n, target);
+  bool compiled = l.binaryOrigin == runtime::CacheOrigin::Compiled;
+  // [Note: values scaled in place]: the recompute Program of the calls it does not serve.
+  const plan::Program &p = l.compiled->program;
+  if (Impl::needsRecompute(p, n, true) || Impl::needsRecompute(p, n, false))
+    compiled = impl_->jitOf(CallKind::PlainRecompute).lookup(n, target).binaryOrigin ==
+                   runtime::CacheOrigin::Compiled ||
+               compiled;
   if (!runtime::cudaAvailable())
     return compiled;
   // With a GPU: everything a plain call with N rows needs besides the launches (device
@@ -438,13 +521,15 @@ bool LinearCrossEntropy::prepare(int64_t n) {
   std::optional<ContextScope> scope;
   im.enter(scope, options().device);
   im.ensureDevice();
-  LoadedProgram &lp = im.loadedFor(CallKind::Plain, n, /*capturing=*/false);
+  LoadedProgram &lp = im.programFor(CallKind::Plain, n, /*outputFree=*/true, false);
   runtime::PreparedRun &run = im.runFor(lp, n);
   // A call that adds to dW too ([Note: stored values in dW]: where one that overwrites it
-  // keeps the stored values there, the other is cut otherwise, with more workspace).
+  // keeps the stored values there, the other is cut otherwise, with more workspace, or
+  // runs the recompute Program: [Note: values scaled in place]).
   int64_t bytes = run.workspaceBytes;
-  if (run.schedule.slabGroup > 0)
-    bytes = std::max(bytes, im.runFor(lp, n, /*outputFree=*/false).workspaceBytes);
+  LoadedProgram &la = im.programFor(CallKind::Plain, n, /*outputFree=*/false, false);
+  if (&la != &lp || run.schedule.slabGroup > 0)
+    bytes = std::max(bytes, im.runFor(la, n, /*outputFree=*/false).workspaceBytes);
   if (!im.userWorkspace)
     im.ensureWorkspace(bytes, /*capturing=*/false);
   return compiled;
@@ -457,19 +542,39 @@ int64_t LinearCrossEntropy::workspaceBytes(int64_t n) {
   // A call that overwrites dW and one that adds to it may be cut differently ([Note:
   // stored values in dW]): the larger, so that the answer serves both.
   const plan::Program &p = l.compiled->program;
-  return std::max(runtime::workspaceBytes(p, n), p.runSchedule(n, true).workspaceBytes);
+  int64_t bytes = 0;
+  for (bool outputFree : {true, false}) {
+    if (Impl::needsRecompute(p, n, outputFree)) {
+      // [Note: values scaled in place]: that call runs the recompute Program.
+      const ops::ProgramLookup r = impl_->jitOf(CallKind::PlainRecompute)
+                                       .lookup(n, impl_->callTarget(options().device),
+                                               /*compile=*/false);
+      bytes = std::max(bytes, runtime::workspaceBytes(r.compiled->program, n));
+    } else {
+      bytes = std::max(bytes, p.runSchedule(n, outputFree).workspaceBytes);
+    }
+  }
+  return bytes;
 }
 
 namespace {
 /// The schedule of a call that overwrites dW and, where it differs ([Note: stored values
 /// in dW]), of one that adds to it.
-std::string scheduleText(const plan::Program &p, int64_t n) {
+/// [Note: values scaled in place]: `recompute` gives the recompute Program of the bucket,
+/// which runs the calls a slab-only `p` does not serve.
+std::string scheduleText(const plan::Program &p, int64_t n,
+                         const std::function<const plan::Program &()> &recompute) {
+  auto one = [&](bool outputFree) {
+    if (LinearCrossEntropy::Impl::needsRecompute(p, n, outputFree))
+      return "the recompute Program of the bucket: " +
+             recompute().runSchedule(n).describe();
+    return p.runSchedule(n, outputFree).describe();
+  };
   const plan::RunSchedule free = p.runSchedule(n, /*outputFree=*/true);
-  if (free.slabGroup == 0)
+  if (free.slabGroup == 0 && !p.schedule.slabOnly)
     return free.describe();
-  return free.describe() + "; a call that adds to " +
-         p.outputs[static_cast<size_t>(p.schedule.slabOutput)].name + ": " +
-         p.runSchedule(n).describe();
+  const std::string dw = p.outputs[static_cast<size_t>(p.schedule.slabOutput)].name;
+  return one(true) + "; a call that adds to " + dw + ": " + one(false);
 }
 } // namespace
 
@@ -477,7 +582,7 @@ std::string LinearCrossEntropy::scheduleSummary(int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
   ops::ProgramLookup l =
       impl_->jit->lookup(n, impl_->callTarget(options().device), /*compile=*/false);
-  return scheduleText(l.compiled->program, n);
+  return scheduleText(l.compiled->program, n, impl_->recomputeProgram(n, options().device));
 }
 
 std::string LinearCrossEntropy::inspect(int64_t n, const std::string &what) {
@@ -492,7 +597,8 @@ std::string LinearCrossEntropy::inspect(int64_t n, const std::string &what) {
   std::string text;
   for (const std::string &d : p.decisions)
     text += "// decision: " + d + "\n";
-  text += "// run schedule: " + scheduleText(p, n) + "\n";
+  text += "// run schedule: " +
+          scheduleText(p, n, impl_->recomputeProgram(n, options().device)) + "\n";
   return text + p.toJson(2) + "\n";
 }
 
@@ -573,10 +679,13 @@ void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions
   im.ensureDevice();
   auto cu = [](const void *p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); };
   const CallKind kind = !gradients ? CallKind::Forward : scaled ? CallKind::Scaled : CallKind::Plain;
-  LoadedProgram &lp = im.loadedFor(kind, n, capturing);
   // [Note: stored values in dW]: a call that overwrites dW may keep the forward's stored
-  // values in dW's memory until dB writes it.
-  runtime::PreparedRun &run = im.runFor(lp, n, gradients && !accumulate.gradWeight);
+  // values in dW's memory until dB writes it; [Note: values scaled in place]: a call that
+  // a slab-only Program does not serve runs the recompute Program of its bucket.
+  const bool outputFree = gradients && !accumulate.gradWeight;
+  LoadedProgram &lp = gradients ? im.programFor(kind, n, outputFree, capturing)
+                                : im.loadedFor(kind, n, capturing);
+  runtime::PreparedRun &run = im.runFor(lp, n, outputFree);
   const plan::Program &program = lp.executor->program();
   CUstream s = static_cast<CUstream>(stream);
   const runtime::CudaDriver &d = runtime::cudaDriver();

@@ -18,6 +18,7 @@
 //   cast_kernel<OutElem>               CastKernel
 //   dz_form_kernel<TargetT>            DzFormKernel
 //   dz_row_scale_kernel<TargetT>       DzFormKernel (rowScaled)
+//   dz_scale_values_kernel             DzFormKernel (rowScaled, scaleValues)
 //   target_correction_kernel<A, T>     TargetCorrectionKernel
 //   target_group_sums_kernel<A, T>     TargetCorrectionKernel (group sums)
 //   row_dot_kernel<A, T>               RowDotKernel
@@ -563,6 +564,51 @@ dz_row_scale_kernel(const void *lse, const void *scale, const void *target_dz,
       o[q] = (u32)elem_bf16::from_f32(x) | ((u32)elem_bf16::from_f32(y) << 16);
     }
     reinterpret_cast<uint4 *>(a_scaled)[v] = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
+/// DzFormKernel with scaleValues ([Note: values scaled in place] in plan/Program.h): the
+/// stored values of a block of n rows, multiplied in place by their row's scale:
+/// values[r][c] = bf16(row_scale[r] * values[r][c]) for r < n, c < cols, in either layout
+/// (stored_at: split < 0 row-major, else slabs of 128 columns). Grid: y = the 128-column
+/// group, x strided over rows; 16 threads a row of the group, 8 columns (16 bytes) each,
+/// two rows a thread per step (both loads before the stores). cols % 8 == 0.
+__device__ __forceinline__ void dz_scale_values_kernel(void *values, const void *row_scale,
+                                                       i64 n, i64 cols, i64 split,
+                                                       i64 stride, void *slabs2) {
+  const i64 c0 = static_cast<i64>(blockIdx.y) * 128 + (threadIdx.x & 15) * 8;
+  if (c0 >= cols)
+    return;
+  const float *rs = static_cast<const float *>(row_scale);
+  const i64 step = static_cast<i64>(gridDim.x) * 32;
+  auto scale = [](uint4 in, float s) {
+    const u32 w[4] = {in.x, in.y, in.z, in.w};
+    u32 o[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float x = elem_bf16::to_f32(static_cast<u16>(w[q] & 0xffffu)) * s;
+      const float y = elem_bf16::to_f32(static_cast<u16>(w[q] >> 16)) * s;
+      o[q] = (u32)elem_bf16::from_f32(x) | ((u32)elem_bf16::from_f32(y) << 16);
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+  };
+  for (i64 r = static_cast<i64>(blockIdx.x) * 32 + (threadIdx.x >> 4); r < n; r += step) {
+    const i64 r2 = r + 16;
+    uint4 *p = reinterpret_cast<uint4 *>(stored_at(values, slabs2, split, stride, n, cols, r, c0));
+    uint4 *p2 = r2 < n ? reinterpret_cast<uint4 *>(
+                             stored_at(values, slabs2, split, stride, n, cols, r2, c0))
+                       : nullptr;
+    const uint4 a = *p;
+    const float sa = rs[r];
+    uint4 b = make_uint4(0, 0, 0, 0);
+    float sb = 0.f;
+    if (p2) {
+      b = *p2;
+      sb = rs[r2];
+    }
+    *p = scale(a, sa);
+    if (p2)
+      *p2 = scale(b, sb);
   }
 }
 

@@ -646,18 +646,7 @@ struct SlabA {
   i64 split = -1;
 };
 
-/// Where the stored values' element (row, col) of a launch of n rows lies: row-major
-/// [n][cols] at `values` (split < 0), or in slabs of 128 columns, each [n][128]: slab s
-/// < split at values + s * stride, the others at slabs2 + (s - split) * n * 128.
-__device__ __forceinline__ u16 *stored_at(void *values, void *slabs2, i64 split, i64 stride,
-                                          i64 n, i64 cols, i64 row, i64 col) {
-  if (split < 0)
-    return static_cast<u16 *>(values) + row * cols + col;
-  const i64 s = col >> 7;
-  u16 *base = s < split ? static_cast<u16 *>(values) + s * stride
-                        : static_cast<u16 *>(slabs2) + (s - split) * n * 128;
-  return base + row * 128 + (col & 127);
-}
+/// stored_at (lcejit_common.cuh) finds an element of the stored values in either layout.
 
 //===----------------------------------------------------------------------===//
 // The mainloop. For every tile of `tiles`, Epi::tile(acc, row0, col0, t)

@@ -140,6 +140,11 @@ TEST_P(LceGpuAccumulate, AddsTheGradientsToPrefilledBuffers) {
       ASSERT_NE(op.scheduleSummary(c.n).find(" slabs, then "), std::string::npos)
           << "the case must run ordinary blocks after its slabs: " << op.scheduleSummary(c.n);
     }
+    if (std::string(c.name).find("_inplace_") != std::string::npos) {
+      ASSERT_NE(op.scheduleSummary(c.n).find("a call that adds to dW: the recompute Program"),
+                std::string::npos)
+          << "the accumulating call must run the recompute Program: " << op.scheduleSummary(c.n);
+    }
   }
 
   const int64_t es = dtypeSize(c.dtype), nd = c.n * c.d, vd = c.v * c.d;
@@ -296,6 +301,14 @@ INSTANTIATE_TEST_SUITE_P(
         // 2048 rows in slabs, ordinary blocks after them; the accumulating call: blocks.
         AccCase{"bf16_slabs_mixed_n3500_d1024_both_budget72", BF, 3500, 1024, 32000, 30.0, 3,
                 F32, true, true, 1.0f, false, Precision::Fast, false, 72, true, false},
+        // [Note: values scaled in place]: a budget too small for the ordinary materialized
+        // blocks: the fresh call runs the slab-only Program, the accumulating one the
+        // recompute Program of the bucket (one op, two Programs); with a gradient scale,
+        // the scaled graph's two.
+        AccCase{"bf16_slabs_inplace_n2000_d1024_both_budget32", BF, 2000, 1024, 32000, 30.0, 7,
+                F32, true, true, 1.0f, false, Precision::Fast, false, 32, false, false},
+        AccCase{"bf16_slabs_inplace_n1999_d1024_both_scaled_budget32", BF, 1999, 1024, 32000,
+                {}, 0, F32, true, true, 0.5f, false, Precision::Fast, false, 32, false, false},
         // bf16 dW never blocks its rows; a small budget still chunks the vocabulary.
         AccCase{"bf16_budget4_dWbf16_chunks", BF, 2000, 256, 32000, 30.0, 3, BF, true, true, 1.0f,
                 false, Precision::Fast, false, 4, false, true},

@@ -177,6 +177,11 @@ TEST_P(LceGpu, MatchesFp64Reference) {
           << "this case is meant to run ordinary blocks after its slabs: "
           << op.scheduleSummary(c.n);
     }
+    if (std::string(c.name).find("_inplace_") != std::string::npos) {
+      EXPECT_NE(op.inspect(c.n, "plan").find("[Note: values scaled in place]"),
+                std::string::npos)
+          << "this case is meant to scale its values in place";
+    }
   }
   if (recompute) {
     EXPECT_EQ(op.scheduleSummary(c.n).find("materialized"), std::string::npos)
@@ -326,6 +331,20 @@ INSTANTIATE_TEST_SUITE_P(
              Logits::Random, 100},
         Case{"bf16_mat_slabs_mixed_far_n3500_d1024_v32000_i32_budget72", BF, 3500, 1024, 32000,
              {}, 0, R::Sum, F32, I32, true, Precision::Fast, Logits::Far, 72},
+        // [Note: values scaled in place]: budgets too small for the ordinary materialized
+        // blocks: the slab-only Program, the values scaled in place after dA and dB over
+        // the unscaled A (softcap's constant reference, the per-row reference with far rows
+        // the filtered dZ GEMM writes into the slabs, peaked rows, the lean Llama-3 head).
+        Case{"bf16_mat_slabs_inplace_n2000_d1024_v32000_softcap_ignore_budget32", BF, 2000,
+             1024, 32000, 30.0, 7, R::Mean, F32, DType::I64, true, Precision::Fast,
+             Logits::Random, 32},
+        Case{"bf16_mat_slabs_inplace_far_n1999_d1024_v32000_i32_budget32", BF, 1999, 1024,
+             32000, {}, 0, R::Sum, F32, I32, true, Precision::Fast, Logits::Far, 32},
+        Case{"bf16_mat_slabs_inplace_peaked_n1500_d768_v32000_budget24", BF, 1500, 768, 32000,
+             {}, 0, R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Peaked, 24},
+        Case{"bf16_mat_slabs_inplace_n4097_d4096_v128256_ignore_budget64", BF, 4097, 4096,
+             128256, {}, 5, R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Random,
+             64},
         // N * V > 2^31 (element indices past int32).
         Case{"bf16_n20000_d64_v128256_nv_over_2e31", BF, 20000, 64, 128256, {}, 0, R::Mean,
              F32}),

@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "compiler/plan/SchedulePolicy.h"
 #include "compiler/support/Check.h"
 #include "compiler/support/Knobs.h"
 #include "ops/lib/LceJit.h"
@@ -32,6 +33,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -326,15 +328,36 @@ int runDump(const Args &a) {
   planText += fmt::format("// target: {} ({} SMs)\n", p.target.archName(), p.target.numSMs);
   int64_t wsBytes = 0;
   plan::RunSchedule sched = p.runSchedule(a.tokens);
-  p.workspaceOffsets(sched, &wsBytes);
+  const plan::RunSchedule free = p.runSchedule(a.tokens, /*outputFree=*/true);
+  // [Note: values scaled in place]: a slab-only Program leaves the calls it does not serve
+  // to the recompute Program of the bucket.
+  std::optional<ops::LceJit> recompute;
+  std::shared_ptr<const ops::CompiledProgram> rp;
+  if (p.schedule.slabOnly && !plan::servesCall(p, sched)) {
+    recompute.emplace(a.options, pipeline::TraceSink{}, false, false, /*recompute=*/true);
+    rp = recompute->lookup(a.tokens, target, /*compile=*/false).compiled;
+    sched = rp->program.runSchedule(a.tokens);
+    rp->program.workspaceOffsets(sched, &wsBytes);
+  } else {
+    p.workspaceOffsets(sched, &wsBytes);
+  }
   planText += fmt::format("// workspace at N = {}: {} bytes ({:.1f} MiB)\n", a.tokens, wsBytes,
                           double(wsBytes) / (1 << 20));
-  planText += fmt::format("// run schedule: {}\n", sched.describe());
-  // [Note: stored values in dW]: a call that overwrites dW may be cut otherwise.
-  if (plan::RunSchedule free = p.runSchedule(a.tokens, /*outputFree=*/true); free.slabGroup > 0)
-    planText += fmt::format("// run schedule of a call that overwrites {}: {}\n",
+  if (rp)
+    planText += fmt::format("// run schedule of a call that adds to {}: the recompute Program "
+                            "of the bucket (cache key {}): {}\n",
                             p.outputs[static_cast<size_t>(p.schedule.slabOutput)].name,
-                            free.describe());
+                            rp->cacheKey, sched.describe());
+  else
+    planText += fmt::format("// run schedule: {}\n", sched.describe());
+  // [Note: stored values in dW]: a call that overwrites dW may be cut otherwise.
+  if (free.slabGroup > 0 || rp)
+    planText += fmt::format("// run schedule of a call that overwrites {}: {}{}\n",
+                            p.outputs[static_cast<size_t>(p.schedule.slabOutput)].name,
+                            plan::servesCall(p, free) ? "" : "the recompute Program: ",
+                            plan::servesCall(p, free)
+                                ? free.describe()
+                                : rp->program.runSchedule(a.tokens).describe());
   for (const std::string &d : p.decisions)
     planText += fmt::format("// decision: {}\n", d);
   planText += p.toJson(2) + "\n";

@@ -652,9 +652,18 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
     for (const plan::BufferSpec &w : b.workspace)
       EXPECT_EQ(w.name.find("dlhs_acc"), std::string::npos) << "the f32 dH accumulator";
   }
+  // A budget that holds fewer than 1024 rows: the slab-only Program ([Note: values scaled
+  // in place]), or, with the values kept out of dW, the recompute.
   plan::PlanOptions small = asked(wgmmaOptions(8192));
   small.workspaceBudgetBytes = int64_t(64) << 20;
-  EXPECT_NE(decision(llama->plan(small), "fewer than 1024 rows"), "");
+  const plan::Program lean = llama->plan(small);
+  EXPECT_TRUE(lean.schedule.slabOnly);
+  EXPECT_NE(decision(lean, "stored values in dW, scaled in place"), "");
+  small.storeInOutput = false;
+  const plan::Program leanOff = llama->plan(small);
+  EXPECT_FALSE(leanOff.schedule.slabOnly);
+  EXPECT_NE(decision(leanOff, "fewer than 1024 rows"), "");
+  EXPECT_NE(decision(leanOff, "with the values in dW's memory: off"), "");
   plan::PlanOptions exact = asked(wgmmaOptions(8192));
   exact.exactGradients = true;
   EXPECT_NE(decision(llama->plan(exact), "materialized schedule not taken"), "");

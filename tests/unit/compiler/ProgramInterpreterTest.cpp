@@ -11,6 +11,8 @@
 #include "compiler/plan/SchedulePolicy.h"
 #include "lcejit/Error.h"
 
+#include <optional>
+
 using namespace lcejit;
 using namespace lcejit::testing;
 using fe::kN;
@@ -723,6 +725,63 @@ TEST(ProgramInterpreter, RowScaledStoredValuesComputeTheGraph) {
       }
     }
   EXPECT_EQ(rowScaled, 6);
+}
+
+/// [Note: values scaled in place]: at a budget too small for the materialized blocks (1 MiB
+/// holds fewer than 1024 rows of 1024 values) the planner makes the slab-only Program: dB
+/// reads the unscaled A, and a DzForm after dA multiplies the stored values by the row
+/// scale in place. In the ordinary layout (the interpreter keeps no slabs), unrounded, it
+/// computes the graph, with softcap (a constant reference) and without (per-row), in one
+/// block and in row blocks; without the scale pass it does not.
+TEST(ProgramInterpreter, ValuesScaledInPlaceComputeTheGraph) {
+  int plans = 0;
+  for (std::optional<double> softcap : {std::optional<double>(30.0), std::optional<double>()})
+    for (bool blocked : {false, true}) {
+      fe::LceSpec s = spec(128, 1024, -100, fe::LceReduction::Mean, DType::I64);
+      s.softcap = softcap;
+      auto g = fe::buildLceGraph(s);
+      Module ref = unfused(*g);
+      auto fg = pipeline::compileGraph(*g);
+      const int64_t n = 77;
+      auto in = lceInputs(s, n, 5151, 0.7);
+      auto want = ref::interpretTx(ref.func(), in);
+      plan::Program p = fg->plan(options(n, int64_t(1) << 20));
+      ASSERT_TRUE(p.schedule.slabOnly) << fmt::format("{}", fmt::join(p.decisions, "\n"));
+      if (blocked)
+        p = rowBlocked(p, n);
+      const std::string what = fmt::format("softcap {} {} ({})", softcap.has_value(),
+                                           blocked ? "row-blocked" : "one block",
+                                           p.runSchedule(n).describe());
+      EXPECT_EQ(blocked, p.runSchedule(n).rowBlocks > 1) << what;
+      for (const plan::Kernel &k : p.kernels)
+        if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body))
+          EXPECT_EQ(d->a.space, plan::Space::Input) << what << ": dB reads the unscaled A";
+      EXPECT_TRUE(matches(ref::interpretProgram(p, in, n), want, kTolProgram, what));
+      // Rounded where the device rounds, the errors stay small (a second bf16 rounding
+      // of each value, where the scaled copy rounded the scaled A instead).
+      ref::InterpretOptions rounded;
+      rounded.roundDz = true;
+      auto r = ref::interpretProgram(p, in, n, rounded);
+      for (size_t out : {size_t(1), size_t(2)})
+        EXPECT_LT(relError(r.outputs[out].data, want[out].data), 1e-2) << what << " " << out;
+      // Without the scale pass.
+      plan::Program q = p;
+      bool removed = false;
+      for (plan::Step &st : q.steps)
+        if (st.kind == plan::Step::Kind::ChunkLoop)
+          std::erase_if(st.loopKernels, [&](int32_t ki) {
+            const plan::Kernel &k = q.kernels[static_cast<size_t>(ki)];
+            const bool hit = k.kind() == plan::KernelKind::DzForm &&
+                             std::get<plan::DzFormKernel>(k.body).scaleValues;
+            removed |= hit;
+            return hit;
+          });
+      ASSERT_TRUE(removed) << what;
+      EXPECT_FALSE(matches(ref::interpretProgram(q, in, n), want, kTolProgram, what))
+          << what << ": without the scale pass dB must be wrong";
+      ++plans;
+    }
+  EXPECT_EQ(plans, 4);
 }
 
 /// [Note: a per-row reference]: without softcap the materialized Program stores against

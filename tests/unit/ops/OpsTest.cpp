@@ -1341,6 +1341,86 @@ TEST(OpsSlabs, TakenExactlyWhereTheCallOverwritesAnF32DwAndTheRowsFit) {
   EXPECT_NE(off.compiled->cacheKey.find("|no-store-in-output"), std::string::npos);
 }
 
+/// [Note: values scaled in place]: at the lean 64 MiB the ordinary materialized blocks
+/// would hold ~250 rows, so the planner makes a slab-only Program: a call that overwrites
+/// dW with N <= 2·D runs it (the values in dW's memory, scaled in place, dB over the
+/// unscaled A, the workspace within the budget); every other call (adding to dW, more
+/// rows) runs the recompute Program of the bucket, and the op's queries say so.
+TEST(OpsSlabs, LeanBudgetServesOnlyTheCallsWhoseValuesFitDw) {
+  const SlabShape a{8192, 4096, 128256, 64, std::nullopt};
+  ops::LceJit jit(slabOptions(a));
+  const plan::Program &p = slabLookup(jit, a.n).compiled->program;
+  ASSERT_TRUE(p.schedule.slabOnly) << fmt::format("{}", fmt::join(p.decisions, "\n"));
+  EXPECT_EQ(p.schedule.slabScaledA, -1) << "no scaled copy of A";
+  // The loop: the filtered dZ GEMM, dA, the scale pass, dB over the input A.
+  const plan::Step *loop = nullptr;
+  for (const plan::Step &st : p.steps)
+    if (st.kind == plan::Step::Kind::ChunkLoop)
+      loop = &st;
+  ASSERT_NE(loop, nullptr);
+  std::vector<plan::KernelKind> kinds;
+  for (int32_t k : loop->loopKernels)
+    kinds.push_back(p.kernels[static_cast<size_t>(k)].kind());
+  EXPECT_EQ(kinds, (std::vector<plan::KernelKind>{plan::KernelKind::GemmDz,
+                                                  plan::KernelKind::GemmDLhs,
+                                                  plan::KernelKind::DzForm,
+                                                  plan::KernelKind::GemmDRhs}));
+  for (const plan::Kernel &k : p.kernels)
+    if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body)) {
+      EXPECT_EQ(d->a.space, plan::Space::Input);
+      EXPECT_EQ(d->k, a.d);
+    }
+  for (int64_t n : {int64_t(1), int64_t(300), int64_t(4097), int64_t(8192)}) {
+    SCOPED_TRACE(n);
+    const plan::Program &q = slabLookup(jit, n).compiled->program;
+    ASSERT_TRUE(q.schedule.slabOnly);
+    const plan::RunSchedule free = q.runSchedule(n, true), add = q.runSchedule(n);
+    EXPECT_TRUE(plan::servesCall(q, free)) << free.describe();
+    EXPECT_LE(free.workspaceBytes, int64_t(64) << 20) << free.describe();
+    EXPECT_EQ(free.rowBlocks, 1);
+    if (n >= 4097) {
+      EXPECT_GT(free.slabGroup, 0) << free.describe();
+      EXPECT_FALSE(plan::servesCall(q, add)) << add.describe();
+    }
+  }
+  // Lean A: 24 slabs a dB launch (384 tiles of 128 x 256, 2.9 waves on 132 SMs), not the
+  // 28 that fit (3.4).
+  EXPECT_EQ(p.runSchedule(a.n, true).slabGroup, 24);
+  // More rows than a slab block holds: not served either way.
+  const plan::Program &big = slabLookup(jit, 16384).compiled->program;
+  EXPECT_FALSE(plan::servesCall(big, big.runSchedule(16384, true)));
+  // The op: both kinds of call in its summary and its workspace query, within the budget.
+  LinearCrossEntropy op(slabOptions(a));
+  const std::string summary = op.scheduleSummary(a.n);
+  EXPECT_NE(summary.find("in the gradient's memory"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("a call that adds to dW: the recompute Program of the bucket: N = "
+                         "8192: "),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(op.scheduleSummary(16384).find("the recompute Program of the bucket: N = 16384"),
+            std::string::npos)
+      << op.scheduleSummary(16384);
+  EXPECT_NE(op.inspect(a.n, "plan").find("scaled in place ([Note: values scaled in place])"),
+            std::string::npos);
+  for (int64_t n : {int64_t(8192), int64_t(16384)})
+    EXPECT_LE(op.workspaceBytes(n), int64_t(64) << 20) << n;
+  ops::LceJit rec(slabOptions(a), {}, false, false, /*recompute=*/true);
+  const ops::ProgramLookup r = slabLookup(rec, a.n);
+  EXPECT_FALSE(r.compiled->program.schedule.wholeRows) << "the recompute's chunk loop";
+  EXPECT_NE(r.compiled->cacheKey.find("|backward=recompute"), std::string::npos);
+  EXPECT_EQ(op.workspaceBytes(a.n),
+            std::max(p.runSchedule(a.n, true).workspaceBytes,
+                     runtime::workspaceBytes(r.compiled->program, a.n)));
+  // The default budget keeps its scaled A (no scale pass), and the knob turns both off.
+  ops::LceJit def(slabOptions(SlabShape{8192, 4096, 128256, 512, std::nullopt}));
+  EXPECT_FALSE(slabLookup(def, a.n).compiled->program.schedule.slabOnly);
+  lcejit::testing::ScopedEnv knob{{"LCEJIT_STORE_IN_OUTPUT", "0"}};
+  ops::LceJit off(slabOptions(a));
+  const plan::Program &po = slabLookup(off, a.n).compiled->program;
+  EXPECT_FALSE(po.schedule.slabOnly);
+  EXPECT_FALSE(po.schedule.wholeRows) << "the recompute, as before";
+}
+
 /// The property that makes the slabs safe, on the launches and addresses the executor
 /// makes (synthetic buffers): the forward writes every slab where dA's maps and each dB
 /// launch's map read it; dA runs before any dB; every dB launch reads slabs nothing has
@@ -1354,7 +1434,12 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
                              // Rows after the slabs, in ordinary blocks.
                              SlabShape{10000, 4096, 128256, 512, std::nullopt},
                              SlabShape{8192, 2304, 256000, 512, 30.0},
-                             SlabShape{5000, 1024, 32000, 100, std::nullopt}}) {
+                             SlabShape{5000, 1024, 32000, 100, std::nullopt},
+                             // [Note: values scaled in place]: slab-only Programs.
+                             SlabShape{8192, 4096, 128256, 64, std::nullopt},
+                             SlabShape{4097, 4096, 128256, 64, 30.0},
+                             SlabShape{1999, 1024, 32000, 32, std::nullopt},
+                             SlabShape{1500, 768, 32000, 24, 30.0}}) {
     SCOPED_TRACE(fmt::format("N = {} D = {} V = {} budget {} MiB", s.n, s.d, s.v, s.budgetMb));
     ops::LceJit jit(slabOptions(s));
     const plan::Program &p = slabLookup(jit, s.n).compiled->program;
@@ -1371,7 +1456,7 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
     size_t lastSlabGemm = 0, firstOrdinary = std::numeric_limits<size_t>::max();
     // Where the forward puts slab i (its SlabSplit, SlabStride, SlabBase and values pointer).
     std::vector<CUdeviceptr> at;
-    int fwd = -1, dA = -1, firstDb = -1;
+    int fwd = -1, dA = -1, firstDb = -1, scale = -1;
     std::vector<std::pair<size_t, std::vector<std::pair<CUdeviceptr, int64_t>>>> writes;
     std::map<int64_t, std::vector<size_t>> readers; // slab -> launches reading it
     std::map<int64_t, int64_t> coverage;            // part column 0 -> rows of dW covered
@@ -1445,10 +1530,42 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
           readers[i].push_back(li);
         }
         (void)d;
+      } else if (const auto *f = std::get_if<plan::DzFormKernel>(&k.body);
+                 f && f->scaleValues) {
+        // [Note: values scaled in place]: one launch over every slab, where the forward
+        // put it (its writes are the values dB reads, so they are not a hazard: the order
+        // is checked below).
+        ASSERT_TRUE(p.schedule.slabOnly);
+        ASSERT_TRUE(f->slabs);
+        EXPECT_EQ(scale, -1) << "one scale pass";
+        scale = static_cast<int>(li);
+        const int64_t split = arg(plan::Param::Kind::SlabSplit).value.i64;
+        const int64_t stride = arg(plan::Param::Kind::SlabStride).value.i64;
+        const CUdeviceptr base2 = arg(plan::Param::Kind::SlabBase).value.pointer;
+        CUdeviceptr values = 0;
+        for (size_t i = 0; i < params.size(); ++i)
+          if (params[i].kind == plan::Param::Kind::Pointer && params[i].buf == f->dz)
+            values = r.args[i].value.pointer;
+        EXPECT_EQ(arg(plan::Param::Kind::N).value.i64, sched.slabRows);
+        EXPECT_EQ(r.dims.grid[1], sched.slabs) << "a y block per slab";
+        ASSERT_EQ(static_cast<int64_t>(at.size()), sched.slabs);
+        for (int64_t i = 0; i < sched.slabs; ++i)
+          EXPECT_EQ(i < split ? values + static_cast<CUdeviceptr>(i * stride * 2)
+                              : base2 + static_cast<CUdeviceptr>((i - split) * slabBytes),
+                    at[static_cast<size_t>(i)])
+              << "slab " << i;
       } else if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body)) {
         if (firstDb < 0)
           firstDb = static_cast<int>(li);
         const runtime::Sm90Operand &a = r.maps[0], &out = r.maps[2];
+        if (p.schedule.slabOnly) {
+          // dB's B operand: the unscaled A (the input H, all of its columns).
+          EXPECT_EQ(r.maps[1].data, b.inputs[0]);
+          EXPECT_EQ(r.maps[1].rows, s.d);
+          EXPECT_EQ(r.maps[1].ld, s.d);
+          EXPECT_EQ(r.maps[1].k, sched.slabRows);
+          EXPECT_EQ(d->outCol0, 0);
+        }
         ASSERT_GT(a.slabs, 0);
         ASSERT_TRUE(out.f32Out);
         // The launch's columns: its chunk.
@@ -1477,6 +1594,13 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
     ASSERT_GE(dA, 0);
     ASSERT_GT(firstDb, dA) << "dA reads every slab before any dB writes";
     ASSERT_LT(fwd, dA);
+    if (p.schedule.slabOnly) {
+      EXPECT_LE(sched.workspaceBytes, s.budgetMb << 20);
+      ASSERT_GT(scale, dA) << "dA reads the values before they are scaled";
+      ASSERT_LT(scale, firstDb) << "dB reads them scaled";
+    } else {
+      EXPECT_EQ(scale, -1);
+    }
     // Every launch of the slab block's GEMMs before the ordinary blocks' first.
     EXPECT_EQ(firstOrdinary < ep.launches.size(), sched.rowBlocks > 1);
     EXPECT_LT(lastSlabGemm, firstOrdinary);
