@@ -9,6 +9,24 @@
 
 namespace lcejit::runtime {
 
+namespace {
+/// One tiled map of `rank` dims (128-byte swizzle, 256-byte L2 promotion, no OOB fill: what
+/// every sm90 map of the mainloop uses); `what` names it in the error.
+CUtensorMap encodeTiled(CUtensorMapDataType type, cuuint32_t rank, CUdeviceptr data,
+                        const cuuint64_t *dims, const cuuint64_t *strides,
+                        const cuuint32_t *box, const char *what) {
+  const cuuint32_t elementStrides[3] = {1, 1, 1};
+  CUtensorMap map;
+  CUresult r = cudaDriver().tensorMapEncodeTiled(
+      &map, type, rank, reinterpret_cast<void *>(static_cast<uintptr_t>(data)), dims, strides,
+      box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throwCudaError(r, what, __FILE__, __LINE__);
+  return map;
+}
+} // namespace
+
 CUtensorMap encodeSm90Operand(const Sm90Operand &op) {
   LCEJIT_CHECK_ARG(op.data % 16 == 0, "sm90 operand data pointer 0x{:x} is not 16-byte aligned",
                    static_cast<uint64_t>(op.data));
@@ -23,16 +41,8 @@ CUtensorMap encodeSm90Operand(const Sm90Operand &op) {
                                 static_cast<cuuint64_t>(std::max<int64_t>(op.rows, 1))};
     const cuuint32_t box[2] = {32, 64};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(op.ld) * 4};
-    const cuuint32_t elementStrides[2] = {1, 1};
-    CUtensorMap map;
-    CUresult r = cudaDriver().tensorMapEncodeTiled(
-        &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2,
-        reinterpret_cast<void *>(static_cast<uintptr_t>(op.data)), dims, strides, box,
-        elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-      throwCudaError(r, "cuTensorMapEncodeTiled (sm90 f32 output)", __FILE__, __LINE__);
-    return map;
+    return encodeTiled(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, op.data, dims, strides, box,
+                       "cuTensorMapEncodeTiled (sm90 f32 output)");
   }
   if (op.slabs > 0) {
     // [Note: stored values in dW]: (column in the slab, row of the slab, slab).
@@ -46,16 +56,8 @@ CUtensorMap encodeSm90Operand(const Sm90Operand &op) {
                                 static_cast<cuuint64_t>(op.slabs)};
     const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(op.kMajor ? op.boxRows : 64), 1};
     const cuuint64_t strides[2] = {256, static_cast<cuuint64_t>(op.slabStride) * 2};
-    const cuuint32_t elementStrides[3] = {1, 1, 1};
-    CUtensorMap map;
-    CUresult r = cudaDriver().tensorMapEncodeTiled(
-        &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
-        reinterpret_cast<void *>(static_cast<uintptr_t>(op.data)), dims, strides, box,
-        elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-      throwCudaError(r, "cuTensorMapEncodeTiled (sm90 slab operand)", __FILE__, __LINE__);
-    return map;
+    return encodeTiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, op.data, dims, strides, box,
+                       "cuTensorMapEncodeTiled (sm90 slab operand)");
   }
   LCEJIT_CHECK_ARG(op.ld > 0 && op.ld % 8 == 0,
                    "sm90 operand ld = {}: must be a positive multiple of 8 elements (TMA rows "
@@ -84,17 +86,8 @@ CUtensorMap encodeSm90Operand(const Sm90Operand &op) {
     box[1] = 64;
   }
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(op.ld) * 2};
-  const cuuint32_t elementStrides[2] = {1, 1};
-  CUtensorMap map;
-  const CudaDriver &d = cudaDriver();
-  CUresult r = d.tensorMapEncodeTiled(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-      reinterpret_cast<void *>(static_cast<uintptr_t>(op.data)), dims, strides, box,
-      elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throwCudaError(r, "cuTensorMapEncodeTiled (sm90 GEMM operand)", __FILE__, __LINE__);
-  return map;
+  return encodeTiled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, op.data, dims, strides, box,
+                     "cuTensorMapEncodeTiled (sm90 GEMM operand)");
 }
 
 } // namespace lcejit::runtime

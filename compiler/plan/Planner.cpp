@@ -1571,26 +1571,52 @@ private:
   void tuneLhsTile() {
     if (!prog_.schedule.wholeRows || !prog_.hasChunkLoop())
       return;
-    const int64_t rows =
-        exampleSchedule(prog_.schedule.slabOnly ? std::min(bucket_, slabRowsMax(prog_)) : bucket_)
-            .rowsPerBlock;
+    // The dA launches of calls at the bucket's low end, middle and top, as their run
+    // schedules cut them: a call that overwrites dW where the Program may keep its stored
+    // values in slabs (one long block, then ordinary ones), else the ordinary blocks; a
+    // slab-only Program's served calls only.
+    const bool free = prog_.schedule.slabValues >= 0;
+    const int64_t top = prog_.schedule.slabOnly ? std::min(bucket_, slabRowsMax(prog_)) : bucket_;
+    const int64_t low = std::max<int64_t>(bucketLow_, 1);
+    std::vector<int64_t> ns = {low, std::max(low, top / 2), top};
+    std::vector<int64_t> blocks;
+    for (int64_t n : ns) {
+      const RunSchedule s = prog_.runSchedule(n, free);
+      if (!servesCall(prog_, s))
+        continue;
+      const int64_t head = s.slabGroup > 0 ? s.slabRows : 0;
+      if (head > 0)
+        blocks.push_back(head);
+      for (int64_t begin = head; begin < n; begin += s.rowsPerBlock)
+        blocks.push_back(std::min(s.rowsPerBlock, n - begin));
+    }
+    if (blocks.empty())
+      return;
     for (Kernel &kernel : prog_.kernels) {
       auto *d = std::get_if<GemmDLhsKernel>(&kernel.body);
       if (!d || d->math != MathMode::WgmmaBF16)
         continue;
       if (opt_.splitK && !d->tile.pingpong)
         d->tile.splitK = 4;
-      const int32_t bn = chooseLhsTileWidth(rows, d->k, opt_.target.numSMs);
+      if (opt_.lhsTileWidth > 0) {
+        prog_.decisions.push_back(fmt::format("dA tile: 128x{}x64, given by the caller "
+                                              "(LCEJIT_DA_TILE), not chosen",
+                                              opt_.lhsTileWidth));
+        d->tile.bn = opt_.lhsTileWidth;
+        continue;
+      }
+      double costs[3] = {0, 0, 0};
+      const int32_t bn = chooseLhsTileWidth(blocks, d->k, (prog_.loopCols + 63) / 64,
+                                            opt_.target.numSMs, d->tile.splitK, costs);
       if (bn == d->tile.bn)
         continue;
-      const int64_t sms = opt_.target.numSMs;
-      auto tilesOf = [&](int64_t w) { return ((rows + 127) / 128) * ((d->k + w - 1) / w); };
+      auto costOf = [&](int32_t w) { return costs[w == 256 ? 0 : w == 192 ? 1 : 2]; };
       prog_.decisions.push_back(fmt::format(
-          "dA tile: 128x{}x64 instead of 128x{}: a row block of {} rows makes {} tiles of "
-          "that width on {} SMs ({:.0f} % of the waves busy) against {} ({:.0f} %)",
-          bn, d->tile.bn, rows, tilesOf(bn), sms,
-          100.0 * tilesOf(bn) / (sms * ((tilesOf(bn) + sms - 1) / sms)), tilesOf(d->tile.bn),
-          100.0 * tilesOf(d->tile.bn) / (sms * ((tilesOf(d->tile.bn) + sms - 1) / sms))));
+          "dA tile: 128x{}x64 instead of 128x{}: over the dA launches of calls with N = {} "
+          "({} launches of {} rows) the estimated dA time is {:.0f} % below ([Note: dA tile "
+          "width])",
+          bn, d->tile.bn, fmt::join(ns, ", "), blocks.size(), fmt::join(blocks, ", "),
+          100.0 * (1.0 - costOf(bn) / costOf(d->tile.bn))));
       d->tile.bn = bn;
     }
   }

@@ -80,6 +80,9 @@ struct PlanOptions {
   /// > 0: row blocks of this many rows where the budget holds them, instead of the run
   /// schedule's choice (ScheduleSpec::blockRows; comparisons and tuning: LCEJIT_BLOCK_ROWS).
   int64_t blockRows = 0;
+  /// > 0: the materialized schedule's wgmma dA tile width (128, 192 or 256) instead of the
+  /// planner's choice ([Note: dA tile width]; comparisons: LCEJIT_DA_TILE).
+  int32_t lhsTileWidth = 0;
   /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).
   std::optional<TileConfig> tensorCoreTile;
   Mainloop mainloop = Mainloop::Auto;

@@ -271,6 +271,31 @@ int32_t chooseLhsTileWidth(int64_t rows, int64_t k, int32_t numSMs) {
   return best;
 }
 
+int32_t chooseLhsTileWidth(const std::vector<int64_t> &blockRows, int64_t k, int64_t kblocks,
+                           int32_t numSMs, int32_t maxSplit, double *costs) {
+  const int64_t sms = std::max<int32_t>(numSMs, 1);
+  int32_t best = 256;
+  double bestCost = -1;
+  int i = 0;
+  for (auto [bn, tileEff] : {std::pair<int32_t, double>{256, 1.0}, {192, 0.97}, {128, 0.93}}) {
+    double cost = 0;
+    for (int64_t rows : blockRows) {
+      const int64_t tiles =
+          ceilDiv(std::max<int64_t>(rows, 1), 128) * ceilDiv(std::max<int64_t>(k, 1), bn);
+      const int32_t split = chooseSplitK(tiles, kblocks, numSMs, maxSplit);
+      cost += static_cast<double>(ceilDiv(tiles * split, sms)) * bn / (tileEff * split);
+    }
+    if (costs)
+      costs[i] = cost;
+    ++i;
+    if (bestCost < 0 || cost < bestCost * (1 - 1e-9)) {
+      best = bn;
+      bestCost = cost;
+    }
+  }
+  return best;
+}
+
 int32_t chooseSplitK(int64_t tiles, int64_t kblocks, int32_t numSMs, int32_t maxSplit) {
   const int64_t sms = std::max<int32_t>(numSMs, 1);
   if (tiles <= 0)

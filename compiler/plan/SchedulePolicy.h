@@ -38,6 +38,7 @@
 #include "compiler/plan/Program.h"
 
 #include <optional>
+#include <vector>
 
 namespace lcejit::plan {
 
@@ -132,6 +133,17 @@ int32_t chooseColumnSplits(const Program &program, int64_t rowsPerBlock);
 /// Llama-3 shapes keep 256 (2048 rows: 256 tiles, 97 %); Gemma-2 takes 192 (96 tiles,
 /// 73 % x 0.97 against 55 %). Pure; a table test pins it.
 int32_t chooseLhsTileWidth(int64_t rows, int64_t k, int32_t numSMs);
+/// The same choice over the row blocks of whole calls (a call with the stored values in
+/// slabs is one long block and a few short ones: Gemma-2's head at N = 8192 runs dA over
+/// 4608 rows, then 4 x 896): the width with the least estimated dA time summed over the
+/// launches of `blockRows` rows each (K = `kblocks` k-blocks), a launch costing its rounds
+/// of CTAs (ceil(tiles x split / SMs)) times a tile's k-blocks over its split, divided by
+/// the tile-efficiency above, with split = chooseSplitK(tiles, kblocks, SMs, maxSplit).
+/// Gemma-2 at N = 8192: 128 (5 + 4 rounds of 128-wide tiles) against 192 (4 + 4 rounds of
+/// 192-wide ones): 22 % less. The cost of each width goes to `costs` (256, 192, 128) when
+/// given. On one launch without a split it is chooseLhsTileWidth.
+int32_t chooseLhsTileWidth(const std::vector<int64_t> &blockRows, int64_t k, int64_t kblocks,
+                           int32_t numSMs, int32_t maxSplit, double *costs = nullptr);
 
 /// [Note: sm90 split-K] How many CTAs (1, 2 or 4, at most `maxSplit`) share each of a
 /// wgmma GemmDLhs launch's `tiles` output tiles of `kblocks` k-blocks, as a thread-block

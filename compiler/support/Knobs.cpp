@@ -44,6 +44,7 @@ constexpr std::string_view kMulticast = "LCEJIT_MULTICAST";
 constexpr std::string_view kRowScaled = "LCEJIT_ROW_SCALED";
 constexpr std::string_view kSplitK = "LCEJIT_SPLIT_K";
 constexpr std::string_view kStoreInOutput = "LCEJIT_STORE_IN_OUTPUT";
+constexpr std::string_view kDaTile = "LCEJIT_DA_TILE";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -63,6 +64,7 @@ struct Values {
   std::vector<std::string> cudaIncludeDirs;
   std::optional<int64_t> workspaceMB;
   std::optional<int64_t> blockRows;
+  std::optional<int64_t> daTile;
   std::optional<std::array<int32_t, 6>> gemmTile;
   std::string mainloop = "auto";
   std::string backward = "materialized";
@@ -227,6 +229,10 @@ std::unique_ptr<Values> readAll() {
       split(readEnv(kCudaInclude).value_or(LCEJIT_DEFAULT_CUDA_INCLUDE), ':');
   v->workspaceMB = parsePositiveInt(kWorkspaceMB, readEnv(kWorkspaceMB));
   v->blockRows = parsePositiveInt(kBlockRows, readEnv(kBlockRows));
+  v->daTile = parsePositiveInt(kDaTile, readEnv(kDaTile));
+  if (v->daTile && *v->daTile != 128 && *v->daTile != 192 && *v->daTile != 256)
+    LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' must be 128, 192 or 256",
+                 kDaTile, *v->daTile);
   v->gemmTile = parseTile(kGemmTile, readEnv(kGemmTile));
   if (std::optional<std::string> m = readEnv(kMainloop)) {
     std::string t(trim(*m));
@@ -300,6 +306,9 @@ const std::vector<KnobInfo> &allKnobs() {
        "Row blocks of this many rows (rounded down to a multiple of 128; fewer where the "
        "budget holds fewer) where the rows are blocked: to measure other run schedules than "
        "the policy's (part of the cache key)."},
+      {kDaTile, "128 | 192 | 256", "(planner's choice)",
+       "The materialized schedule's wgmma dA tile width instead of the planner's choice "
+       "([Note: dA tile width]): to measure the others (part of the cache key)."},
       {kGemmTile, "BMxBNxBK:WMxWN:STAGES", "(planner's choice)",
        "Tensor-core GEMM tile for every GEMM of a plan (tuning; part of the cache key)."},
       {kMainloop, "auto | mma | wgmma", "auto",
@@ -359,6 +368,7 @@ bool logEnabled(LogTopic topic) { return current().log[static_cast<size_t>(topic
 const std::vector<std::string> &cudaIncludeDirs() { return current().cudaIncludeDirs; }
 std::optional<int64_t> workspaceMB() { return current().workspaceMB; }
 std::optional<int64_t> blockRows() { return current().blockRows; }
+std::optional<int64_t> daTile() { return current().daTile; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
 const std::string &backward() { return current().backward; }

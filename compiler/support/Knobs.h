@@ -84,6 +84,10 @@ std::optional<int64_t> workspaceMB();
 /// (ScheduleSpec::blockRows), to measure other run schedules. Default: unset (the
 /// policy's choice).
 std::optional<int64_t> blockRows();
+/// LCEJIT_DA_TILE: the wgmma dA tile width of the materialized schedule (128, 192 or 256)
+/// instead of the planner's choice ([Note: dA tile width]), to measure the others.
+/// Default: unset.
+std::optional<int64_t> daTile();
 /// LCEJIT_GEMM_TILE: a tensor-core GEMM tile for every GEMM of a plan, for tuning:
 /// "BMxBNxBK:WMxWN:STAGES" (e.g. "128x256x32:2x4:3") as {bm, bn, bk, warpsM, warpsN,
 /// stages}. Unset: the planner's choice.

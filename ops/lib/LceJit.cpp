@@ -105,6 +105,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.splitK = knobs::splitK();
   p.storeInOutput = knobs::storeInOutput();
   p.blockRows = knobs::blockRows().value_or(0);
+  p.lhsTileWidth = static_cast<int32_t>(knobs::daTile().value_or(0));
   if (forwardOnly_)
     p.outputTypes = {DType::F32};
   else
@@ -144,6 +145,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += "|no-store-in-output";
   if (auto r = knobs::blockRows())
     tile += fmt::format("|block-rows={}", *r);
+  if (auto t = knobs::daTile())
+    tile += fmt::format("|da-tile={}", *t);
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice.
   static_assert(sizeof(plan::Target) == 3 * sizeof(int32_t),

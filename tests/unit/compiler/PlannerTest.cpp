@@ -1096,12 +1096,41 @@ TEST(Planner, LhsTileWidthTable) {
   plan::Program gemma = lceFused(2304, 256000, DType::BF16, 30.0)->plan(o);
   ASSERT_EQ(gemma.runSchedule(8192).rowsPerBlock, 1024) << gemma.runSchedule(8192).describe();
   EXPECT_EQ(widthOf(gemma), 192);
-  EXPECT_NE(decision(gemma, "dA tile: 128x192x64 instead of 128x256: a row block of 1024 rows "
-                            "makes 96 tiles"),
+  EXPECT_NE(decision(gemma, "dA tile: 128x192x64 instead of 128x256: over the dA launches of "
+                            "calls with N = 4097, 8192, 16384"),
             "");
   plan::Program llama = lceFused(4096, 128256, DType::BF16, std::nullopt)->plan(o);
   EXPECT_EQ(widthOf(llama), 256);
   EXPECT_EQ(decision(llama, "dA tile:"), "");
+  // The caller's width (LCEJIT_DA_TILE), said so.
+  plan::PlanOptions given = o;
+  given.lhsTileWidth = 128;
+  const plan::Program g128 = lceFused(2304, 256000, DType::BF16, 30.0)->plan(given);
+  EXPECT_EQ(widthOf(g128), 128);
+  EXPECT_NE(decision(g128, "dA tile: 128x128x64, given by the caller (LCEJIT_DA_TILE)"), "");
+}
+
+/// [Note: dA tile width] over the launches of whole calls: the long slab block and the
+/// short ordinary blocks after it weigh as their rounds of tiles do (Gemma-2's head: 4608
+/// rows then 4 x 896 favour 128; 4608 then 11 x 1024 and 512 favour 192); on one launch
+/// without a split it is the one-block choice; a split (Llama-3's 257 rows in halves) counts.
+TEST(Planner, LhsTileWidthOverCalls) {
+  double c[3];
+  EXPECT_EQ(plan::chooseLhsTileWidth({4608, 896, 896, 896, 896}, 2304, 4000, 132, 4, c), 128);
+  EXPECT_NEAR(c[1], (4 + 4) * 192 / 0.97, 1e-6) << "192: 432 tiles in 4 rounds, 84 in 1 each";
+  EXPECT_NEAR(c[2], (5 + 4) * 128 / 0.93, 1e-6) << "128: 648 tiles in 5 rounds, 126 in 1 each";
+  std::vector<int64_t> big = {4608};
+  for (int i = 0; i < 11; ++i)
+    big.push_back(1024);
+  big.push_back(512);
+  EXPECT_EQ(plan::chooseLhsTileWidth(big, 2304, 4000, 132, 4), 192);
+  for (int64_t rows : {int64_t(2048), int64_t(1024), int64_t(1408), int64_t(128), int64_t(512)})
+    for (int64_t k : {int64_t(2304), int64_t(4096), int64_t(8192)})
+      EXPECT_EQ(plan::chooseLhsTileWidth({rows}, k, 4000, 132, 1),
+                plan::chooseLhsTileWidth(rows, k, 132))
+          << rows << " rows, k = " << k;
+  EXPECT_NEAR((plan::chooseLhsTileWidth({257}, 4096, 2004, 132, 4, c), c[0]), 256.0 / 2, 1e-6)
+      << "48 tiles of 256 in halves: one round of half tiles";
 }
 
 /// [Note: sm90 split-K] as a table: (tiles, k-blocks, SMs) -> CTAs per tile; then the

@@ -136,6 +136,22 @@ TEST_F(KnobsTest, WorkspaceMB) {
   }
 }
 
+/// LCEJIT_DA_TILE: one of the three widths, or an error naming the variable and value.
+TEST_F(KnobsTest, DaTile) {
+  EXPECT_FALSE(knobs::daTile().has_value()) << "default: the planner's choice";
+  for (const char *good : {"128", "192", "256"}) {
+    env.set("LCEJIT_DA_TILE", good);
+    ASSERT_TRUE(knobs::daTile().has_value());
+    EXPECT_EQ(*knobs::daTile(), std::stoll(good));
+  }
+  for (const char *bad : {"100", "0", "wide", "512"}) {
+    env.set("LCEJIT_DA_TILE", bad);
+    std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::daTile(); });
+    EXPECT_NE(msg.find("LCEJIT_DA_TILE"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+  }
+}
+
 TEST_F(KnobsTest, BlockRows) {
   EXPECT_FALSE(knobs::blockRows().has_value()) << "default: the run schedule's choice";
   env.set("LCEJIT_BLOCK_ROWS", "2048");
@@ -279,7 +295,7 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_LOG",            "LCEJIT_CUDA_INCLUDE", "LCEJIT_WORKSPACE_MB",
       "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP",     "LCEJIT_BACKWARD",
       "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K",     "LCEJIT_BLOCK_ROWS",
-      "LCEJIT_STORE_IN_OUTPUT"};
+      "LCEJIT_STORE_IN_OUTPUT", "LCEJIT_DA_TILE"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();
