@@ -1546,6 +1546,8 @@ private:
       if (!d || d->math != MathMode::WgmmaBF16 || d->tile.splitK <= 1 || s.chunkCols <= 0)
         continue;
       const int64_t rows = std::min(s.rowsPerBlock, n);
+      if (!prog_.launches(k, rows, s.chunkCols)) // [Note: dA widths per launch]
+        continue;
       const int64_t tiles = ((rows + 127) / 128) * ((d->k + d->tile.bn - 1) / d->tile.bn);
       const int64_t kblocks = (s.chunkCols + 63) / 64;
       const int32_t split = prog_.launchDims(k, rows, s.chunkCols).cluster;
@@ -1592,13 +1594,14 @@ private:
     }
     if (blocks.empty())
       return;
+    std::vector<std::pair<int32_t, Kernel>> altKernels; // added after the loop below
     for (Kernel &kernel : prog_.kernels) {
       auto *d = std::get_if<GemmDLhsKernel>(&kernel.body);
       if (!d || d->math != MathMode::WgmmaBF16)
         continue;
       if (opt_.splitK && !d->tile.pingpong)
         d->tile.splitK = 4;
-      if (opt_.lhsTileWidth > 0) {
+      if (opt_.lhsTileWidth > 0) { // one width: the caller's
         prog_.decisions.push_back(fmt::format("dA tile: 128x{}x64, given by the caller "
                                               "(LCEJIT_DA_TILE), not chosen",
                                               opt_.lhsTileWidth));
@@ -1608,16 +1611,62 @@ private:
       double costs[3] = {0, 0, 0};
       const int32_t bn = chooseLhsTileWidth(blocks, d->k, (prog_.loopCols + 63) / 64,
                                             opt_.target.numSMs, d->tile.splitK, costs);
-      if (bn == d->tile.bn)
-        continue;
       auto costOf = [&](int32_t w) { return costs[w == 256 ? 0 : w == 192 ? 1 : 2]; };
-      prog_.decisions.push_back(fmt::format(
-          "dA tile: 128x{}x64 instead of 128x{}: over the dA launches of calls with N = {} "
-          "({} launches of {} rows) the estimated dA time is {:.0f} % below ([Note: dA tile "
-          "width])",
-          bn, d->tile.bn, fmt::join(ns, ", "), blocks.size(), fmt::join(blocks, ", "),
-          100.0 * (1.0 - costOf(bn) / costOf(d->tile.bn))));
+      if (bn != d->tile.bn)
+        prog_.decisions.push_back(fmt::format(
+            "dA tile: 128x{}x64 instead of 128x{}: over the dA launches of calls with N = {} "
+            "({} launches of {} rows) the estimated dA time is {:.0f} % below ([Note: dA "
+            "tile width])",
+            bn, d->tile.bn, fmt::join(ns, ", "), blocks.size(), fmt::join(blocks, ", "),
+            100.0 * (1.0 - costOf(bn) / costOf(d->tile.bn))));
       d->tile.bn = bn;
+      // [Note: dA widths per launch]: a second width where choosing per launch pays.
+      const int64_t kblocks = (prog_.loopCols + 63) / 64;
+      const int32_t sms = opt_.target.numSMs, maxSplit = d->tile.splitK;
+      int32_t alt = 0;
+      double altCost = costOf(bn);
+      for (int32_t w : {256, 192, 128}) {
+        if (w == bn)
+          continue;
+        double c = 0;
+        for (int64_t r : blocks)
+          c += std::min(lhsLaunchCost(r, d->k, kblocks, sms, maxSplit, bn),
+                        lhsLaunchCost(r, d->k, kblocks, sms, maxSplit, w));
+        if (c < altCost * (1 - 1e-9)) {
+          alt = w;
+          altCost = c;
+        }
+      }
+      if (alt == 0 || altCost > costOf(bn) * (1 - kLhsAlternativeGain))
+        continue;
+      std::vector<int64_t> altRows;
+      for (int64_t r : blocks)
+        if (lhsLaunchCost(r, d->k, kblocks, sms, maxSplit, alt) <
+                lhsLaunchCost(r, d->k, kblocks, sms, maxSplit, bn) * (1 - 1e-9) &&
+            std::find(altRows.begin(), altRows.end(), r) == altRows.end())
+          altRows.push_back(r);
+      const int32_t primary = static_cast<int32_t>(&kernel - prog_.kernels.data());
+      Kernel copy = kernel;
+      auto &cd = std::get<GemmDLhsKernel>(copy.body);
+      cd.tile.bn = alt;
+      cd.alternativeOf = primary;
+      copy.name += fmt::format("_w{}", alt);
+      prog_.decisions.push_back(fmt::format(
+          "dA widths per launch ([Note: dA widths per launch]): {} also at 128x{}x64, run for "
+          "the launches whose rows it suits (of the sampled ones: {} rows); over the launches "
+          "of calls with N = {} the estimated dA time is {:.0f} % below one width",
+          copy.name, alt, fmt::join(altRows, ", "), fmt::join(ns, ", "),
+          100.0 * (1.0 - altCost / costOf(bn))));
+      altKernels.push_back({primary, std::move(copy)});
+    }
+    for (auto &[primary, copy] : altKernels) {
+      prog_.kernels.push_back(std::move(copy));
+      const int32_t idx = static_cast<int32_t>(prog_.kernels.size()) - 1;
+      for (Step &st : prog_.steps)
+        if (st.kind == Step::Kind::ChunkLoop)
+          if (auto at = std::find(st.loopKernels.begin(), st.loopKernels.end(), primary);
+              at != st.loopKernels.end())
+            st.loopKernels.insert(at + 1, idx);
     }
   }
 

@@ -269,6 +269,8 @@ static json kernelBodyJson(const Kernel &k) {
             j["row_scale"] = toJ(b.rowScale);
           if (b.slabs)
             j["slabs"] = true;
+          if (b.alternativeOf >= 0)
+            j["alternative_of"] = b.alternativeOf;
         } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
           j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
                    {"format", dzFormatName(b.format)}, {"a_type", std::string(dtypeName(b.aType))},
@@ -748,7 +750,7 @@ std::vector<LaunchItem> Program::expand(const RunSchedule &s) const {
         return d && d->slabs;
       };
       for (int32_t k : step.loopKernels)
-        if (!isSlabDb(k)) {
+        if (!isSlabDb(k) && launches(k, rows, loopCols)) {
           it.kernel = k;
           items.push_back(it);
         }
@@ -776,6 +778,8 @@ std::vector<LaunchItem> Program::expand(const RunSchedule &s) const {
       it.chunkBegin = c * s.chunkCols;
       it.chunkCols = std::min(s.chunkCols, loopCols - it.chunkBegin);
       for (int32_t k : step.loopKernels) {
+        if (!launches(k, rows, it.chunkCols))
+          continue;
         it.kernel = k;
         items.push_back(it);
       }
@@ -799,6 +803,27 @@ std::vector<LaunchItem> Program::expand(const RunSchedule &s) const {
     ++i;
   }
   return items;
+}
+
+bool Program::launches(int32_t k, int64_t rows, int64_t cols) const {
+  const auto *d = std::get_if<GemmDLhsKernel>(&kernels.at(static_cast<size_t>(k)).body);
+  if (!d)
+    return true;
+  const int32_t primary = d->alternativeOf >= 0 ? d->alternativeOf : k;
+  int32_t best = -1;
+  double bestCost = 0;
+  for (int32_t i = 0; i < static_cast<int32_t>(kernels.size()); ++i) {
+    const auto *e = std::get_if<GemmDLhsKernel>(&kernels[static_cast<size_t>(i)].body);
+    if (!e || (i != primary && e->alternativeOf != primary))
+      continue;
+    const double c = lhsLaunchCost(rows, e->k, (cols + 63) / 64, target.numSMs,
+                                   std::max(e->tile.splitK, 1), e->tile.bn);
+    if (best < 0 || c < bestCost * (1 - 1e-9)) { // the primary (first) on a tie
+      best = i;
+      bestCost = c;
+    }
+  }
+  return best == k;
 }
 
 int64_t Program::rowStrideBytes(const BufferRef &b) const {

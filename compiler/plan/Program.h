@@ -477,8 +477,28 @@ struct GemmDLhsKernel {
   /// [Note: stored values in dW] dz is the forward's stored values, possibly in slabs
   /// (SlabSplit, TensorMapA2).
   bool slabs = false;
+  /// [Note: dA widths per launch] >= 0: this kernel is kernel `alternativeOf` (the
+  /// Program's dA) with another tile width; each launch of the loop runs exactly one of
+  /// them (Program::launches).
+  int32_t alternativeOf = -1;
   bool operator==(const GemmDLhsKernel &) const = default;
 };
+
+/// [Note: dA widths per launch] A dA launch of R rows is ceil(R / 128) x ceil(k / bn)
+/// output tiles, and one tile width cannot suit every launch of a bucket: Gemma-2's head
+/// at N = 8192 runs dA over 4608 rows (the slabs) and 4 x 896, where 128-wide tiles fill
+/// the SMs (648 tiles in 5 rounds, 126 in one) and 192-wide ones do not (432 in 4, 84 in
+/// one: 64 % of the SMs); at N = 16384 its 1024-row blocks want 192 (96 tiles in one round,
+/// against 144 in two). Measured at N = 8192 (docs/performance.md, session 17): dA 18.09
+/// ms at 192, 15.03 at 128. So the planner may give a Program's dA a second width, a copy
+/// of the kernel with another tile (alternativeOf), when over the launches of calls at the
+/// bucket's low end, middle and top choosing per launch saves at least kLhsAlternativeGain
+/// of the estimated dA time; per launch the executor runs the width plan::lhsLaunchCost
+/// puts lowest for its rows. One more NVRTC module, compiled in parallel with the others:
+/// taken where the estimate saves at least 8 % (Gemma-2's head: 9 %, measured 17 % of dA
+/// at N = 8192), not for the few-percent gains it finds at a bucket's smallest N (Llama-3's
+/// 1025 rows: 6 %), which no measurement has confirmed.
+inline constexpr double kLhsAlternativeGain = 0.08;
 
 struct GemmDRhsKernel {
   MathMode math = MathMode::TensorCoreBF16;
@@ -871,6 +891,11 @@ struct Program {
   RunSchedule runSchedule(int64_t n, bool outputFree = false) const;
   /// Every launch of a run with this schedule, in order.
   std::vector<LaunchItem> expand(const RunSchedule &s) const;
+  /// [Note: dA widths per launch] Whether loop kernel `k` runs in a launch of `rows` rows
+  /// and `cols` columns: always, unless it is one of a dA's widths (GemmDLhsKernel::
+  /// alternativeOf), of which only the one with the least estimated time for those rows
+  /// runs (plan::lhsLaunchCost; the Program's own dA on a tie).
+  bool launches(int32_t k, int64_t rows, int64_t cols) const;
   /// Launch geometry of kernel `k` for `rows` rows and a chunk of `chunkCols` columns, with
   /// `runSplits` partial entries per row (RunSchedule::splits; 0: Program::splits).
   LaunchDims launchDims(int32_t k, int64_t rows, int64_t chunkCols,

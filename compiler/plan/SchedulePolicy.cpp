@@ -148,6 +148,8 @@ double estimateRunUnits(const Program &p, int64_t n, int64_t rowsPerBlock, int64
     double u = 0;
     for (int32_t ki : s.loopKernels) {
       const Kernel &k = p.kernels[static_cast<size_t>(ki)];
+      if (!p.launches(ki, r, cc)) // [Note: dA widths per launch]
+        continue;
       const double full = launchUnits(p, k, r, cc, splits);
       const double rest = restCols > 0 ? launchUnits(p, k, r, restCols, splits) : 0;
       u += double(fullChunks) * full + rest;
@@ -271,20 +273,25 @@ int32_t chooseLhsTileWidth(int64_t rows, int64_t k, int32_t numSMs) {
   return best;
 }
 
+double lhsLaunchCost(int64_t rows, int64_t k, int64_t kblocks, int32_t numSMs,
+                     int32_t maxSplit, int32_t bn) {
+  const int64_t sms = std::max<int32_t>(numSMs, 1);
+  const double tileEff = bn == 256 ? 1.0 : bn == 192 ? 0.97 : 0.93;
+  const int64_t tiles =
+      ceilDiv(std::max<int64_t>(rows, 1), 128) * ceilDiv(std::max<int64_t>(k, 1), bn);
+  const int32_t split = chooseSplitK(tiles, kblocks, numSMs, maxSplit);
+  return static_cast<double>(ceilDiv(tiles * split, sms)) * bn / (tileEff * split);
+}
+
 int32_t chooseLhsTileWidth(const std::vector<int64_t> &blockRows, int64_t k, int64_t kblocks,
                            int32_t numSMs, int32_t maxSplit, double *costs) {
-  const int64_t sms = std::max<int32_t>(numSMs, 1);
   int32_t best = 256;
   double bestCost = -1;
   int i = 0;
-  for (auto [bn, tileEff] : {std::pair<int32_t, double>{256, 1.0}, {192, 0.97}, {128, 0.93}}) {
+  for (int32_t bn : {256, 192, 128}) {
     double cost = 0;
-    for (int64_t rows : blockRows) {
-      const int64_t tiles =
-          ceilDiv(std::max<int64_t>(rows, 1), 128) * ceilDiv(std::max<int64_t>(k, 1), bn);
-      const int32_t split = chooseSplitK(tiles, kblocks, numSMs, maxSplit);
-      cost += static_cast<double>(ceilDiv(tiles * split, sms)) * bn / (tileEff * split);
-    }
+    for (int64_t rows : blockRows)
+      cost += lhsLaunchCost(rows, k, kblocks, numSMs, maxSplit, bn);
     if (costs)
       costs[i] = cost;
     ++i;

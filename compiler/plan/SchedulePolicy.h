@@ -144,6 +144,10 @@ int32_t chooseLhsTileWidth(int64_t rows, int64_t k, int32_t numSMs);
 /// given. On one launch without a split it is chooseLhsTileWidth.
 int32_t chooseLhsTileWidth(const std::vector<int64_t> &blockRows, int64_t k, int64_t kblocks,
                            int32_t numSMs, int32_t maxSplit, double *costs = nullptr);
+/// The estimate above for one dA launch of `rows` rows with tiles `bn` wide (256, 192 or
+/// 128): rounds of CTAs x bn / (tile-efficiency x split). [Note: dA widths per launch].
+double lhsLaunchCost(int64_t rows, int64_t k, int64_t kblocks, int32_t numSMs,
+                     int32_t maxSplit, int32_t bn);
 
 /// [Note: sm90 split-K] How many CTAs (1, 2 or 4, at most `maxSplit`) share each of a
 /// wgmma GemmDLhs launch's `tiles` output tiles of `kblocks` k-blocks, as a thread-block

@@ -497,6 +497,19 @@ dz_form_kernel(void *dz, const void *tile_max, const void *lse, const void *scal
   }
 }
 
+/// Eight bf16 (16 bytes) times s, each rounded to bf16 again.
+__device__ __forceinline__ uint4 scale_bf16x8(uint4 in, float s) {
+  const u32 w[4] = {in.x, in.y, in.z, in.w};
+  u32 o[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const float x = elem_bf16::to_f32(static_cast<u16>(w[q] & 0xffffu)) * s;
+    const float y = elem_bf16::to_f32(static_cast<u16>(w[q] >> 16)) * s;
+    o[q] = (u32)elem_bf16::from_f32(x) | ((u32)elem_bf16::from_f32(y) << 16);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 /// DzFormKernel with rowScaled ([Note: row-scaled stored values] in plan/Program.h): the
 /// stored values stay; per row r < n, row_scale[r] = scale[r] * exp(reference - lse[r]),
 /// residual[r] = target_dz[r] (the whole target column, for rows whose target lies in
@@ -555,15 +568,7 @@ dz_row_scale_kernel(const void *lse, const void *scale, const void *target_dz,
     const float s = scale_of(r, redo);
     const uint4 in = *reinterpret_cast<const uint4 *>(static_cast<const u16 *>(a) + r * ld +
                                                       a_col0 + (v - r * vecs) * 8);
-    const u32 w[4] = {in.x, in.y, in.z, in.w};
-    u32 o[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float x = elem_bf16::to_f32(static_cast<u16>(w[q] & 0xffffu)) * s;
-      const float y = elem_bf16::to_f32(static_cast<u16>(w[q] >> 16)) * s;
-      o[q] = (u32)elem_bf16::from_f32(x) | ((u32)elem_bf16::from_f32(y) << 16);
-    }
-    reinterpret_cast<uint4 *>(a_scaled)[v] = make_uint4(o[0], o[1], o[2], o[3]);
+    reinterpret_cast<uint4 *>(a_scaled)[v] = scale_bf16x8(in, s);
   }
 }
 
@@ -581,17 +586,6 @@ __device__ __forceinline__ void dz_scale_values_kernel(void *values, const void 
     return;
   const float *rs = static_cast<const float *>(row_scale);
   const i64 step = static_cast<i64>(gridDim.x) * 32;
-  auto scale = [](uint4 in, float s) {
-    const u32 w[4] = {in.x, in.y, in.z, in.w};
-    u32 o[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float x = elem_bf16::to_f32(static_cast<u16>(w[q] & 0xffffu)) * s;
-      const float y = elem_bf16::to_f32(static_cast<u16>(w[q] >> 16)) * s;
-      o[q] = (u32)elem_bf16::from_f32(x) | ((u32)elem_bf16::from_f32(y) << 16);
-    }
-    return make_uint4(o[0], o[1], o[2], o[3]);
-  };
   for (i64 r = static_cast<i64>(blockIdx.x) * 32 + (threadIdx.x >> 4); r < n; r += step) {
     const i64 r2 = r + 16;
     uint4 *p = reinterpret_cast<uint4 *>(stored_at(values, slabs2, split, stride, n, cols, r, c0));
@@ -606,9 +600,9 @@ __device__ __forceinline__ void dz_scale_values_kernel(void *values, const void 
       b = *p2;
       sb = rs[r2];
     }
-    *p = scale(a, sa);
+    *p = scale_bf16x8(a, sa);
     if (p2)
-      *p2 = scale(b, sb);
+      *p2 = scale_bf16x8(b, sb);
   }
 }
 

@@ -183,6 +183,10 @@ TEST_P(LceGpu, MatchesFp64Reference) {
           << "this case is meant to scale its values in place";
     }
   }
+  if (std::string(c.name).find("_widths_") != std::string::npos) {
+    EXPECT_NE(op.inspect(c.n, "plan").find("dA widths per launch"), std::string::npos)
+        << "this case is meant to have two dA widths";
+  }
   if (recompute) {
     EXPECT_EQ(op.scheduleSummary(c.n).find("materialized"), std::string::npos)
         << "this case is meant to run the recompute: " << op.scheduleSummary(c.n);
@@ -345,6 +349,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"bf16_mat_slabs_inplace_n4097_d4096_v128256_ignore_budget64", BF, 4097, 4096,
              128256, {}, 5, R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Random,
              64},
+        // [Note: dA widths per launch]: Programs with a second dA width; the first runs
+        // it for its one block (1025 rows), the Gemma-2 head at N = 8192 for the slab block
+        // and the 4 x 896 after it (Planner.LhsWidthsPerLaunch checks the choices).
+        Case{"bf16_mat_widths_n1025_d768_v32000", BF, 1025, 768, 32000, {}, 0, R::Mean, F32},
+        Case{"bf16_mat_widths_n8192_d2304_v256000_softcap_ignore", BF, 8192, 2304, 256000, 30.0,
+             9, R::Mean, F32},
         // N * V > 2^31 (element indices past int32).
         Case{"bf16_n20000_d64_v128256_nv_over_2e31", BF, 20000, 64, 128256, {}, 0, R::Mean,
              F32}),

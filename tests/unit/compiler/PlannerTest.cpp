@@ -1133,6 +1133,64 @@ TEST(Planner, LhsTileWidthOverCalls) {
       << "48 tiles of 256 in halves: one round of half tiles";
 }
 
+/// [Note: dA widths per launch]: Gemma-2's head (the bucket of N = 8192) gets a 128-wide
+/// copy of its 192-wide dA, and each row block's launch runs exactly one of them: at
+/// N = 8192 the 4608 rows in slabs and the 4 x 896 after them the 128, at N = 16384 the
+/// slab block the 128 and the 1024-row blocks the 192, at N = 4097 (one block) the 192.
+/// Llama-3's head keeps one width, and so does a width given by the caller.
+TEST(Planner, LhsWidthsPerLaunch) {
+  plan::PlanOptions o = wgmmaOptions(8192);
+  o.workspaceBudgetBytes = int64_t(512) << 20;
+  const plan::Program g = lceFused(2304, 256000, DType::BF16, 30.0)->plan(o);
+  int32_t primary = -1, alt = -1;
+  for (int32_t i = 0; i < static_cast<int32_t>(g.kernels.size()); ++i)
+    if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&g.kernels[static_cast<size_t>(i)].body))
+      (d->alternativeOf < 0 ? primary : alt) = i;
+  ASSERT_GE(primary, 0);
+  ASSERT_GE(alt, 0) << fmt::format("{}", fmt::join(g.decisions, "\n"));
+  const auto &pd = std::get<plan::GemmDLhsKernel>(g.kernels[static_cast<size_t>(primary)].body);
+  const auto &ad = std::get<plan::GemmDLhsKernel>(g.kernels[static_cast<size_t>(alt)].body);
+  EXPECT_EQ(ad.alternativeOf, primary);
+  EXPECT_EQ(pd.tile.bn, 192);
+  EXPECT_EQ(ad.tile.bn, 128);
+  EXPECT_EQ(g.kernels[static_cast<size_t>(alt)].name, "lce_dlhs0_w128");
+  EXPECT_NE(decision(g, "dA widths per launch ([Note: dA widths per launch]): lce_dlhs0_w128 "
+                        "also at 128x128x64"),
+            "");
+  // The dA launches of a run: (rows, width), one per row block.
+  auto launches = [&](int64_t n) {
+    const plan::RunSchedule s = g.runSchedule(n, /*outputFree=*/true);
+    std::vector<std::pair<int64_t, int32_t>> out;
+    for (const plan::LaunchItem &it : g.expand(s))
+      if (const auto *d = std::get_if<plan::GemmDLhsKernel>(
+              &g.kernels[static_cast<size_t>(it.kernel)].body))
+        out.push_back({it.rows, d->tile.bn});
+    EXPECT_EQ(static_cast<int64_t>(out.size()), s.rowBlocks) << s.describe();
+    return out;
+  };
+  using L = std::vector<std::pair<int64_t, int32_t>>;
+  EXPECT_EQ(launches(8192), (L{{4608, 128}, {896, 128}, {896, 128}, {896, 128}, {896, 128}}));
+  const L big = launches(16384);
+  ASSERT_GE(big.size(), 3u);
+  EXPECT_EQ(big[0], (std::pair<int64_t, int32_t>{4608, 128}));
+  EXPECT_EQ(big[1], (std::pair<int64_t, int32_t>{1024, 192}));
+  EXPECT_EQ(launches(4097), (L{{4097, 192}}));
+  // Llama-3's head: one width; a width given by the caller: one width.
+  const plan::Program llama = lceFused(4096, 128256, DType::BF16, std::nullopt)->plan(o);
+  plan::PlanOptions given = o;
+  given.lhsTileWidth = 192;
+  const plan::Program g192 = lceFused(2304, 256000, DType::BF16, 30.0)->plan(given);
+  for (const plan::Program *p : {&llama, &g192}) {
+    int dAs = 0;
+    for (const plan::Kernel &k : p->kernels)
+      if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&k.body)) {
+        ++dAs;
+        EXPECT_EQ(d->alternativeOf, -1);
+      }
+    EXPECT_EQ(dAs, 1);
+  }
+}
+
 /// [Note: sm90 split-K] as a table: (tiles, k-blocks, SMs) -> CTAs per tile; then the
 /// planner's decisions for the Gemma-2 head (a block of 1024 rows: 96 tiles of 128 x 192,
 /// unsplit) and the Llama-3 head in the bucket of N = 300 (N = 257: 48 tiles, halves).

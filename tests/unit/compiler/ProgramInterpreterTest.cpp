@@ -784,6 +784,54 @@ TEST(ProgramInterpreter, ValuesScaledInPlaceComputeTheGraph) {
   EXPECT_EQ(plans, 4);
 }
 
+/// [Note: dA widths per launch]: a dA with a second width runs once per row block (the
+/// one Program::launches picks), and the Program still computes the graph, in one block and
+/// in row blocks; the copy not marked an alternative runs in every block too.
+TEST(ProgramInterpreter, DaWidthsPerLaunchRunOnce) {
+  for (bool blocked : {false, true}) {
+    fe::LceSpec s = spec(128, 1024, -100, fe::LceReduction::Mean, DType::I64);
+    s.softcap = 30.0;
+    auto g = fe::buildLceGraph(s);
+    Module ref = unfused(*g);
+    auto fg = pipeline::compileGraph(*g);
+    const int64_t n = 77;
+    auto in = lceInputs(s, n, 777, 0.7);
+    auto want = ref::interpretTx(ref.func(), in);
+    plan::Program p = fg->plan(options(n));
+    if (blocked)
+      p = rowBlocked(p, n);
+    const std::string what = fmt::format("{} ({})", blocked ? "row-blocked" : "one block",
+                                         p.runSchedule(n).describe());
+    int32_t primary = -1;
+    for (int32_t i = 0; i < static_cast<int32_t>(p.kernels.size()); ++i)
+      if (std::holds_alternative<plan::GemmDLhsKernel>(p.kernels[static_cast<size_t>(i)].body))
+        primary = i;
+    ASSERT_GE(primary, 0) << what;
+    plan::Kernel copy = p.kernels[static_cast<size_t>(primary)];
+    auto &cd = std::get<plan::GemmDLhsKernel>(copy.body);
+    cd.tile.bn = cd.tile.bn == 128 ? 256 : 128;
+    cd.alternativeOf = primary;
+    copy.name += "_alt";
+    p.kernels.push_back(copy);
+    for (plan::Step &st : p.steps)
+      if (st.kind == plan::Step::Kind::ChunkLoop)
+        st.loopKernels.push_back(static_cast<int32_t>(p.kernels.size()) - 1);
+    auto dALaunches = [&](const plan::Program &q) {
+      int count = 0;
+      for (const plan::LaunchItem &it : q.expand(q.runSchedule(n)))
+        count += std::holds_alternative<plan::GemmDLhsKernel>(
+            q.kernels[static_cast<size_t>(it.kernel)].body);
+      return count;
+    };
+    const int64_t blocks = p.runSchedule(n).rowBlocks;
+    EXPECT_EQ(dALaunches(p), blocks) << what << ": one dA launch a block";
+    EXPECT_TRUE(matches(ref::interpretProgram(p, in, n), want, kTolProgram, what));
+    plan::Program q = p;
+    std::get<plan::GemmDLhsKernel>(q.kernels.back().body).alternativeOf = -1;
+    EXPECT_EQ(dALaunches(q), 2 * blocks) << what << ": unmarked, both widths run";
+  }
+}
+
 /// [Note: a per-row reference]: without softcap the materialized Program stores against
 /// each row's target value c_r. Every fifth counted row has its target logit pushed 100
 /// below the rest (row loss > kRowScaledRange: values the stored form cannot hold), mixed
