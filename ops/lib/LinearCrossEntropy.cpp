@@ -104,7 +104,8 @@ struct LoadedProgram {
   std::vector<std::unique_ptr<runtime::PreparedRun>> runs;
   static constexpr size_t kRunsPerProgram = 8;
   /// [Note: values scaled in place] A slab-only Program: whether it serves a call of N rows
-  /// that overwrites dW or not, by (2 N + outputFree), most recent last (at most kRuns...).
+  /// that overwrites dW or not, keyed by 2 N + outputFree, most recent last (at most
+  /// 2 x kRunsPerProgram entries).
   std::vector<std::pair<int64_t, bool>> serves;
 };
 
