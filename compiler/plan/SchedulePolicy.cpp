@@ -256,15 +256,21 @@ int32_t chooseColumnSplits(const Program &p, int64_t rows) {
   return static_cast<int32_t>(best * perCta);
 }
 
+namespace {
+/// [Note: dA tile width]'s tile-efficiency of a width (256, 192 or 128).
+double lhsTileEfficiency(int32_t bn) { return bn == 256 ? 1.0 : bn == 192 ? 0.97 : 0.93; }
+} // namespace
+
 int32_t chooseLhsTileWidth(int64_t rows, int64_t k, int32_t numSMs) {
   const int64_t sms = std::max<int32_t>(numSMs, 1);
   const int64_t rowTiles = ceilDiv(std::max<int64_t>(rows, 1), 128);
   int32_t best = 256;
   double bestScore = -1;
-  for (auto [bn, tileEff] : {std::pair<int32_t, double>{256, 1.0}, {192, 0.97}, {128, 0.93}}) {
+  for (int32_t bn : {256, 192, 128}) {
     const int64_t tiles = rowTiles * ceilDiv(std::max<int64_t>(k, 1), bn);
     const double waves = static_cast<double>(ceilDiv(tiles, sms));
-    const double score = static_cast<double>(tiles) / (static_cast<double>(sms) * waves) * tileEff;
+    const double score = static_cast<double>(tiles) / (static_cast<double>(sms) * waves) *
+                         lhsTileEfficiency(bn);
     if (score > bestScore + 1e-9) {
       best = bn;
       bestScore = score;
@@ -276,7 +282,7 @@ int32_t chooseLhsTileWidth(int64_t rows, int64_t k, int32_t numSMs) {
 double lhsLaunchCost(int64_t rows, int64_t k, int64_t kblocks, int32_t numSMs,
                      int32_t maxSplit, int32_t bn) {
   const int64_t sms = std::max<int32_t>(numSMs, 1);
-  const double tileEff = bn == 256 ? 1.0 : bn == 192 ? 0.97 : 0.93;
+  const double tileEff = lhsTileEfficiency(bn);
   const int64_t tiles =
       ceilDiv(std::max<int64_t>(rows, 1), 128) * ceilDiv(std::max<int64_t>(k, 1), bn);
   const int32_t split = chooseSplitK(tiles, kblocks, numSMs, maxSplit);

@@ -727,6 +727,23 @@ TEST(ProgramInterpreter, RowScaledStoredValuesComputeTheGraph) {
   EXPECT_EQ(rowScaled, 6);
 }
 
+/// The LCE graph of `s`, fused, with N = n rows of lceInputs(s, n, seed, scale) and the
+/// unfused graph's outputs on them: what a planned Program is compared with.
+struct LceRun {
+  std::unique_ptr<fe::Graph> graph;
+  std::unique_ptr<pipeline::FusedGraph> fused;
+  std::vector<RefTensor> in, want;
+};
+LceRun lceRun(const fe::LceSpec &s, int64_t n, uint64_t seed, double scale) {
+  LceRun r;
+  r.graph = fe::buildLceGraph(s);
+  Module ref = unfused(*r.graph);
+  r.fused = pipeline::compileGraph(*r.graph);
+  r.in = lceInputs(s, n, seed, scale);
+  r.want = ref::interpretTx(ref.func(), r.in);
+  return r;
+}
+
 /// [Note: values scaled in place]: at a budget too small for the materialized blocks (1 MiB
 /// holds fewer than 1024 rows of 1024 values) the planner makes the slab-only Program: dB
 /// reads the unscaled A, and a DzForm after dA multiplies the stored values by the row
@@ -739,13 +756,10 @@ TEST(ProgramInterpreter, ValuesScaledInPlaceComputeTheGraph) {
     for (bool blocked : {false, true}) {
       fe::LceSpec s = spec(128, 1024, -100, fe::LceReduction::Mean, DType::I64);
       s.softcap = softcap;
-      auto g = fe::buildLceGraph(s);
-      Module ref = unfused(*g);
-      auto fg = pipeline::compileGraph(*g);
       const int64_t n = 77;
-      auto in = lceInputs(s, n, 5151, 0.7);
-      auto want = ref::interpretTx(ref.func(), in);
-      plan::Program p = fg->plan(options(n, int64_t(1) << 20));
+      const LceRun run = lceRun(s, n, 5151, 0.7);
+      const std::vector<RefTensor> &in = run.in, &want = run.want;
+      plan::Program p = run.fused->plan(options(n, int64_t(1) << 20));
       ASSERT_TRUE(p.schedule.slabOnly) << fmt::format("{}", fmt::join(p.decisions, "\n"));
       if (blocked)
         p = rowBlocked(p, n);
@@ -791,13 +805,10 @@ TEST(ProgramInterpreter, DaWidthsPerLaunchRunOnce) {
   for (bool blocked : {false, true}) {
     fe::LceSpec s = spec(128, 1024, -100, fe::LceReduction::Mean, DType::I64);
     s.softcap = 30.0;
-    auto g = fe::buildLceGraph(s);
-    Module ref = unfused(*g);
-    auto fg = pipeline::compileGraph(*g);
     const int64_t n = 77;
-    auto in = lceInputs(s, n, 777, 0.7);
-    auto want = ref::interpretTx(ref.func(), in);
-    plan::Program p = fg->plan(options(n));
+    const LceRun run = lceRun(s, n, 777, 0.7);
+    const std::vector<RefTensor> &in = run.in, &want = run.want;
+    plan::Program p = run.fused->plan(options(n));
     if (blocked)
       p = rowBlocked(p, n);
     const std::string what = fmt::format("{} ({})", blocked ? "row-blocked" : "one block",
