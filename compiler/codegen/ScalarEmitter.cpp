@@ -367,7 +367,7 @@ public:
     case ScalarOp::Log:
       return unaryFloat("logf", "log");
     case ScalarOp::Tanh:
-      return unaryFloat("tanhf", "tanh");
+      return unaryFloat("lcejit::tanh_f32", "tanh"); // [Note: f32 tanh] (lcejit_common.cuh)
     case ScalarOp::Expm1:
       return unaryFloat("expm1f", "expm1");
     case ScalarOp::Log1p:

@@ -4,8 +4,9 @@
 // The scalar IR of docs/program.md ("Scalar functions") printed as
 // straight-line CUDA: one `const T v<i> = ...;` per live instruction, in SSA
 // order. Floats are f32 with the accurate libdevice functions (expf, logf,
-// tanhf, expm1f, log1pf; no fast-math), max and min propagate NaN, integer + -
-// * wrap, comparisons are ordered (!= is true for NaN), casts follow the Cast
+// expm1f, log1pf; no fast-math) and lcejit::tanh_f32 for tanh ([Note: f32
+// tanh] in lcejit_common.cuh), max and min propagate NaN, integer + - * wrap,
+// comparisons are ordered (!= is true for NaN), casts follow the Cast
 // row of docs/program.md (float -> int truncates toward zero and saturates, NaN
 // -> 0; int -> float rounds to nearest; x -> i1 is x != 0).
 //

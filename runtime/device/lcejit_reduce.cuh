@@ -117,19 +117,6 @@ __device__ __forceinline__ void lse_merge(float &m, float &t, float m2,
   m = nan ? f32_nan() : (skip ? m : m_new);
 }
 
-/// 2^x on the MUFU unit (relative error about 2^-22; results below 2^-126
-/// flush to 0).
-__device__ __forceinline__ float exp2_approx(float x) {
-#ifdef LCEJIT_HOST_EMULATION
-  const float y = std::exp2(x);
-  return std::fpclassify(y) == FP_SUBNORMAL ? 0.f : y;
-#else
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#endif
-}
-
 /// The logsumexp of the NV values x(0) .. x(NV - 1) as a partial (m, t), in two
 /// passes ([Note: sm90 reduce by fragments]): the max, then one exp per value
 /// and a sum. One value equal to the max is left out of the sum (the others
@@ -145,11 +132,13 @@ __device__ __forceinline__ void lse_of_values(float &m, float &t, const X &x) {
     mx = fmaxf(mx, x(k));
   const float base = mx == -f32_inf() ? 0.f : mx;
   float sum = 0.f, tops = 0.f;
+  // exp(v - base) = 2^(v log2 e - base log2 e): one FFMA per value before the ex2.
+  const float nb = -base * 1.4426950408889634f;
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     const float v = x(k);
     const bool top = v == mx;
-    sum += top ? 0.f : exp2_approx((v - base) * 1.4426950408889634f);
+    sum += top ? 0.f : exp2_approx(fmaf(v, 1.4426950408889634f, nb));
     tops += top ? 1.f : 0.f;
   }
   m = mx;

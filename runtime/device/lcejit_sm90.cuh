@@ -1137,6 +1137,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   __device__ __forceinline__ void pack_values(float (&acc)[R], const typename Epi::Row &rv,
                                               int h, i64 row, i64 col0, int t, float base,
                                               float scale) const {
+    const float nb = -base * 1.4426950408889634f; // one FFMA per value, as lse_of_values
 #pragma unroll
     for (int g = 0; g < R / 4; ++g) {
       const int i = 4 * g + 2 * h;
@@ -1144,7 +1145,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const float v = acc[i + u];
-        const float e = exp2_approx((v - base) * 1.4426950408889634f);
+        const float e = exp2_approx(fmaf(v, 1.4426950408889634f, nb));
         const i64 col = col0 + acc_col(i + u, t);
         f[u] = epi.store_factor(v, row, col, rv, epi.load_col(col)) * e;
         if constexpr (BF16)
