@@ -1121,22 +1121,22 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
     sm = fmaxf(sm, shfl_xor(sm, 1));
     sm = fmaxf(sm, shfl_xor(sm, 2));
     const float base = sm == -f32_inf() ? 0.f : sm;
-    pack_values<false>(acc, rv, h, row, col0, t, base, 1.f);
+    pack_values<false>(acc, rv, h, row, col0, t, base);
     if (row < n) {
       store_pairs(acc, h, row, col0, t);
       if (t % 4 == 0)
         static_cast<float *>(epi.store_tile_max)[row * (cols / Cfg::BN) + col0 / Cfg::BN] = base;
     }
   }
-  /// The stored values of one row of the tile, factor(v) * exp(v - base) (times `scale`
-  /// with BF16), each pair packed to two fp16 (bf16 with BF16) as soon as it is made, in
+  /// The stored values of one row of the tile, factor(v) * exp(v - base), each pair
+  /// packed to two fp16 (bf16 with BF16) as soon as it is made, in
   /// the slot of its first accumulator (half the live registers); store_pairs then writes
   /// them from one row base at constant offsets. Interleaving values and stores, or 64-bit
   /// addresses per element, made ptxas spill (as in DzEpilogue).
   template <bool BF16, int R>
   __device__ __forceinline__ void pack_values(float (&acc)[R], const typename Epi::Row &rv,
-                                              int h, i64 row, i64 col0, int t, float base,
-                                              float scale) const {
+                                              int h, i64 row, i64 col0, int t,
+                                              float base) const {
     const float nb = -base * 1.4426950408889634f; // one FFMA per value, as lse_of_values
 #pragma unroll
     for (int g = 0; g < R / 4; ++g) {
@@ -1148,8 +1148,6 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
         const float e = exp2_approx(fmaf(v, 1.4426950408889634f, nb));
         const i64 col = col0 + acc_col(i + u, t);
         f[u] = epi.store_factor(v, row, col, rv, epi.load_col(col)) * e;
-        if constexpr (BF16)
-          f[u] *= scale;
       }
       // One cvt.rn.{bf16x2,f16x2}.f32 packs the pair (f[0] in the low half).
       const u32 packed = BF16 ? bf16x2_bits(f[0], f[1]) : f16x2_bits(f[0], f[1]);
@@ -1171,10 +1169,9 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       st_cs_u32(out + 4 * g, __float_as_uint(acc[4 * g + 2 * h])); // [Note: streamed outputs]
   }
   /// [Note: row-scaled stored values] (plan/Program.h): v <= C = Epi::STORE_REFERENCE
-  /// for every element (or C per row: [Note: a per-row reference]). lse_of_values gives the thread's partial (m, t) as without
-  /// stores; a second pass stores bf16(factor(v) * exp(v - m) * exp(m - C)), 0 at the
-  /// target column (v - m and m - C both lie in [-kRowScaledRange, 0]: no underflow). No
-  /// tile maximum, no shuffles. (One loop that summed and stored from one exp per element
+  /// for every element (or C per row: [Note: a per-row reference]). lse_of_values gives
+  /// the thread's partial (m, t) as without stores; a second pass stores
+  /// bf16(factor(v) * exp(v - C)), 0 at the target column. No tile maximum, no shuffles. (One loop that summed and stored from one exp per element
   /// ran the forward 3.7 % slower on the H200: tensor pipe 81 % active against 84 %, the
   /// sum's chain interleaved with the stores; docs/hopper.md, session 9.)
   template <int R>
@@ -1184,7 +1181,6 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
                                                            i64 row, i64 col0, int t) {
     lse_of_values<R / 2>(m, t_out,
                          [&](int k) { return acc[4 * (k / 2) + 2 * h + k % 2]; });
-    const float base = m == -f32_inf() ? 0.f : m;
     // [Note: a per-row reference]: c = the row's target value, +inf (every value 0) for a
     // row whose target lies outside [0, cols).
     float ref = static_cast<float>(Epi::STORE_REFERENCE);
@@ -1192,8 +1188,12 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       const i64 tg = epi.store_target(rv);
       ref = tg >= 0 && tg < cols ? epi.store_reference(rv) : f32_inf();
     }
-    const float to_ref = exp2_approx((base - ref) * 1.4426950408889634f);
-    pack_values<true>(acc, rv, h, row, col0, t, base, to_ref);
+    // exp(v - c) as one ex2 of one FFMA (v log2 e - c log2 e), not exp(v - m) * exp(m - c):
+    // a multiply less per value. The two factors kept each exp within [e^-64, 1], but the
+    // product already left f32's normal range below e^-87 (denormals, then 0); now those
+    // values are 0 (ex2.approx.ftz), at least e^-87 below the row's largest (m >= c where
+    // the target is in the row), far under bf16's 2^-9.
+    pack_values<true>(acc, rv, h, row, col0, t, ref);
     if (row < n) {
       store_pairs(acc, h, row, col0, t);
       // The target column stores 0 (its dZ goes whole through the residual): one 2-byte
