@@ -32,6 +32,8 @@
 // time of a second call at that N right after (not in the totals): a first call's cost
 // at an N against a steady one. --series-blas-first runs cuBLAS's three GEMMs at each N
 // before the op's calls instead of after (the order's share of a first call's cost).
+// --series --trace traces both calls at each N: their kernels' GPU time and the gaps
+// between their launches (where a first call's excess goes: GPU work or host time).
 //
 // Cases (issue 5): A N=8192 D=4096 V=128256; B N=8192 D=2304 V=256000 softcap 30;
 // C N=32768 D=4096 V=128256; Q N=4096 D=4096 V=128256; S N=2048 D=4096 V=128256;
@@ -260,7 +262,8 @@ cl::opt<bool> forwardOpt("forward",
                          cl::cat(kCategory));
 cl::opt<bool> traceOpt("trace",
                        cl::desc("also trace one call: each launch's GPU time back to back, the "
-                                "gaps between launches, and each cuBLAS GEMM alone"),
+                                "gaps between launches, and each cuBLAS GEMM alone (with "
+                                "--series: both calls at each N, kernels and gaps)"),
                        cl::cat(kCategory));
 cl::opt<bool> checkOpt("check",
                        cl::desc("also compare one call per case with the fp64 reference "
@@ -767,6 +770,45 @@ int runSeries(const Args &a, const Filler &fill, gputest::Cublas *blas) {
   std::vector<double> opMs(ns.size(), 0.0), blasMs(ns.size(), 0.0), prepMs(ns.size(), 0.0),
       againMs(ns.size(), 0.0);
   std::vector<int64_t> compilesAt(ns.size(), 0);
+  // --series --trace: both calls at each N traced ([Note: launch trace]): their kernels'
+  // GPU time and the idle gaps between their launches, so that a first call's excess
+  // over the call again shows as GPU work or as host time around the launches.
+  struct Traced {
+    double kernelMs = 0, gapMs = 0;
+    std::vector<runtime::LaunchTraceEntry> entries;
+  };
+  std::vector<Traced> firstTrace(ns.size()), againTrace(ns.size());
+  auto traced = [&](auto &&fn, Traced &out) {
+    if (a.trace)
+      runtime::setLaunchTrace(true);
+    fn();
+    if (!a.trace)
+      return;
+    runtime::setLaunchTrace(false);
+    out.entries = runtime::takeLaunchTrace();
+    for (const runtime::LaunchTraceEntry &e : out.entries) {
+      out.kernelMs += e.ms;
+      out.gapMs += e.gapMs;
+    }
+  };
+  // The launch of the first call that took longest against the same launch of the call
+  // again (the same launch list: one prepared run per N).
+  auto worstLaunch = [](const Traced &first, const Traced &again) -> std::string {
+    if (first.entries.size() != again.entries.size())
+      return fmt::format("{} launches, again {}", first.entries.size(), again.entries.size());
+    double worst = 0;
+    size_t at = 0;
+    for (size_t j = 0; j < first.entries.size(); ++j)
+      if (first.entries[j].ms - again.entries[j].ms > worst) {
+        worst = first.entries[j].ms - again.entries[j].ms;
+        at = j;
+      }
+    if (first.entries.empty())
+      return "";
+    const runtime::LaunchTraceEntry &e = first.entries[at];
+    return fmt::format("#{} {} (block {}): {:.2f} ms, again {:.2f}", at, e.kernel, e.rowBlock,
+                       e.ms, again.entries[at].ms);
+  };
   for (size_t i = 0; i < ns.size(); ++i) {
     const int64_t compilesBefore = LinearCrossEntropy::compileCount();
     const long long N = ns[i];
@@ -798,7 +840,7 @@ int runSeries(const Args &a, const Filler &fill, gputest::Cublas *blas) {
     auto t0 = std::chrono::steady_clock::now();
     op.prepare(N);
     auto t1 = std::chrono::steady_clock::now();
-    call();
+    traced(call, firstTrace[i]);
     auto t2 = std::chrono::steady_clock::now();
     double ms = std::chrono::duration<double, std::milli>(t2 - t0).count();
     prepMs[i] = std::chrono::duration<double, std::milli>(t1 - t0).count();
@@ -809,7 +851,7 @@ int runSeries(const Args &a, const Filler &fill, gputest::Cublas *blas) {
     compilesAt[i] = LinearCrossEntropy::compileCount() - compilesBefore;
     // The same N again, prepared (not in the series' total): a steady call at that N.
     auto t3 = std::chrono::steady_clock::now();
-    call();
+    traced(call, againTrace[i]);
     againMs[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t3).count();
     if (!a.seriesBlasFirst)
       blasTriple();
@@ -819,14 +861,22 @@ int runSeries(const Args &a, const Filler &fill, gputest::Cublas *blas) {
   // "again": the same N called once more right after (not in the totals), so a call's
   // first-time cost at an N shows against a steady call.
   fmt::print("| # | N | lcejit ms | of it, prepare ms | again ms | cuBLAS ms | ratio | again ratio | "
-             "compiles |\n|---|---|---|---|---|---|---|---|---|\n");
+             "compiles |{}\n|---|---|---|---|---|---|---|---|---|{}\n",
+             a.trace ? " first: kernels ms, gaps ms | again: kernels ms, gaps ms | the first "
+                       "call's launch most over its again |"
+                     : "",
+             a.trace ? "---|---|---|" : "");
   double againTotal = 0;
   for (size_t i = 0; i < ns.size(); ++i) {
     againTotal += againMs[i];
-    fmt::print("| {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {} |\n", i,
+    fmt::print("| {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {} |{}\n", i,
                ns[i], opMs[i], prepMs[i], againMs[i], blasMs[i],
                blasMs[i] > 0 ? opMs[i] / blasMs[i] : 0.0,
-               blasMs[i] > 0 ? againMs[i] / blasMs[i] : 0.0, compilesAt[i]);
+               blasMs[i] > 0 ? againMs[i] / blasMs[i] : 0.0, compilesAt[i],
+               a.trace ? fmt::format(" {:.2f}, {:.3f} | {:.2f}, {:.3f} | {} |", firstTrace[i].kernelMs,
+                                     firstTrace[i].gapMs, againTrace[i].kernelMs,
+                                     againTrace[i].gapMs, worstLaunch(firstTrace[i], againTrace[i]))
+                       : std::string());
   }
   fmt::print("series, each N called again right after: lcejit {:.1f} ms total, ratio {:.2f}\n",
              againTotal, blasTotal > 0 ? againTotal / blasTotal : 0.0);
