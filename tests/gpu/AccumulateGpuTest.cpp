@@ -284,6 +284,12 @@ INSTANTIATE_TEST_SUITE_P(
         // accumulation one.
         AccCase{"bf16_exact_n4097_d4096_dHonly", BF, 4097, 4096, 32000, 30.0, 11, F32, true, false,
                 1.0f, false, Precision::Exact},
+        // The materialized dA adding round(old + acc) to a bf16 dH with more output tiles
+        // than SMs (the slab block's 4096 rows: 256 tiles of 128x256, persistent CTAs
+        // taking one or two each): no other case accumulates through a materialized dA of
+        // several tiles a CTA.
+        AccCase{"bf16_slabs_n4097_d2048_v128256_dHonly", BF, 4097, 2048, 128256, {}, 0, F32,
+                true, false, 0.5f},
         // A 4 MiB budget: row blocks (dW f32 added by block 0 too) and vocabulary chunks, on
         // both mainloops.
         AccCase{"bf16_budget4_rowblocks_chunks_wgmma", BF, 4097, 256, 32000, 30.0, 7, F32, true,
