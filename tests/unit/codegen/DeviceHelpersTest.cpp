@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -278,4 +279,39 @@ TEST(DeviceHelpers, ElementConversionsRoundToNearestEven) {
   EXPECT_EQ(lcejit::elem_f32::to_f32(lcejit::elem_f32::from_f32(-2.5f)), -2.5f);
   EXPECT_EQ(lcejit::wrap_add(std::numeric_limits<long long>::max(), 1LL),
             std::numeric_limits<long long>::min());
+}
+
+/// [Note: f32 tanh]: the formula of lcejit::tanh_f32 (here with the host's exp2 and an
+/// exact division; the device's ex2.approx and rcp are checked on the device by
+/// DeviceMathGpu.TanhF32StaysWithinItsBoundsOverTheWholeRange) stays within the note's
+/// bounds over the non-saturated range and small arguments, keeps the sign, saturates to
+/// exactly +-1, and passes +-0 and NaN through.
+TEST(DeviceHelpers, TanhF32FormulaIsWithinItsBounds) {
+  double worstAbs = 0, worstRel = 0;
+  auto check = [&](float x) {
+    const float y = lcejit::tanh_f32(x);
+    const double ref = std::tanh(static_cast<double>(x));
+    const double err = std::fabs(static_cast<double>(y) - ref);
+    worstAbs = std::max(worstAbs, err);
+    if (std::fabs(ref) >= 0.5)
+      worstRel = std::max(worstRel, err / std::fabs(ref));
+    EXPECT_EQ(std::signbit(y), std::signbit(x)) << x;
+  };
+  for (int i = -200000; i <= 200000; ++i)
+    check(static_cast<float>(i) * 6e-5f); // [-12, 12]
+  for (int e = -40; e <= 7; ++e)
+    for (int k = 0; k < 64; ++k) {
+      check(std::ldexp(1.0f + k / 64.0f, e));
+      check(-std::ldexp(1.0f + k / 64.0f, e));
+    }
+  EXPECT_LT(worstAbs, 4e-7);
+  EXPECT_LT(worstRel, std::ldexp(1.0, -20));
+  EXPECT_EQ(lcejit::tanh_f32(kInf), 1.0f);
+  EXPECT_EQ(lcejit::tanh_f32(-kInf), -1.0f);
+  EXPECT_EQ(lcejit::tanh_f32(88.0f), 1.0f);
+  EXPECT_EQ(lcejit::tanh_f32(-1e30f), -1.0f);
+  EXPECT_EQ(lcejit::tanh_f32(0.0f), 0.0f);
+  EXPECT_FALSE(std::signbit(lcejit::tanh_f32(0.0f)));
+  EXPECT_TRUE(std::signbit(lcejit::tanh_f32(-0.0f)));
+  EXPECT_TRUE(std::isnan(lcejit::tanh_f32(std::numeric_limits<float>::quiet_NaN())));
 }
