@@ -476,7 +476,8 @@ void checkCase(const Args &a, const CaseShape &cs, LinearCrossEntropy &op, const
 }
 
 /// --trace: one traced call, per kernel name (in order of first launch): launches, total
-/// and mean GPU time, share; and the idle gaps between launches.
+/// and mean GPU time, share; the idle gaps between launches; and per row block, each
+/// kernel's launches and time.
 std::string traceReport(const std::vector<runtime::LaunchTraceEntry> &entries) {
   struct Row {
     std::string kernel;
@@ -507,6 +508,39 @@ std::string traceReport(const std::vector<runtime::LaunchTraceEntry> &entries) {
   for (const Row &r : rows)
     out += fmt::format("  | {} | {} | {:.3f} | {:.3f} | {:.1f} % |\n", r.kernel, r.launches, r.ms,
                        r.ms / r.launches, kernelMs > 0 ? 100.0 * r.ms / kernelMs : 0.0);
+  // Per row block (in the order run; the steps outside the blocks count with block 0):
+  // what each block's kernels took at the power cap, where ncu times them one at a time.
+  struct Block {
+    int64_t block = 0;
+    int launches = 0;
+    double ms = 0;
+    std::vector<Row> kernels;
+  };
+  std::vector<Block> blocks;
+  for (const runtime::LaunchTraceEntry &e : entries) {
+    auto b = std::find_if(blocks.begin(), blocks.end(),
+                          [&](const Block &x) { return x.block == e.rowBlock; });
+    if (b == blocks.end())
+      b = blocks.insert(blocks.end(), Block{e.rowBlock, 0, 0, {}});
+    ++b->launches;
+    b->ms += e.ms;
+    auto k = std::find_if(b->kernels.begin(), b->kernels.end(),
+                          [&](const Row &r) { return r.kernel == e.kernel; });
+    if (k == b->kernels.end())
+      k = b->kernels.insert(b->kernels.end(), Row{e.kernel, 0, 0});
+    ++k->launches;
+    k->ms += e.ms;
+  }
+  if (blocks.size() > 1) {
+    out += "  per row block:\n  | block | launches | ms | kernels: launches x, ms |\n"
+           "  |---|---|---|---|\n";
+    for (const Block &b : blocks) {
+      std::string ks;
+      for (const Row &k : b.kernels)
+        ks += fmt::format("{}{} {}x {:.3f}", ks.empty() ? "" : ", ", k.kernel, k.launches, k.ms);
+      out += fmt::format("  | {} | {} | {:.3f} | {} |\n", b.block, b.launches, b.ms, ks);
+    }
+  }
   return out;
 }
 
