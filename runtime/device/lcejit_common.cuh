@@ -114,6 +114,17 @@ __device__ __forceinline__ float exp2_approx(float x) {
 #endif
 }
 
+/// exp(v - base) for many v against one base, as 2^(v log2 e - base log2 e): one FFMA
+/// and one ex2 per value (the GEMM epilogues' logsumexp and stored values).
+struct ExpFrom {
+  float neg_base_log2e;
+  __device__ __forceinline__ explicit ExpFrom(float base)
+      : neg_base_log2e(-base * 1.4426950408889634f) {}
+  __device__ __forceinline__ float operator()(float v) const {
+    return exp2_approx(fmaf(v, 1.4426950408889634f, neg_base_log2e));
+  }
+};
+
 /// [Note: f32 tanh] The scalar IR's f32 Tanh: tanh|x| = (1 - e) / (1 + e) with
 /// e = exp(-2|x|) in (0, 1] (one ex2 and one rcp on the MUFU unit, no overflow), the
 /// sign put back: 7 instructions where libdevice's tanhf takes 16 (the same ex2/rcp

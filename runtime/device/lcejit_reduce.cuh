@@ -132,13 +132,12 @@ __device__ __forceinline__ void lse_of_values(float &m, float &t, const X &x) {
     mx = fmaxf(mx, x(k));
   const float base = mx == -f32_inf() ? 0.f : mx;
   float sum = 0.f, tops = 0.f;
-  // exp(v - base) = 2^(v log2 e - base log2 e): one FFMA per value before the ex2.
-  const float nb = -base * 1.4426950408889634f;
+  const ExpFrom exp_from(base);
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     const float v = x(k);
     const bool top = v == mx;
-    sum += top ? 0.f : exp2_approx(fmaf(v, 1.4426950408889634f, nb));
+    sum += top ? 0.f : exp_from(v);
     tops += top ? 1.f : 0.f;
   }
   m = mx;

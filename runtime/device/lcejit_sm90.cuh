@@ -1137,7 +1137,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   __device__ __forceinline__ void pack_values(float (&acc)[R], const typename Epi::Row &rv,
                                               int h, i64 row, i64 col0, int t,
                                               float base) const {
-    const float nb = -base * 1.4426950408889634f; // one FFMA per value, as lse_of_values
+    const ExpFrom exp_from(base);
 #pragma unroll
     for (int g = 0; g < R / 4; ++g) {
       const int i = 4 * g + 2 * h;
@@ -1145,7 +1145,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const float v = acc[i + u];
-        const float e = exp2_approx(fmaf(v, 1.4426950408889634f, nb));
+        const float e = exp_from(v);
         const i64 col = col0 + acc_col(i + u, t);
         f[u] = epi.store_factor(v, row, col, rv, epi.load_col(col)) * e;
       }
@@ -1171,9 +1171,10 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   /// [Note: row-scaled stored values] (plan/Program.h): v <= C = Epi::STORE_REFERENCE
   /// for every element (or C per row: [Note: a per-row reference]). lse_of_values gives
   /// the thread's partial (m, t) as without stores; a second pass stores
-  /// bf16(factor(v) * exp(v - C)), 0 at the target column. No tile maximum, no shuffles. (One loop that summed and stored from one exp per element
-  /// ran the forward 3.7 % slower on the H200: tensor pipe 81 % active against 84 %, the
-  /// sum's chain interleaved with the stores; docs/hopper.md, session 9.)
+  /// bf16(factor(v) * exp(v - C)), 0 at the target column. No tile maximum, no shuffles.
+  /// (One loop that summed and stored from one exp per element ran the forward 3.7 %
+  /// slower on the H200: tensor pipe 81 % active against 84 %, the sum's chain
+  /// interleaved with the stores; docs/hopper.md, session 9.)
   template <int R>
   __device__ __forceinline__ void lse_and_store_row_scaled(float &m, float &t_out,
                                                            float (&acc)[R],

@@ -484,15 +484,19 @@ std::string traceReport(const std::vector<runtime::LaunchTraceEntry> &entries) {
     int launches = 0;
     double ms = 0;
   };
-  std::vector<Row> rows;
-  double kernelMs = 0, gapMs = 0, maxGap = 0;
-  std::string maxGapBefore;
-  for (const runtime::LaunchTraceEntry &e : entries) {
+  // One launch into a table of kernels (in order of first launch).
+  auto tally = [](std::vector<Row> &rows, const runtime::LaunchTraceEntry &e) {
     auto it = std::find_if(rows.begin(), rows.end(), [&](const Row &r) { return r.kernel == e.kernel; });
     if (it == rows.end())
       it = rows.insert(rows.end(), Row{e.kernel, 0, 0});
     ++it->launches;
     it->ms += e.ms;
+  };
+  std::vector<Row> rows;
+  double kernelMs = 0, gapMs = 0, maxGap = 0;
+  std::string maxGapBefore;
+  for (const runtime::LaunchTraceEntry &e : entries) {
+    tally(rows, e);
     kernelMs += e.ms;
     gapMs += e.gapMs;
     if (e.gapMs > maxGap) {
@@ -524,12 +528,7 @@ std::string traceReport(const std::vector<runtime::LaunchTraceEntry> &entries) {
       b = blocks.insert(blocks.end(), Block{e.rowBlock, 0, 0, {}});
     ++b->launches;
     b->ms += e.ms;
-    auto k = std::find_if(b->kernels.begin(), b->kernels.end(),
-                          [&](const Row &r) { return r.kernel == e.kernel; });
-    if (k == b->kernels.end())
-      k = b->kernels.insert(b->kernels.end(), Row{e.kernel, 0, 0});
-    ++k->launches;
-    k->ms += e.ms;
+    tally(b->kernels, e);
   }
   if (blocks.size() > 1) {
     out += "  per row block:\n  | block | launches | ms | kernels: launches x, ms |\n"
