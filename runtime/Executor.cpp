@@ -87,6 +87,16 @@ public:
   CUdeviceptr slabBase2(const plan::Kernel &kernel) const {
     return resolve(BufferRef{Space::Workspace, program_.schedule.slabValues}, kernel);
   }
+  /// [Note: slab tails] Rows of each slab before its tail, for a launch of the slab block
+  /// (its rows when there are no tails).
+  int64_t slabHead(const plan::LaunchItem &item) const {
+    return std::min(sched_.slabHead, item.rows);
+  }
+  /// Slab 0's tail: after the workspace's slabs (slabHead rows each).
+  CUdeviceptr slabTails(const plan::Kernel &kernel, const plan::LaunchItem &item) const {
+    return slabBase2(kernel) + static_cast<CUdeviceptr>((sched_.slabs - sched_.slabSplit) *
+                                                        slabHead(item) * 256);
+  }
   /// The address of a kernel parameter's buffer: resolve(), but with slabs the stored
   /// values start in the output's memory, and each part of the scaled A has its own place
   /// (part q at q x rows x its row bytes).
@@ -201,43 +211,67 @@ std::vector<Sm90Operand> wgmmaOperands(const Program &program, const BufferResol
         at(d.b) + static_cast<CUdeviceptr>(item.chunkBegin * d.k * dtypeSize(d.bType));
     if (d.slabs && resolver.isSlabValues(d.dz, item)) {
       // [Note: stored values in dW]: the slabs below slabSplit in the output's memory, the
-      // rest in the workspace (the second map, TensorMapA2, last).
-      Sm90Operand a1{resolver.slabBase1(kernel), true, rows, sched.slabSplit * 128, 128, 128};
+      // rest in the workspace (the second map, TensorMapA2, at 2), each of `head` rows;
+      // the rows past it in the tails ([Note: slab tails]; TensorMapTail, last).
+      const int64_t head = resolver.slabHead(item);
+      Sm90Operand a1{resolver.slabBase1(kernel), true, head, sched.slabSplit * 128, 128, 128};
       a1.slabs = sched.slabSplit;
       a1.slabStride = sched.slabStride;
-      Sm90Operand a2{resolver.slabBase2(kernel), true, rows,
+      Sm90Operand a2{resolver.slabBase2(kernel), true, head,
                      (sched.slabs - sched.slabSplit) * 128, 128, 128};
       a2.slabs = sched.slabs - sched.slabSplit;
-      a2.slabStride = rows * 128;
-      return {a1, Sm90Operand{b, false, d.k, cc, d.k, bn}, a2};
+      a2.slabStride = head * 128;
+      Sm90Operand tail = a2; // no tails: any valid map
+      if (rows > head) {
+        tail = Sm90Operand{resolver.slabTails(kernel, item), true, rows - head,
+                           sched.slabs * 128, 128, 128};
+        tail.slabs = sched.slabs;
+        tail.slabStride = (rows - head) * 128;
+      }
+      return {a1, Sm90Operand{b, false, d.k, cc, d.k, bn}, a2, tail};
     }
     std::vector<Sm90Operand> ops = {Sm90Operand{at(d.dz), true, rows, cc, cc, 128},
                                     Sm90Operand{b, false, d.k, cc, d.k, bn}};
-    if (d.slabs) // the second map's parameter, unused: any valid map
+    if (d.slabs) { // the second and the tails' map parameters, unused: any valid map
       ops.push_back(ops[0]);
+      ops.push_back(ops[0]);
+    }
     return ops;
   }
   case plan::KernelKind::GemmDRhs: {
     const auto &d = std::get<plan::GemmDRhsKernel>(kernel.body);
     std::vector<Sm90Operand> ops = {Sm90Operand{at(d.dz), false, cc, rows, cc, 128},
                                     Sm90Operand{at(d.a), false, d.k, rows, d.k, bn}};
+    // The tails' map (TensorMapTail, last): any valid map where there are none.
+    Sm90Operand tail = ops[0];
     if (d.slabs && resolver.isSlabValues(d.dz, item)) {
-      // [Note: stored values in dW]: this launch's slabs [a, b), all in one place.
+      // [Note: stored values in dW]: this launch's slabs [a, b), their first `head` rows
+      // all in one place, the rest in their tails ([Note: slab tails]).
       const int64_t a = item.chunkBegin / plan::kSlabCols;
       const int64_t nslabs = (cc + plan::kSlabCols - 1) / plan::kSlabCols;
+      const int64_t head = resolver.slabHead(item);
       const bool inWorkspace = a >= sched.slabSplit;
       LCEJIT_CHECK(inWorkspace || a + nslabs <= sched.slabSplit,
                    "kernel '{}': a dB launch over slabs [{}, {}) crosses slab {}", kernel.name,
                    a, a + nslabs, sched.slabSplit);
       Sm90Operand sl{inWorkspace
                          ? resolver.slabBase2(kernel) +
-                               static_cast<CUdeviceptr>((a - sched.slabSplit) * rows * 256)
+                               static_cast<CUdeviceptr>((a - sched.slabSplit) * head * 256)
                          : resolver.slabBase1(kernel) +
                                static_cast<CUdeviceptr>(a * sched.slabStride * 2),
-                     false, cc, rows, 128, 128};
+                     false, cc, head, 128, 128};
       sl.slabs = nslabs;
-      sl.slabStride = inWorkspace ? rows * 128 : sched.slabStride;
+      sl.slabStride = inWorkspace ? head * 128 : sched.slabStride;
       ops[0] = sl;
+      if (rows > head) {
+        tail = Sm90Operand{resolver.slabTails(kernel, item) +
+                               static_cast<CUdeviceptr>(a * (rows - head) * 256),
+                           false, cc, rows - head, 128, 128};
+        tail.slabs = nslabs;
+        tail.slabStride = (rows - head) * 128;
+      } else {
+        tail = sl;
+      }
     }
     if (d.tile.tmaStore) {
       // [Note: sm90 output map]: the chunk's rows of the f32 out (its columns [outCol0,
@@ -248,6 +282,8 @@ std::vector<Sm90Operand> wgmmaOperands(const Program &program, const BufferResol
       out.f32Out = true;
       ops.push_back(out);
     }
+    if (d.slabs)
+      ops.push_back(tail);
     return ops;
   }
   default: break;
@@ -294,8 +330,17 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
     case Param::Kind::TensorMapA: rec.args.push_back(KernelArg::makeTensorMap(0)); break;
     case Param::Kind::TensorMapB: rec.args.push_back(KernelArg::makeTensorMap(1)); break;
     case Param::Kind::TensorMapOut: rec.args.push_back(KernelArg::makeTensorMap(2)); break;
-    case Param::Kind::TensorMapA2:
+    case Param::Kind::TensorMapA2: // dA's: A, B, A2, the tails
+      LCEJIT_CHECK(rec.maps.size() == 4, "kernel '{}': {} maps for a dA over slabs",
+                   kernel.name, rec.maps.size());
+      rec.args.push_back(KernelArg::makeTensorMap(2));
+      break;
+    case Param::Kind::TensorMapTail: // [Note: slab tails]: the last map
       rec.args.push_back(KernelArg::makeTensorMap(static_cast<int64_t>(rec.maps.size()) - 1));
+      break;
+    case Param::Kind::SlabHead:
+      rec.args.push_back(KernelArg::makeI64(resolver.slabLaunch(item) ? resolver.slabHead(item)
+                                                                      : item.rows));
       break;
     case Param::Kind::Pointer:
       rec.args.push_back(KernelArg::makePointer(resolver.resolveParam(p.buf, kernel, item)));

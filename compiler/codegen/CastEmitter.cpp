@@ -159,14 +159,15 @@ static void emitDzScaleValuesKernel(CodeWriter &w, const KernelContext &ctx,
                    roles);
   auto kb = openKernel(w, ctx, 256);
   if (k.slabs)
-    w.line("lcejit::dz_scale_values_kernel({}, {}, {}, {}LL, {}, {}, {});",
+    w.line("lcejit::dz_scale_values_kernel({}, {}, {}, {}LL, {}, {}, {}, {});",
            ctx.bufferName(k.dz), ctx.bufferName(k.rowScale),
            ctx.scalarParamName(Param::Kind::N), k.cols,
            ctx.scalarParamName(Param::Kind::SlabSplit),
            ctx.scalarParamName(Param::Kind::SlabStride),
-           ctx.scalarParamName(Param::Kind::SlabBase));
+           ctx.scalarParamName(Param::Kind::SlabBase),
+           ctx.scalarParamName(Param::Kind::SlabHead));
   else
-    w.line("lcejit::dz_scale_values_kernel({}, {}, {}, {}LL, -1LL, 0LL, nullptr);",
+    w.line("lcejit::dz_scale_values_kernel({}, {}, {}, {}LL, -1LL, 0LL, nullptr, 0LL);",
            ctx.bufferName(k.dz), ctx.bufferName(k.rowScale),
            ctx.scalarParamName(Param::Kind::N), k.cols);
 }

@@ -639,7 +639,7 @@ static void emitFragmentValue(CodeWriter &w, const plan::GemmReduceKernel &k,
       w.line("void *store_values;   // fp16 [n][cols] (the materialized dZ buffer)");
     w.line("void *store_tile_max; // f32 [n][cols / BN] (not with STORE_ROW_SCALED)");
     // [Note: stored values in dW]: >= 0: the values lie in slabs of 128 columns.
-    w.line("long long store_split = -1, store_stride = 0;");
+    w.line("long long store_split = -1, store_stride = 0, store_head = 0;");
     w.line("void *store_slabs2 = nullptr;");
     auto f = w.block("__device__ __forceinline__ float store_factor(float acc, long long "
                      "row, long long col, const Row &r, const Col &c) const");
@@ -825,6 +825,7 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
       w.line("epi.store_split = {};", ctx.scalarParamName(Param::Kind::SlabSplit));
       w.line("epi.store_stride = {};", ctx.scalarParamName(Param::Kind::SlabStride));
       w.line("epi.store_slabs2 = {};", ctx.scalarParamName(Param::Kind::SlabBase));
+      w.line("epi.store_head = {};", ctx.scalarParamName(Param::Kind::SlabHead));
     }
   }
   if (isWgmma(ctx))
@@ -965,9 +966,10 @@ void emitGemmDz(CodeWriter &w, const KernelContext &ctx,
     if (k.rowFilter.valid()) {
       // [Note: stored values in dW]: the slab parameters when dz is the stored values.
       const std::string slabArgs =
-          k.slabs ? fmt::format(", {}, {}, {}", ctx.scalarParamName(Param::Kind::SlabSplit),
+          k.slabs ? fmt::format(", {}, {}, {}, {}", ctx.scalarParamName(Param::Kind::SlabSplit),
                                 ctx.scalarParamName(Param::Kind::SlabStride),
-                                ctx.scalarParamName(Param::Kind::SlabBase))
+                                ctx.scalarParamName(Param::Kind::SlabBase),
+                                ctx.scalarParamName(Param::Kind::SlabHead))
                   : std::string();
       w.line("lcejit::sm90::gemm_dz_filtered_kernel<{}_config, lcejit::{}, {}>(map_a, map_b, "
              "epi, {}, {}, {}, {}, {}LL, {}, {}{});",
@@ -1084,9 +1086,10 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
       // [Note: stored values in dW]: the second map and the first slab it holds.
       std::string slabArgs;
       if (k.slabs)
-        slabArgs = fmt::format("{}, lcejit::sm90::SlabA{{&map_a2, {}}}",
+        slabArgs = fmt::format("{}, lcejit::sm90::SlabA{{&map_a2, {}, &map_tail, {}}}",
                                rowScale ? "" : ", nullptr",
-                               ctx.scalarParamName(Param::Kind::SlabSplit));
+                               ctx.scalarParamName(Param::Kind::SlabSplit),
+                               ctx.scalarParamName(Param::Kind::SlabHead));
       // (slabArgs starts with its own comma)
       w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}, true, {}>(map_a, map_b, {}, {}, "
              "{}LL, {}, {}, {}, {}, {}, {}LL, {} + {} == {}LL{}{});",
@@ -1231,7 +1234,10 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
            "{}, {}{});",
            ctx.name(), ctx.scalarParamName(Param::Kind::N), k.k,
            ctx.scalarParamName(Param::Kind::ChunkCols), accumulate,
-           k.slabs ? ", " + ctx.scalarParamName(Param::Kind::SlabSplit) : std::string());
+           k.slabs ? fmt::format(", {}, &map_tail, {}",
+                                 ctx.scalarParamName(Param::Kind::SlabSplit),
+                                 ctx.scalarParamName(Param::Kind::SlabHead))
+                   : std::string());
     return;
   }
   LCEJIT_CHECK(!k.slabs, "{}: dB over slabs writes an f32 output through TMA", what);

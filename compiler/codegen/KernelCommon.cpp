@@ -59,6 +59,7 @@ const char *paramCType(const Param &p) {
   case Param::Kind::TensorMapB:
   case Param::Kind::TensorMapOut:
   case Param::Kind::TensorMapA2:
+  case Param::Kind::TensorMapTail:
     return "const __grid_constant__ lcejit::sm90::TensorMap ";
   case Param::Kind::SlabBase:
     return "void *";
@@ -214,10 +215,16 @@ void emitKernelHeader(CodeWriter &w, const KernelContext &ctx,
       role = "elements between the slabs below slab_split";
       break;
     case Param::Kind::SlabBase:
-      role = "the workspace's slabs (rows x 128 elements each)";
+      role = "the workspace's slabs (slab_head x 128 elements each), then the tails";
       break;
     case Param::Kind::TensorMapA2:
       role = "TMA map of the A operand's slabs from slab_split on (encoded by the executor)";
+      break;
+    case Param::Kind::SlabHead:
+      role = "rows of each slab before its tail in the workspace ([Note: slab tails])";
+      break;
+    case Param::Kind::TensorMapTail:
+      role = "TMA map of the slabs' tails (encoded by the executor; [Note: slab tails])";
       break;
     }
     w.comment(fmt::format("  {:<{}}  {}", p.name, width, role));

@@ -452,6 +452,7 @@ void addSlabParams(ParamList &pl) {
   pl.add(Param::Kind::SlabSplit, "slab_split");
   pl.add(Param::Kind::SlabStride, "slab_stride");
   pl.add(Param::Kind::SlabBase, "slab_base");
+  pl.add(Param::Kind::SlabHead, "slab_head");
 }
 } // namespace
 
@@ -462,8 +463,12 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.add(Param::Kind::TensorMapB, "map_b");
     if (gemmTile(kernel).tmaStore)
       pl.add(Param::Kind::TensorMapOut, "map_out");
-    if (const auto *d = std::get_if<GemmDLhsKernel>(&kernel.body); d && d->slabs)
+    if (const auto *d = std::get_if<GemmDLhsKernel>(&kernel.body); d && d->slabs) {
       pl.add(Param::Kind::TensorMapA2, "map_a2");
+      pl.add(Param::Kind::TensorMapTail, "map_tail");
+    }
+    if (const auto *d = std::get_if<GemmDRhsKernel>(&kernel.body); d && d->slabs)
+      pl.add(Param::Kind::TensorMapTail, "map_tail");
   }
   const BufferRef scalars{Space::Workspace, kScalarSlotsBuffer};
   const BufferRef errors{Space::Workspace, kErrorBuffer};
@@ -534,8 +539,10 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.add(Param::Kind::ChunkIndex, "chunk_index");
     if (k.out.space == Space::Output)
       pl.add(Param::Kind::AccumulateOutputs, "accumulate_outputs");
-    if (k.slabs)
+    if (k.slabs) {
       pl.add(Param::Kind::SlabSplit, "slab_split");
+      pl.add(Param::Kind::SlabHead, "slab_head");
+    }
     break;
   }
   case KernelKind::GemmDRhs: {
@@ -554,8 +561,10 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.add(Param::Kind::RowBlock, "row_block");
     if (k.out.space == Space::Output)
       pl.add(Param::Kind::AccumulateOutputs, "accumulate_outputs");
-    if (k.slabs)
+    if (k.slabs) {
       pl.add(Param::Kind::SlabSplit, "slab_split");
+      pl.add(Param::Kind::SlabHead, "slab_head");
+    }
     break;
   }
   case KernelKind::DzForm: {
@@ -988,7 +997,11 @@ int64_t Program::slabValuesBytes(const RunSchedule &s) const {
   if (s.slabGroup <= 0 || schedule.slabValues < 0)
     return 0;
   const BufferSpec &b = workspace.at(static_cast<size_t>(schedule.slabValues));
-  return (b.bytesPerRowCol * s.slabRows * kSlabCols * (s.slabs - s.slabSplit) + 255) / 256 * 256;
+  // The workspace's slabs (slabHead rows each), then every slab's tail ([Note: slab tails]).
+  const int64_t head = std::min(s.slabHead, s.slabRows);
+  return (b.bytesPerRowCol * kSlabCols *
+              (head * (s.slabs - s.slabSplit) + (s.slabRows - head) * s.slabs) +
+          255) / 256 * 256;
 }
 
 int64_t Program::slabScaledABytes(const RunSchedule &s) const {

@@ -717,6 +717,13 @@ struct Param {
     SlabBase,
     /// GemmDLhs with `slabs`: the TMA map of the workspace's slabs (slab >= SlabSplit).
     TensorMapA2,
+    /// [Note: slab tails] Kernels with `slabs`: int64 rows of each slab before its tail
+    /// (rows at or past it lie in the workspace's tails, after its slabs); at least the
+    /// launch's rows where there are no tails.
+    SlabHead,
+    /// GemmDLhs and GemmDRhs with `slabs`: the TMA map of the slabs' tails ([Note: slab
+    /// tails]; any valid map where there are none).
+    TensorMapTail,
   };
   Kind kind = Kind::Pointer;
   BufferRef buf;
@@ -835,6 +842,10 @@ struct RunSchedule {
   int64_t slabRows = 0;
   int64_t slabSplit = 0;
   int64_t slabs = 0;     ///< ceil(cols / 128)
+  /// [Note: slab tails] Rows of each slab in its region (or in the workspace's slabs):
+  /// slabRows where they fit one region, else the most a region holds in whole row tiles,
+  /// the rows past it in the workspace's tails.
+  int64_t slabHead = 0;
   int64_t slabStride = 0; ///< elements (of the stored values) between regions of the output
   /// The workspace of the ordinary schedule, which a call that adds to the output takes
   /// (at least workspaceBytes: the slabs are taken only where they need no more).

@@ -196,10 +196,15 @@ std::string RunSchedule::describe() const {
         rowBlocks > 1 ? fmt::format(", then {} row block{} of {} rows", rowBlocks - 1,
                                     rowBlocks == 2 ? "" : "s", rowsPerBlock)
                       : std::string();
+    // [Note: slab tails]
+    const std::string tails =
+        slabRows > slabHead ? fmt::format(" (rows {} on of each slab in the workspace's tails)",
+                                          slabHead)
+                            : std::string();
     return fmt::format("N = {}: 1 row block of {} rows, {} slabs of 128 columns, the first {} "
-                       "in the gradient's memory, the last {} in the workspace, dB in "
+                       "in the gradient's memory, the last {} in the workspace{}, dB in "
                        "launches of up to {} slabs{}; workspace {} of the {} budget; {}",
-                       n, slabRows, slabs, slabSplit, slabs - slabSplit, slabGroup, rest,
+                       n, slabRows, slabs, slabSplit, slabs - slabSplit, tails, slabGroup, rest,
                        mib(workspaceBytes), mib(budgetBytes), reason);
   }
   std::string estimate;
@@ -386,11 +391,14 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
   // [Note: values scaled in place]: such a Program serves one block only.
   if (mixed && spec.slabOnly)
     return std::nullopt;
-  const int64_t head = mixed ? rowsMax / align * align : n;
+  // [Note: slab tails]: a region's rows in whole row tiles of dA (128) and of the block.
+  const int64_t tileRows = std::lcm(align, int64_t(128));
+  const int64_t head = mixed ? rowsMax / tileRows * tileRows : n;
   if (mixed && head < std::max(spec.minBlockRows, align))
     return std::nullopt; // a short slab block saves less than it costs
   RunSchedule s = ordinary;
   s.slabRows = head;
+  s.slabHead = head;
   s.rowsPerBlock = n;
   s.rowBlocks = 1;
   s.chunkCols = p.loopCols;
@@ -399,13 +407,19 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
   s.estimatedGain = 0;
   s.slabs = slabs;
   s.slabStride = slabRegionBytes(p) / 2;
-  auto workspaceOf = [&](int64_t g, int64_t rows) {
+  // The workspace with G slabs in it, ordinary blocks of `rows` and a slab block of
+  // `slabRows` rows (at least head: the rows past it are tails).
+  auto workspaceOf = [&](int64_t g, int64_t rows, int64_t slabRows) {
     RunSchedule t = s;
     t.slabGroup = g;
     t.slabSplit = full - g;
-    if (mixed) {
+    t.slabRows = slabRows;
+    if (slabRows < n) {
       t.rowsPerBlock = rows;
-      t.rowBlocks = 1 + (n - head + rows - 1) / rows;
+      t.rowBlocks = 1 + (n - slabRows + rows - 1) / rows;
+    } else {
+      t.rowsPerBlock = n;
+      t.rowBlocks = 1;
     }
     int64_t total = 0;
     p.workspaceOffsets(t, &total);
@@ -432,7 +446,7 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
     }
     return lo;
   };
-  int64_t rows = n;
+  int64_t rows = n, slabRows = head;
   if (mixed) {
     // The ordinary blocks: the most rows (at most the ordinary schedule's) that leave room
     // for a slab block of gMin slabs, evened out over the blocks the rest needs.
@@ -440,21 +454,44 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
     // Whole row tiles (the ordinary schedule's rows a block are, and so is the rest
     // rounded up).
     const int64_t top = std::min(ordinary.rowsPerBlock, (rest + align - 1) / align * align);
-    if (top < align || workspaceOf(gMin, align) > limit)
+    if (top < align || workspaceOf(gMin, align, head) > limit)
       return std::nullopt;
-    rows = align * most(1, top / align, [&](int64_t t) {
-             return workspaceOf(gMin, t * align) <= limit;
-           });
-    const int64_t blocks = (rest + rows - 1) / rows;
-    rows = std::min(rows, ((rest + blocks - 1) / blocks + align - 1) / align * align);
-    s.rowsPerBlock = rows;
-    s.rowBlocks = 1 + (rest + rows - 1) / rows;
+    const int64_t cap = align * most(1, top / align, [&](int64_t t) {
+                          return workspaceOf(gMin, t * align, head) <= limit;
+                        });
+    // [Note: slab tails]: the most rows the slab block takes with gMin slabs in the
+    // workspace, the fewest ordinary blocks that leaves, and the fewest slab rows that
+    // still leave only that many (the largest G).
+    const int64_t longest =
+        head + tileRows * most(0, (rest + tileRows - 1) / tileRows, [&](int64_t t) {
+          return workspaceOf(gMin, cap, head + t * tileRows) <= limit;
+        });
+    const int64_t blocks = longest >= n ? 0 : (n - longest + cap - 1) / cap;
+    if (blocks == 0) {
+      slabRows = std::min(longest, (n + tileRows - 1) / tileRows * tileRows);
+    } else {
+      const int64_t least = std::max(head, n - blocks * cap);
+      slabRows = std::min(longest, (least + tileRows - 1) / tileRows * tileRows);
+      const int64_t left = n - slabRows;
+      rows = std::min(cap, ((left + blocks - 1) / blocks + align - 1) / align * align);
+    }
+    if (slabRows >= n) {
+      slabRows = n; // one block: the slabs' tails hold the rows past the head
+      rows = n;
+      s.rowsPerBlock = n;
+      s.rowBlocks = 1;
+    } else {
+      s.rowsPerBlock = rows;
+      s.rowBlocks = 1 + (n - slabRows + rows - 1) / rows;
+    }
+    s.slabRows = slabRows;
     if (s.rowBlocks >= ordinary.rowBlocks)
       return std::nullopt; // no f32 pass saved
   }
-  if (workspaceOf(1, rows) > limit)
+  if (workspaceOf(1, rows, slabRows) > limit)
     return std::nullopt;
-  int64_t g = most(1, full - 1, [&](int64_t x) { return workspaceOf(x, rows) <= limit; });
+  int64_t g = most(1, full - 1,
+                   [&](int64_t x) { return workspaceOf(x, rows, slabRows) <= limit; });
   if (g >= unit) {
     g -= g % unit;
   } else if (spec.slabOnly) {
@@ -471,7 +508,7 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
   }
   s.slabGroup = g;
   s.slabSplit = full - g;
-  s.workspaceBytes = workspaceOf(g, rows);
+  s.workspaceBytes = workspaceOf(g, rows, slabRows);
   s.slabOrdinaryWorkspaceBytes = ordinary.workspaceBytes;
   s.overBudget = false;
   s.reason = mixed ? "materialized: the first row block's stored values in the gradient's "

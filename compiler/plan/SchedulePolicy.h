@@ -66,10 +66,24 @@ RunSchedule chooseRunSchedule(const Program &program, int64_t n, bool outputFree
 /// keeps every column part at once, after the workspace's slabs in their buffer (part q at
 /// q x rows x its row bytes): memory the ordinary blocks use for their stored values.
 /// More rows than a slab holds (N > 2·D): the first block takes the most a slab holds (in
-/// whole row tiles, at least minBlockRows), and the rest run in ordinary blocks after it
-/// (RunSchedule::slabRows, rowsPerBlock), each adding to the dW the first wrote: one f32
-/// pass per ordinary block instead of one per block after the first (Gemma-2's head: 4608
-/// rows in slabs and 4 blocks of 896 instead of 8 of 1024).
+/// whole row tiles, at least minBlockRows) and, where it saves an ordinary block, more
+/// ([Note: slab tails]); the rest run in ordinary blocks after it (RunSchedule::slabRows,
+/// rowsPerBlock), each adding to the dW the first wrote: one f32 pass per ordinary block
+/// instead of one per block after the first (Gemma-2's head: 5120 rows in slabs and 3
+/// blocks of 1024 instead of 8 of 1024).
+///
+/// [Note: slab tails] A region holds H = slabHead rows of a slab (2·D, in whole row tiles).
+/// A slab block of R > H rows keeps rows [H, R) of every slab in the workspace: the tails,
+/// after the workspace's slabs (each of H rows then), slab i's tail at (R - H) x 128
+/// elements x i from their start. dB never writes the workspace, so the tails need no
+/// order; each costs T x 256 bytes a row (T slabs), which the workspace pays with fewer
+/// slabs of its own (a smaller G, more dB launches). The forward, the filtered dZ GEMM and
+/// the scale pass find an element through stored_at (SlabHead); dA takes a row tile at or
+/// past H from the tails' map (H is a multiple of its 128 rows), dB its k-blocks at or past
+/// H (a multiple of 64). Taken when it saves an ordinary block: the slab block's rows are
+/// then the fewest that leave that many blocks of at most the ordinary blocks' rows, so G
+/// stays the largest it can (B: rows 4608 + 512, G 176 of 2000 slabs, 3 ordinary blocks of
+/// 1024 rows instead of 4 of 896).
 /// Taken when: the Program allows it (ScheduleSpec::slabValues, set by the planner for the
 /// row-scaled wgmma schedule with an f32 dW; LCEJIT_STORE_IN_OUTPUT=0 turns it off), the
 /// call overwrites dW (outputFree), the ordinary schedule would block rows, the slabs

@@ -334,15 +334,24 @@ __device__ __forceinline__ void raise_row_check(void *error_word, i64 row,
 
 /// [Note: stored values in dW] (plan/SchedulePolicy.h) Where the stored values' element
 /// (row, col) of a launch of n rows lies: row-major [n][cols] at `values` (split < 0), or
-/// in slabs of 128 columns, each [n][128]: slab s < split at values + s * stride, the
-/// others at slabs2 + (s - split) * n * 128.
+/// in slabs of 128 columns, each row 128 elements: rows below h = min(head, n) of slab
+/// s < split at values + s * stride, of the others at slabs2 + (s - split) * h * 128;
+/// rows from h on ([Note: slab tails]) in slab s's tail, after the workspace's slabs at
+/// slabs2 + (slabs - split) * h * 128 + s * (n - h) * 128.
 __device__ __forceinline__ u16 *stored_at(void *values, void *slabs2, i64 split, i64 stride,
-                                          i64 n, i64 cols, i64 row, i64 col) {
+                                          i64 head, i64 n, i64 cols, i64 row, i64 col) {
   if (split < 0)
     return static_cast<u16 *>(values) + row * cols + col;
   const i64 s = col >> 7;
-  u16 *base = s < split ? static_cast<u16 *>(values) + s * stride
-                        : static_cast<u16 *>(slabs2) + (s - split) * n * 128;
+  const i64 h = head < n ? head : n;
+  u16 *base;
+  if (row < h) {
+    base = s < split ? static_cast<u16 *>(values) + s * stride
+                     : static_cast<u16 *>(slabs2) + (s - split) * h * 128;
+  } else {
+    const i64 slabs = (cols + 127) >> 7;
+    base = static_cast<u16 *>(slabs2) + ((slabs - split) * h + s * (n - h) - h) * 128;
+  }
   return base + row * 128 + (col & 127);
 }
 

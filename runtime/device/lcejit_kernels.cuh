@@ -580,7 +580,7 @@ dz_row_scale_kernel(const void *lse, const void *scale, const void *target_dz,
 /// two rows a thread per step (both loads before the stores). cols % 8 == 0.
 __device__ __forceinline__ void dz_scale_values_kernel(void *values, const void *row_scale,
                                                        i64 n, i64 cols, i64 split,
-                                                       i64 stride, void *slabs2) {
+                                                       i64 stride, void *slabs2, i64 head) {
   const i64 c0 = static_cast<i64>(blockIdx.y) * 128 + (threadIdx.x & 15) * 8;
   if (c0 >= cols)
     return;
@@ -588,9 +588,9 @@ __device__ __forceinline__ void dz_scale_values_kernel(void *values, const void 
   const i64 step = static_cast<i64>(gridDim.x) * 32;
   for (i64 r = static_cast<i64>(blockIdx.x) * 32 + (threadIdx.x >> 4); r < n; r += step) {
     const i64 r2 = r + 16;
-    uint4 *p = reinterpret_cast<uint4 *>(stored_at(values, slabs2, split, stride, n, cols, r, c0));
+    uint4 *p = reinterpret_cast<uint4 *>(stored_at(values, slabs2, split, stride, head, n, cols, r, c0));
     uint4 *p2 = r2 < n ? reinterpret_cast<uint4 *>(
-                             stored_at(values, slabs2, split, stride, n, cols, r2, c0))
+                             stored_at(values, slabs2, split, stride, head, n, cols, r2, c0))
                        : nullptr;
     const uint4 a = *p;
     const float sa = rs[r];

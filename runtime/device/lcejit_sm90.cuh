@@ -641,9 +641,13 @@ __device__ __forceinline__ void split_k_exchange(float (&acc)[Cfg::ACC], u32 slo
 /// stored values in slabs of 128 columns: split < 0, the ordinary 2D map; else 3D maps
 /// (column in the slab, row of the slab, slab), the slabs from `split` on through `map2`
 /// (dA, whose K runs over every slab; a dB launch reads all of its slabs through map_a).
+/// [Note: slab tails]: rows from `head` on (a multiple of 128) through `tail` (row
+/// - head, every slab), for dA a row tile, for dB a k-block.
 struct SlabA {
   const TensorMap *map2 = nullptr;
   i64 split = -1;
+  const TensorMap *tail = nullptr;
+  i64 head = 0;
 };
 
 /// stored_at (lcejit_common.cuh) finds an element of the stored values in either layout.
@@ -692,6 +696,8 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     tma_prefetch(&map_b);
     if (slab_a.map2)
       tma_prefetch(slab_a.map2);
+    if (slab_a.tail)
+      tma_prefetch(slab_a.tail);
   }
   __syncthreads();
   if (MC && cn > 1)
@@ -730,7 +736,10 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
             if (slab_a.split >= 0) {
               // [Note: stored values in dW]: k-blocks of 64 columns, two a slab.
               const i64 sl = k0 >> 7;
-              if (sl < slab_a.split)
+              if (m0 >= slab_a.head) // [Note: slab tails]: the tile's rows lie in the tails
+                tma_load_3d(a_dst, slab_a.tail, bar, k0 & 127,
+                            m0 - static_cast<int>(slab_a.head), static_cast<int>(sl));
+              else if (sl < slab_a.split)
                 tma_load_3d(a_dst, &map_a, bar, k0 & 127, m0, static_cast<int>(sl));
               else
                 tma_load_3d(a_dst, slab_a.map2, bar, k0 & 127, m0,
@@ -742,7 +751,10 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
 #pragma unroll
             for (int j = 0; j < BM / 64; ++j) {
               const int m = m0 + 64 * j;
-              if (slab_a.split >= 0)
+              if (slab_a.split >= 0 && k0 >= slab_a.head) // [Note: slab tails]
+                tma_load_3d(a_dst + j * 8192, slab_a.tail, bar, m & 127,
+                            k0 - static_cast<int>(slab_a.head), m >> 7);
+              else if (slab_a.split >= 0)
                 tma_load_3d(a_dst + j * 8192, &map_a, bar, m & 127, k0, m >> 7);
               else
                 tma_load_2d(a_dst + j * 8192, &map_a, bar, m, k0);
@@ -1161,8 +1173,8 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
                                               int t) const {
     // [Note: stored values in dW]: a tile's columns lie in one slab (BN divides 128).
     u32 *out = reinterpret_cast<u32 *>(stored_at(epi.store_values, epi.store_slabs2,
-                                                 epi.store_split, epi.store_stride, n, cols,
-                                                 row, col0)) +
+                                                 epi.store_split, epi.store_stride,
+                                                 epi.store_head, n, cols, row, col0)) +
                t % 4;
 #pragma unroll
     for (int g = 0; g < R / 4; ++g)
@@ -1202,8 +1214,8 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       // kept live across the loop, made ptxas spill).
       const i64 rel = epi.store_target(rv) - col0 - 2 * (t % 4);
       if (rel >= 0 && rel < 2 * R && (rel % 8) < 2)
-        *stored_at(epi.store_values, epi.store_slabs2, epi.store_split, epi.store_stride, n,
-                   cols, row, col0 + rel + 2 * (t % 4)) = 0;
+        *stored_at(epi.store_values, epi.store_slabs2, epi.store_split, epi.store_stride,
+                   epi.store_head, n, cols, row, col0 + rel + 2 * (t % 4)) = 0;
     }
   }
   /// Quad shuffles finish each row of a consumer. With ping-pong both consumers hold
@@ -1304,7 +1316,7 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
   /// [Note: stored values in dW]: dz is the stored values in slabs (split >= 0; the
   /// checked path only, which every filtered launch takes).
   void *slabs2 = nullptr;
-  i64 slab_split = -1, slab_stride = 0;
+  i64 slab_split = -1, slab_stride = 0, slab_head = 0;
 
   /// The accumulator index of row half h's target column in this thread's tile at col0,
   /// or -1 (rows past n, targets outside the tile or in another lane).
@@ -1404,7 +1416,8 @@ template <class Cfg, int FORMAT, class Epi> struct DzEpilogue {
       void *dz_at = dz;
       if (slab_split >= 0) {
         // [Note: stored values in dW]: one chunk of all columns; c and c + 1 share a slab.
-        dz_at = stored_at(dz, slabs2, slab_split, slab_stride, n, chunk_cols, row, c);
+        dz_at = stored_at(dz, slabs2, slab_split, slab_stride, slab_head, n, chunk_cols, row,
+                          c);
         idx = 0;
       }
       if constexpr (Epi::RESIDUAL)
@@ -1461,7 +1474,7 @@ __device__ __forceinline__ void
 gemm_dz_filtered_kernel(const TensorMap &map_a, const TensorMap &map_b, const Epi &epi,
                         void *dz, void *residual, const void *row_filter, i64 n, i64 k,
                         i64 chunk_begin, i64 chunk_cols, i64 slab_split = -1,
-                        i64 slab_stride = 0, void *slabs2 = nullptr) {
+                        i64 slab_stride = 0, void *slabs2 = nullptr, i64 slab_head = 0) {
   const i64 row_tile = static_cast<i64>(blockIdx.x) / SPLITS;
   const int split = static_cast<int>(blockIdx.x % SPLITS);
   const int *filter = static_cast<const int *>(row_filter);
@@ -1474,7 +1487,7 @@ gemm_dz_filtered_kernel(const TensorMap &map_a, const TensorMap &map_b, const Ep
   const i64 t_end = min_i64(t_begin + per, tiles);
   DzEpilogue<Cfg, FORMAT, Epi> e{epi,        dz,      static_cast<float *>(residual), n,
                                  chunk_begin, chunk_cols, filter, slabs2, slab_split,
-                                 slab_stride};
+                                 slab_stride, slab_head};
   gemm_tiles<Cfg>(map_a, map_b, RowOfTiles{row_tile, t_begin, t_end}, e, k);
 }
 
@@ -1840,14 +1853,16 @@ gemm_drhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
 template <class Cfg>
 __device__ __forceinline__ void
 gemm_drhs_tma_kernel(const TensorMap &map_a, const TensorMap &map_b, const TensorMap &map_out,
-                     i64 n, i64 k, i64 chunk_cols, bool accumulate, i64 slab_split = -1) {
+                     i64 n, i64 k, i64 chunk_cols, bool accumulate, i64 slab_split = -1,
+                     const TensorMap *map_tail = nullptr, i64 slab_head = 0) {
   static_assert(Cfg::TMA_STORE, "gemm_drhs_tma_kernel needs a TMA_STORE config");
   if (threadIdx.x == 0)
     tma_prefetch(&map_out);
   F32TmaOutEpilogue<Cfg> e{&map_out, accumulate};
-  // [Note: stored values in dW]: with slab_split >= 0, the launch's slabs through map_a.
+  // [Note: stored values in dW]: with slab_split >= 0, the launch's slabs through map_a,
+  // the rows from slab_head on through map_tail ([Note: slab tails]).
   gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n, 1,
-                  SlabA{nullptr, slab_split});
+                  SlabA{nullptr, slab_split, map_tail, slab_head});
 }
 
 } // namespace sm90

@@ -140,6 +140,11 @@ TEST_P(LceGpuAccumulate, AddsTheGradientsToPrefilledBuffers) {
       ASSERT_NE(op.scheduleSummary(c.n).find(" slabs, then "), std::string::npos)
           << "the case must run ordinary blocks after its slabs: " << op.scheduleSummary(c.n);
     }
+    if (std::string(c.name).find("_tails_") != std::string::npos) {
+      ASSERT_NE(op.scheduleSummary(c.n).find("in the workspace's tails"), std::string::npos)
+          << "the case must keep rows of its slabs in the workspace's tails: "
+          << op.scheduleSummary(c.n);
+    }
     if (std::string(c.name).find("_inplace_") != std::string::npos) {
       ASSERT_NE(op.scheduleSummary(c.n).find("a call that adds to dW: the recompute Program"),
                 std::string::npos)
@@ -304,8 +309,9 @@ INSTANTIATE_TEST_SUITE_P(
                 true, true, 1.0f, false, Precision::Fast, false, 100, true, false},
         AccCase{"bf16_slabs_n2000_d1024_dHonly_budget100", BF, 2000, 1024, 32000, {}, 0, F32,
                 true, false, 0.5f, false, Precision::Fast, false, 100, true, false},
-        // 2048 rows in slabs, ordinary blocks after them; the accumulating call: blocks.
-        AccCase{"bf16_slabs_mixed_n3500_d1024_both_budget72", BF, 3500, 1024, 32000, 30.0, 3,
+        // 2560 rows in slabs (512 in the tails: [Note: slab tails]), an ordinary block
+        // after them; the accumulating call: blocks.
+        AccCase{"bf16_slabs_tails_mixed_n3500_d1024_both_budget72", BF, 3500, 1024, 32000, 30.0, 3,
                 F32, true, true, 1.0f, false, Precision::Fast, false, 72, true, false},
         // [Note: values scaled in place]: a budget too small for the ordinary materialized
         // blocks: the fresh call runs the slab-only Program, the accumulating one the

@@ -177,6 +177,11 @@ TEST_P(LceGpu, MatchesFp64Reference) {
           << "this case is meant to run ordinary blocks after its slabs: "
           << op.scheduleSummary(c.n);
     }
+    if (std::string(c.name).find("_tails_") != std::string::npos) {
+      EXPECT_NE(op.scheduleSummary(c.n).find("in the workspace's tails"), std::string::npos)
+          << "this case is meant to keep rows of its slabs in the workspace's tails: "
+          << op.scheduleSummary(c.n);
+    }
     if (std::string(c.name).find("_inplace_") != std::string::npos) {
       EXPECT_NE(op.inspect(c.n, "plan").find("[Note: values scaled in place]"),
                 std::string::npos)
@@ -328,13 +333,20 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"bf16_mat_slabs_peaked_n1500_d768_v32000_budget80", BF, 1500, 768, 32000, {}, 0,
              R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Peaked, 80},
         // More rows than a slab holds (2·D): that many in slabs, the rest in ordinary
-        // blocks that add to the dW the slab block wrote (4 ordinary blocks become 3); far
-        // rows in both.
-        Case{"bf16_mat_slabs_mixed_n6000_d2048_v32000_softcap_ignore_budget100", BF, 6000,
+        // blocks that add to the dW the slab block wrote; far rows in both. [Note: slab
+        // tails]: where it saves a block, the rows past 2·D of every slab in the
+        // workspace's tails (6000: 4736 rows in slabs and 1 block instead of 2; 3500: 2560
+        // and 1; 2500: all rows in one block, 452 in the tails); 5000: no tails (they would
+        // not save a block), 2 blocks of 1536 after 2048 rows in slabs.
+        Case{"bf16_mat_slabs_tails_mixed_n6000_d2048_v32000_softcap_ignore_budget100", BF, 6000,
              2048, 32000, 30.0, 5, R::Mean, F32, DType::I64, true, Precision::Fast,
              Logits::Random, 100},
-        Case{"bf16_mat_slabs_mixed_far_n3500_d1024_v32000_i32_budget72", BF, 3500, 1024, 32000,
-             {}, 0, R::Sum, F32, I32, true, Precision::Fast, Logits::Far, 72},
+        Case{"bf16_mat_slabs_tails_mixed_far_n3500_d1024_v32000_i32_budget72", BF, 3500, 1024,
+             32000, {}, 0, R::Sum, F32, I32, true, Precision::Fast, Logits::Far, 72},
+        Case{"bf16_mat_slabs_tails_far_n2500_d1024_v32000_ignore_budget100", BF, 2500, 1024,
+             32000, {}, 7, R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Far, 100},
+        Case{"bf16_mat_slabs_mixed_peaked_n5000_d1024_v32000_budget100", BF, 5000, 1024, 32000,
+             {}, 0, R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Peaked, 100},
         // [Note: values scaled in place]: budgets too small for the ordinary materialized
         // blocks: the slab-only Program, the values scaled in place after dA and dB over
         // the unscaled A (softcap's constant reference, the per-row reference with far rows
@@ -350,11 +362,14 @@ INSTANTIATE_TEST_SUITE_P(
              128256, {}, 5, R::Mean, F32, DType::I64, true, Precision::Fast, Logits::Random,
              64},
         // [Note: dA widths per launch]: Programs with a second dA width; the first runs
-        // it for its one block (1025 rows), the Gemma-2 head at N = 8192 for the slab block
-        // and the 4 x 896 after it (Planner.LhsWidthsPerLaunch checks the choices).
+        // it for its one block (1025 rows), the second for its one slab block, 512 of
+        // whose rows lie in the tails (Planner.LhsWidthsPerLaunch checks the choices).
         Case{"bf16_mat_widths_n1025_d768_v32000", BF, 1025, 768, 32000, {}, 0, R::Mean, F32},
-        Case{"bf16_mat_widths_n8192_d2304_v256000_softcap_ignore", BF, 8192, 2304, 256000, 30.0,
-             9, R::Mean, F32},
+        Case{"bf16_mat_widths_slabs_tails_n2048_d768_v256000", BF, 2048, 768, 256000, {}, 0,
+             R::Mean, F32},
+        // The Gemma-2 head at N = 8192: 5120 rows in slabs (512 in the tails), then 3 x 1024.
+        Case{"bf16_mat_slabs_tails_mixed_n8192_d2304_v256000_softcap_ignore", BF, 8192, 2304,
+             256000, 30.0, 9, R::Mean, F32},
         // N * V > 2^31 (element indices past int32).
         Case{"bf16_n20000_d64_v128256_nv_over_2e31", BF, 20000, 64, 128256, {}, 0, R::Mean,
              F32}),

@@ -1133,15 +1133,16 @@ TEST(Planner, LhsTileWidthOverCalls) {
       << "48 tiles of 256 in halves: one round of half tiles";
 }
 
-/// [Note: dA widths per launch]: Gemma-2's head (the bucket of N = 8192) gets a 128-wide
-/// copy of its 192-wide dA, and each row block's launch runs exactly one of them: at
-/// N = 8192 the 4608 rows in slabs and the 4 x 896 after them the 128, at N = 16384 the
-/// slab block the 128 and the 1024-row blocks the 192, at N = 4097 (one block) the 192.
-/// Llama-3's head keeps one width, and so does a width given by the caller.
+/// [Note: dA widths per launch]: a head of D = 768 and V = 256000 (the bucket of N = 4096)
+/// gets a 192-wide copy of its 256-wide dA, and each row block's launch runs exactly one of
+/// them: the 2048 rows of N = 2048 (one slab block, 512 of its rows in the tails: [Note:
+/// slab tails]) the 192, N = 1025 (one block) the 256. Gemma-2's head (N = 8192: 5120
+/// rows in slabs, then 3 x 1024) now keeps one width, the 192, for every launch; Llama-3's
+/// head keeps one width, and so does a width given by the caller.
 TEST(Planner, LhsWidthsPerLaunch) {
-  plan::PlanOptions o = wgmmaOptions(8192);
+  plan::PlanOptions o = wgmmaOptions(4096);
   o.workspaceBudgetBytes = int64_t(512) << 20;
-  const plan::Program g = lceFused(2304, 256000, DType::BF16, 30.0)->plan(o);
+  const plan::Program g = lceFused(768, 256000, DType::BF16, std::nullopt)->plan(o);
   int32_t primary = -1, alt = -1;
   for (int32_t i = 0; i < static_cast<int32_t>(g.kernels.size()); ++i)
     if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&g.kernels[static_cast<size_t>(i)].body))
@@ -1151,36 +1152,39 @@ TEST(Planner, LhsWidthsPerLaunch) {
   const auto &pd = std::get<plan::GemmDLhsKernel>(g.kernels[static_cast<size_t>(primary)].body);
   const auto &ad = std::get<plan::GemmDLhsKernel>(g.kernels[static_cast<size_t>(alt)].body);
   EXPECT_EQ(ad.alternativeOf, primary);
-  EXPECT_EQ(pd.tile.bn, 192);
-  EXPECT_EQ(ad.tile.bn, 128);
-  EXPECT_EQ(g.kernels[static_cast<size_t>(alt)].name, "lce_dlhs0_w128");
-  EXPECT_NE(decision(g, "dA widths per launch ([Note: dA widths per launch]): lce_dlhs0_w128 "
-                        "also at 128x128x64"),
+  EXPECT_EQ(pd.tile.bn, 256);
+  EXPECT_EQ(ad.tile.bn, 192);
+  EXPECT_EQ(g.kernels[static_cast<size_t>(alt)].name, "lce_dlhs0_w192");
+  EXPECT_NE(decision(g, "dA widths per launch ([Note: dA widths per launch]): lce_dlhs0_w192 "
+                        "also at 128x192x64"),
             "");
   // The dA launches of a run: (rows, width), one per row block.
-  auto launches = [&](int64_t n) {
-    const plan::RunSchedule s = g.runSchedule(n, /*outputFree=*/true);
+  auto launches = [](const plan::Program &p, int64_t n) {
+    const plan::RunSchedule s = p.runSchedule(n, /*outputFree=*/true);
     std::vector<std::pair<int64_t, int32_t>> out;
-    for (const plan::LaunchItem &it : g.expand(s))
+    for (const plan::LaunchItem &it : p.expand(s))
       if (const auto *d = std::get_if<plan::GemmDLhsKernel>(
-              &g.kernels[static_cast<size_t>(it.kernel)].body))
+              &p.kernels[static_cast<size_t>(it.kernel)].body))
         out.push_back({it.rows, d->tile.bn});
     EXPECT_EQ(static_cast<int64_t>(out.size()), s.rowBlocks) << s.describe();
     return out;
   };
   using L = std::vector<std::pair<int64_t, int32_t>>;
-  EXPECT_EQ(launches(8192), (L{{4608, 128}, {896, 128}, {896, 128}, {896, 128}, {896, 128}}));
-  const L big = launches(16384);
-  ASSERT_GE(big.size(), 3u);
-  EXPECT_EQ(big[0], (std::pair<int64_t, int32_t>{4608, 128}));
-  EXPECT_EQ(big[1], (std::pair<int64_t, int32_t>{1024, 192}));
-  EXPECT_EQ(launches(4097), (L{{4097, 192}}));
+  EXPECT_EQ(g.runSchedule(2048, true).slabRows, 2048);
+  EXPECT_EQ(g.runSchedule(2048, true).slabHead, 1536);
+  EXPECT_EQ(launches(g, 2048), (L{{2048, 192}}));
+  EXPECT_EQ(launches(g, 1025), (L{{1025, 256}}));
+  // Gemma-2's head: one width for the slab block with tails and the blocks after it.
+  plan::PlanOptions o8 = wgmmaOptions(8192);
+  o8.workspaceBudgetBytes = int64_t(512) << 20;
+  const plan::Program gemma = lceFused(2304, 256000, DType::BF16, 30.0)->plan(o8);
+  EXPECT_EQ(launches(gemma, 8192), (L{{5120, 192}, {1024, 192}, {1024, 192}, {1024, 192}}));
   // Llama-3's head: one width; a width given by the caller: one width.
   const plan::Program llama = lceFused(4096, 128256, DType::BF16, std::nullopt)->plan(o);
   plan::PlanOptions given = o;
   given.lhsTileWidth = 192;
-  const plan::Program g192 = lceFused(2304, 256000, DType::BF16, 30.0)->plan(given);
-  for (const plan::Program *p : {&llama, &g192}) {
+  const plan::Program g192 = lceFused(768, 256000, DType::BF16, std::nullopt)->plan(given);
+  for (const plan::Program *p : {&llama, &g192, &gemma}) {
     int dAs = 0;
     for (const plan::Kernel &k : p->kernels)
       if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&k.body)) {

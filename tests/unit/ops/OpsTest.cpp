@@ -1289,27 +1289,61 @@ TEST(OpsSlabs, TakenExactlyWhereTheCallOverwritesAnF32DwAndTheRowsFit) {
     EXPECT_NE(free.describe().find("slabs of 128 columns"), std::string::npos)
         << free.describe();
   }
-  // More rows than a slab holds: the most a slab holds first, ordinary blocks after, fewer
-  // blocks (f32 passes of dW) than the ordinary schedule's, no more workspace.
-  for (int64_t n : {int64_t(8193), int64_t(12000), int64_t(20000), int64_t(32768)}) {
+  // More rows than a slab holds: the most a slab holds first (its head), and the rows past
+  // it in the workspace's tails where that saves an ordinary block ([Note: slab tails]);
+  // ordinary blocks after, fewer (f32 passes of dW) than the ordinary schedule's, no more
+  // workspace than the budget.
+  for (int64_t n : {int64_t(8193), int64_t(8400), int64_t(10000), int64_t(12000),
+                    int64_t(20000), int64_t(32768)}) {
+    SCOPED_TRACE(n);
     const plan::Program &q = slabLookup(jit, n).compiled->program;
     const plan::RunSchedule ordinary = q.runSchedule(n), free = q.runSchedule(n, true);
     ASSERT_GT(free.slabGroup, 0) << free.describe();
-    EXPECT_EQ(free.slabRows, 8192) << free.describe();
-    EXPECT_EQ(free.rowBlocks, 1 + (n - 8192 + free.rowsPerBlock - 1) / free.rowsPerBlock);
+    EXPECT_EQ(free.slabHead, 8192) << free.describe();
+    EXPECT_GE(free.slabRows, 8192) << free.describe();
+    EXPECT_EQ(free.rowBlocks,
+              free.slabRows == n ? 1
+                                 : 1 + (n - free.slabRows + free.rowsPerBlock - 1) /
+                                           free.rowsPerBlock);
     EXPECT_LT(free.rowBlocks, ordinary.rowBlocks) << free.describe();
-    EXPECT_LE(free.rowsPerBlock, ordinary.rowsPerBlock);
-    EXPECT_EQ(free.rowsPerBlock % 128, 0);
+    EXPECT_LE(free.rowsPerBlock, std::max(ordinary.rowsPerBlock, n));
     EXPECT_LE(free.workspaceBytes, int64_t(512) << 20);
-    EXPECT_NE(free.describe().find("then "), std::string::npos) << free.describe();
+    if (free.slabRows < n) {
+      EXPECT_EQ(free.rowsPerBlock % 128, 0);
+      EXPECT_NE(free.describe().find("then "), std::string::npos) << free.describe();
+      // Tails only where they save a block: without them the rest takes more blocks of
+      // at most the ordinary schedule's rows (and at most as many rows as these).
+      if (free.slabRows > 8192)
+        EXPECT_GT((n - 8192 + free.rowsPerBlock - 1) / free.rowsPerBlock, free.rowBlocks - 1)
+            << free.describe();
+      // The tails are the fewest rows that leave this many blocks: 128 rows fewer would
+      // need another (or exceed the ordinary blocks' rows).
+      if (free.slabRows > 8192)
+        EXPECT_GT(n - (free.slabRows - 128), (free.rowBlocks - 1) * free.rowsPerBlock)
+            << free.describe();
+    }
+    if (free.slabRows > 8192)
+      EXPECT_NE(free.describe().find("rows 8192 on of each slab in the workspace's tails"),
+                std::string::npos)
+          << free.describe();
   }
-  // Gemma-2's head: 4608 rows (2·D) in slabs, then ordinary blocks.
+  // A few rows past 2·D: one block, their values in the tails.
+  {
+    const plan::RunSchedule free = slabLookup(jit, 8193).compiled->program.runSchedule(8193, true);
+    EXPECT_EQ(free.rowBlocks, 1) << free.describe();
+    EXPECT_EQ(free.slabRows, 8193);
+  }
+  // Gemma-2's head: 4608 rows (2·D) in each slab's region, 512 more in its tail, then 3
+  // ordinary blocks of 1024 rows (without tails: 4 of 896).
   const SlabShape b{8192, 2304, 256000, 512, 30.0};
   ops::LceJit jitB(slabOptions(b));
   const plan::Program &pb = slabLookup(jitB, b.n).compiled->program;
   const plan::RunSchedule ob = pb.runSchedule(b.n), fb = pb.runSchedule(b.n, true);
   ASSERT_GT(fb.slabGroup, 0) << fb.describe();
-  EXPECT_EQ(fb.slabRows, 4608);
+  EXPECT_EQ(fb.slabHead, 4608);
+  EXPECT_EQ(fb.slabRows, 5120) << fb.describe();
+  EXPECT_EQ(fb.rowBlocks, 4) << fb.describe();
+  EXPECT_EQ(fb.rowsPerBlock, 1024) << fb.describe();
   EXPECT_LT(fb.rowBlocks, ob.rowBlocks) << fb.describe() << " against " << ob.describe();
   EXPECT_LE(fb.workspaceBytes, int64_t(512) << 20);
   // The op's workspace query answers for both kinds of call.
@@ -1422,10 +1456,12 @@ TEST(OpsSlabs, LeanBudgetServesOnlyTheCallsWhoseValuesFitDw) {
 }
 
 /// The property that makes the slabs safe, on the launches and addresses the executor
-/// makes (synthetic buffers): the forward writes every slab where dA's maps and each dB
-/// launch's map read it; dA runs before any dB; every dB launch reads slabs nothing has
-/// overwritten, in one place, and writes only bytes of dW whose slabs every reader has
-/// read already; the dB launches of each part cover dW's rows once.
+/// makes (synthetic buffers): the forward writes every slab (its head and, [Note: slab
+/// tails], its tail) where dA's maps and each dB launch's maps read it; dA runs before any
+/// dB; every dB launch reads slabs nothing has overwritten, in one place, and writes only
+/// bytes of dW whose slabs every reader has read already; the tails and the workspace's
+/// slabs lie in the workspace, clear of dB's other operand; the dB launches of each part
+/// cover dW's rows once.
 TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
   for (const SlabShape &s : {SlabShape{8192, 4096, 128256, 512, std::nullopt},
                              SlabShape{4097, 4096, 128256, 512, 30.0},
@@ -1435,6 +1471,9 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
                              SlabShape{10000, 4096, 128256, 512, std::nullopt},
                              SlabShape{8192, 2304, 256000, 512, 30.0},
                              SlabShape{5000, 1024, 32000, 100, std::nullopt},
+                             // [Note: slab tails]: one block, and blocks after the tails.
+                             SlabShape{8193, 4096, 128256, 512, std::nullopt},
+                             SlabShape{2500, 1024, 32000, 100, 30.0},
                              // [Note: values scaled in place]: slab-only Programs.
                              SlabShape{8192, 4096, 128256, 64, std::nullopt},
                              SlabShape{4097, 4096, 128256, 64, 30.0},
@@ -1452,10 +1491,13 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
     b.workspace = 0x70000000000;
     b.workspaceBytes = sched.workspaceBytes;
     runtime::ExecutionPlan ep = runtime::planExecution(p, b, sched);
-    const int64_t slabBytes = sched.slabRows * 256, regionBytes = 128 * s.d * 4;
+    const int64_t head = std::min(sched.slabHead, sched.slabRows);
+    const int64_t slabBytes = head * 256, tailBytes = (sched.slabRows - head) * 256,
+                  regionBytes = 128 * s.d * 4;
     size_t lastSlabGemm = 0, firstOrdinary = std::numeric_limits<size_t>::max();
-    // Where the forward puts slab i (its SlabSplit, SlabStride, SlabBase and values pointer).
-    std::vector<CUdeviceptr> at;
+    // Where the forward puts slab i's head and tail (its SlabSplit, SlabStride, SlabBase,
+    // SlabHead and values pointer).
+    std::vector<CUdeviceptr> at, tailAt;
     int fwd = -1, dA = -1, firstDb = -1, scale = -1;
     std::vector<std::pair<size_t, std::vector<std::pair<CUdeviceptr, int64_t>>>> writes;
     std::map<int64_t, std::vector<size_t>> readers; // slab -> launches reading it
@@ -1506,9 +1548,16 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
           if (params[i].kind == plan::Param::Kind::Pointer && params[i].buf == g->stored->values)
             values = r.args[i].value.pointer;
         EXPECT_EQ(split, sched.slabSplit);
-        for (int64_t i = 0; i < sched.slabs; ++i)
+        EXPECT_EQ(arg(plan::Param::Kind::SlabHead).value.i64, head);
+        const CUdeviceptr tails = base2 + static_cast<CUdeviceptr>((sched.slabs - split) * slabBytes);
+        for (int64_t i = 0; i < sched.slabs; ++i) {
           at.push_back(i < split ? values + static_cast<CUdeviceptr>(i * stride * 2)
                                  : base2 + static_cast<CUdeviceptr>((i - split) * slabBytes));
+          tailAt.push_back(tails + static_cast<CUdeviceptr>(i * tailBytes));
+        }
+        // The workspace's slabs and the tails lie in the workspace.
+        EXPECT_LE(tails + static_cast<CUdeviceptr>(sched.slabs * tailBytes),
+                  b.workspace + static_cast<CUdeviceptr>(sched.workspaceBytes));
         // Slabs in dW lie inside it, one per region, and shifted by the group.
         for (int64_t i = 0; i < split; ++i) {
           EXPECT_EQ(at[static_cast<size_t>(i)], dw + static_cast<CUdeviceptr>((i + sched.slabGroup) * regionBytes));
@@ -1518,15 +1567,25 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
           EXPECT_GE(at[static_cast<size_t>(i)], b.workspace);
       } else if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&k.body)) {
         dA = static_cast<int>(li);
-        ASSERT_EQ(r.maps.size(), 3u);
-        const runtime::Sm90Operand &a1 = r.maps[0], &a2 = r.maps[2];
+        ASSERT_EQ(r.maps.size(), 4u);
+        const runtime::Sm90Operand &a1 = r.maps[0], &a2 = r.maps[2], &tail = r.maps[3];
         EXPECT_EQ(a1.slabs + a2.slabs, sched.slabs);
         EXPECT_EQ(arg(plan::Param::Kind::SlabSplit).value.i64, a1.slabs);
+        EXPECT_EQ(arg(plan::Param::Kind::SlabHead).value.i64, head);
+        EXPECT_EQ(arg(plan::Param::Kind::N).value.i64, sched.slabRows);
+        if (tailBytes > 0)
+          EXPECT_EQ(head % 128, 0) << "dA's row tiles lie wholly in the heads or the tails";
         for (int64_t i = 0; i < sched.slabs; ++i) {
           const runtime::Sm90Operand &m = i < a1.slabs ? a1 : a2;
           const int64_t j = i < a1.slabs ? i : i - a1.slabs;
           EXPECT_EQ(m.data + static_cast<CUdeviceptr>(j * m.slabStride * 2), at[static_cast<size_t>(i)]) << "slab " << i;
-          EXPECT_EQ(m.rows, sched.slabRows);
+          EXPECT_EQ(m.rows, head);
+          if (tailBytes > 0) {
+            EXPECT_EQ(tail.data + static_cast<CUdeviceptr>(i * tail.slabStride * 2),
+                      tailAt[static_cast<size_t>(i)]) << "slab " << i;
+            EXPECT_EQ(tail.rows, sched.slabRows - head);
+            EXPECT_EQ(tail.slabs, sched.slabs);
+          }
           readers[i].push_back(li);
         }
         (void)d;
@@ -1547,6 +1606,7 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
           if (params[i].kind == plan::Param::Kind::Pointer && params[i].buf == f->dz)
             values = r.args[i].value.pointer;
         EXPECT_EQ(arg(plan::Param::Kind::N).value.i64, sched.slabRows);
+        EXPECT_EQ(arg(plan::Param::Kind::SlabHead).value.i64, head);
         EXPECT_EQ(r.dims.grid[1], sched.slabs) << "a y block per slab";
         ASSERT_EQ(static_cast<int64_t>(at.size()), sched.slabs);
         for (int64_t i = 0; i < sched.slabs; ++i)
@@ -1557,7 +1617,9 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
       } else if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body)) {
         if (firstDb < 0)
           firstDb = static_cast<int>(li);
-        const runtime::Sm90Operand &a = r.maps[0], &out = r.maps[2];
+        const runtime::Sm90Operand &a = r.maps[0], &out = r.maps[2], &tail = r.maps.back();
+        ASSERT_EQ(r.maps.size(), 4u);
+        EXPECT_EQ(arg(plan::Param::Kind::SlabHead).value.i64, head);
         if (p.schedule.slabOnly) {
           // dB's B operand: the unscaled A (the input H, all of its columns).
           EXPECT_EQ(r.maps[1].data, b.inputs[0]);
@@ -1574,11 +1636,30 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
         EXPECT_EQ(c0 % 128, 0);
         EXPECT_EQ(a.slabs, (cc + 127) / 128);
         EXPECT_LE(a.slabs, sched.slabGroup + 1);
-        EXPECT_EQ(a.k, sched.slabRows);
+        EXPECT_EQ(a.k, head);
+        if (tailBytes > 0)
+          EXPECT_EQ(head % 64, 0) << "dB's k-blocks lie wholly in the heads or the tails";
         for (int64_t j = 0; j < a.slabs; ++j) {
           EXPECT_EQ(a.data + static_cast<CUdeviceptr>(j * a.slabStride * 2),
                     at[static_cast<size_t>(c0 / 128 + j)]) << "slab " << c0 / 128 + j;
+          if (tailBytes > 0) {
+            EXPECT_EQ(tail.k, sched.slabRows - head);
+            EXPECT_EQ(tail.slabs, a.slabs);
+            EXPECT_EQ(tail.data + static_cast<CUdeviceptr>(j * tail.slabStride * 2),
+                      tailAt[static_cast<size_t>(c0 / 128 + j)]) << "slab " << c0 / 128 + j;
+          }
           readers[c0 / 128 + j].push_back(li);
+        }
+        // dB's other operand (the scaled A, in the values' buffer after the slabs and the
+        // tails, or the input) overlaps no slab of the workspace and no tail.
+        const runtime::Sm90Operand &bop = r.maps[1];
+        const CUdeviceptr bLo = bop.data, bHi = bop.data + static_cast<CUdeviceptr>(bop.k * bop.ld * 2);
+        for (int64_t i = 0; i < sched.slabs; ++i) {
+          const CUdeviceptr hs = at[static_cast<size_t>(i)], ts = tailAt[static_cast<size_t>(i)];
+          EXPECT_FALSE(bLo < hs + static_cast<CUdeviceptr>(slabBytes) && hs < bHi) << "slab " << i;
+          if (tailBytes > 0)
+            EXPECT_FALSE(bLo < ts + static_cast<CUdeviceptr>(tailBytes) && ts < bHi)
+                << "tail " << i;
         }
         EXPECT_EQ(out.rows, cc);
         EXPECT_EQ(out.data, dw + static_cast<CUdeviceptr>((c0 * out.ld + d->outCol0) * 4));
@@ -1610,13 +1691,18 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
     for (const auto &[li, ranges] : writes)
       for (const auto &[lo, bytes] : ranges)
         for (int64_t i = 0; i < sched.slabs; ++i) {
-          const CUdeviceptr sl = at[static_cast<size_t>(i)];
-          if (!(lo < sl + static_cast<CUdeviceptr>(slabBytes) && sl < lo + static_cast<CUdeviceptr>(bytes)))
+          const CUdeviceptr sl = at[static_cast<size_t>(i)], tl = tailAt[static_cast<size_t>(i)];
+          const CUdeviceptr hi = lo + static_cast<CUdeviceptr>(bytes);
+          if (!(lo < sl + static_cast<CUdeviceptr>(slabBytes) && sl < hi) &&
+              !(tailBytes > 0 && lo < tl + static_cast<CUdeviceptr>(tailBytes) && tl < hi))
             continue;
           for (size_t reader : readers[i])
             ASSERT_LT(reader, li) << "launch " << li << " overwrites slab " << i
                                   << " that launch " << reader << " reads";
         }
+    // [Note: slab tails]: the shapes meant to take them do.
+    if (s.n == 8193 || s.n == 2500 || s.v == 256000)
+      EXPECT_GT(sched.slabRows, head) << sched.describe();
   }
 }
 
