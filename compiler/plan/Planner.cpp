@@ -1387,8 +1387,10 @@ private:
           prog_.decisions.push_back(fmt::format(
               "stored values in dW: a call that overwrites {} keeps the stored values of up to "
               "{} rows (its first block) in its memory, in slabs of 128 columns, dB in "
-              "launches that overwrite only slabs already read; the rows after them run in "
-              "ordinary blocks ([Note: stored values in dW])",
+              "launches that overwrite only slabs already read; where that saves an ordinary "
+              "block, the first block takes more rows, their values in the workspace's tails "
+              "([Note: slab tails]); the rows after them run in ordinary blocks ([Note: "
+              "stored values in dW])",
               prog_.outputs[static_cast<size_t>(prog_.schedule.slabOutput)].name,
               slabRowsMax(prog_)));
       }
