@@ -511,10 +511,11 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
   s.workspaceBytes = workspaceOf(g, rows, slabRows);
   s.slabOrdinaryWorkspaceBytes = ordinary.workspaceBytes;
   s.overBudget = false;
-  s.reason = mixed ? "materialized: the first row block's stored values in the gradient's "
-                     "memory ([Note: stored values in dW]), the other blocks' in the workspace"
-                   : "materialized: one row block, its stored values in the gradient's memory "
-                     "([Note: stored values in dW])";
+  s.reason = s.rowBlocks > 1
+                 ? "materialized: the first row block's stored values in the gradient's "
+                   "memory ([Note: stored values in dW]), the other blocks' in the workspace"
+                 : "materialized: one row block, its stored values in the gradient's memory "
+                   "([Note: stored values in dW])";
   return s;
 }
 

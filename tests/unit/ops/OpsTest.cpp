@@ -1332,6 +1332,8 @@ TEST(OpsSlabs, TakenExactlyWhereTheCallOverwritesAnF32DwAndTheRowsFit) {
     const plan::RunSchedule free = slabLookup(jit, 8193).compiled->program.runSchedule(8193, true);
     EXPECT_EQ(free.rowBlocks, 1) << free.describe();
     EXPECT_EQ(free.slabRows, 8193);
+    EXPECT_NE(free.describe().find("materialized: one row block"), std::string::npos)
+        << free.describe();
   }
   // Gemma-2's head: 4608 rows (2·D) in each slab's region, 512 more in its tail, then 3
   // ordinary blocks of 1024 rows (without tails: 4 of 896).
