@@ -468,7 +468,7 @@ std::optional<RunSchedule> chooseSlabs(const Program &p, const RunSchedule &ordi
         });
     const int64_t blocks = longest >= n ? 0 : (n - longest + cap - 1) / cap;
     if (blocks == 0) {
-      slabRows = std::min(longest, (n + tileRows - 1) / tileRows * tileRows);
+      slabRows = n;
     } else {
       const int64_t least = std::max(head, n - blocks * cap);
       slabRows = std::min(longest, (least + tileRows - 1) / tileRows * tileRows);
