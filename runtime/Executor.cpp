@@ -792,6 +792,13 @@ void Executor::launch(const PreparedRun &r, CUstream stream) const {
       cluster.value.clusterDim.z = 1;
       cfg.attrs = &cluster;
       cfg.numAttrs = 1;
+    } else if (l.dims.cooperative) {
+      // [Note: dA stream-K]: CTAs wait on each other, so all of them must be resident; the
+      // driver refuses the launch (an error, not a hang) where they cannot be.
+      cluster.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      cluster.value.cooperative = 1;
+      cfg.attrs = &cluster;
+      cfg.numAttrs = 1;
     }
     CUevent before = trace ? traceEvent(stream) : nullptr;
     CUresult res = d.launchKernelEx(&cfg, f, params, nullptr);
@@ -802,9 +809,10 @@ void Executor::launch(const PreparedRun &r, CUstream stream) const {
       const plan::Kernel &k = program_.kernels[static_cast<size_t>(l.kernel)];
       std::string what = fmt::format(
           "cuLaunchKernelEx of kernel '{}' (row block {}, chunk {}, grid ({}, {}, {}), block {}, {} bytes "
-          "dynamic shared, clusters of {})",
+          "dynamic shared, clusters of {}{})",
           k.name, l.rowBlock, l.chunk, l.dims.grid[0], l.dims.grid[1], l.dims.grid[2],
-          l.dims.block, l.dims.sharedBytes, l.dims.cluster);
+          l.dims.block, l.dims.sharedBytes, l.dims.cluster,
+          l.dims.cooperative ? ", cooperative" : "");
       throwCudaError(res, what.c_str(), __FILE__, __LINE__);
     }
   }

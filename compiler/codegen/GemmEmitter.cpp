@@ -1047,6 +1047,14 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
   if (rowScale)
     roles.add(ctx.bufferName(k.rowScale), "f32 [N] row scale of dZ ([Note: row-scaled "
                                           "stored values])");
+  LCEJIT_CHECK(!k.streamK.valid() || (isWgmma(ctx) && !k.tile.pingpong && k.tile.clusterM == 1),
+               "{}: dA stream-K needs the wgmma mainloop on cooperative consumers without a "
+               "cluster ([Note: dA stream-K])",
+               what);
+  if (k.streamK.valid())
+    roles.add(ctx.bufferName(k.streamK),
+              "stream-K scratch: flags (zeroed) and one partial-tile slot per group of 4 CTAs "
+              "([Note: dA stream-K])");
   std::vector<std::string> about = {
       fmt::format(
           "out[r][j] (+)= {}sum_c dz[r][c] * B[chunk_begin + c][j], k = {}{}",
@@ -1070,6 +1078,10 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
                                 "residual[r] * B[target[r]][j] for 0 <= target[r] < {} "
                                 "([Note: the target-column residual])",
                                 k.cols, k.cols));
+  if (k.streamK.valid())
+    about.push_back("a launch of T tiles on a grid of 4 T / 3 CTAs runs 3 tiles on each group of "
+                    "4 CTAs, each over 3/4 of K, the parts summed through the stream-K slots "
+                    "([Note: dA stream-K])");
   emitKernelHeader(w, ctx, about, roles);
   emitConfig(w, ctx, s);
   auto kb = openGemmKernel(w, ctx, k.tile.threads());
@@ -1082,6 +1094,9 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
   if (isWgmma(ctx)) {
     const std::string &cb = ctx.scalarParamName(Param::Kind::ChunkBegin);
     const std::string &cc = ctx.scalarParamName(Param::Kind::ChunkCols);
+    // [Note: dA stream-K]: the scratch, last, after every argument before it.
+    const bool streamK = k.streamK.valid();
+    const std::string streamArg = streamK ? ", " + ctx.bufferName(k.streamK) : std::string();
     if (res) {
       // [Note: stored values in dW]: the second map and the first slab it holds.
       std::string slabArgs;
@@ -1090,23 +1105,32 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
                                rowScale ? "" : ", nullptr",
                                ctx.scalarParamName(Param::Kind::SlabSplit),
                                ctx.scalarParamName(Param::Kind::SlabHead));
-      // (slabArgs starts with its own comma)
-      w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}, true, {}>(map_a, map_b, {}, {}, "
-             "{}LL, {}, {}, {}, {}, {}, {}LL, {} + {} == {}LL{}{});",
-             ctx.name(), elemTag(k.outType),
-             valueCType(k.residual.targetType), ctx.bufferName(k.out),
+      else if (streamK)
+        slabArgs = fmt::format("{}, lcejit::sm90::SlabA{{}}", rowScale ? "" : ", nullptr");
+      // (slabArgs and streamArg start with their own comma)
+      w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}, true, {}{}>(map_a, map_b, {}, "
+             "{}, {}LL, {}, {}, {}, {}, {}, {}LL, {} + {} == {}LL{}{}{});",
+             ctx.name(), elemTag(k.outType), valueCType(k.residual.targetType),
+             streamK ? ", true" : "", ctx.bufferName(k.out),
              ctx.scalarParamName(Param::Kind::N), k.k, cc, accumulate,
              ctx.bufferName(k.residual.buf), ctx.bufferName(k.residual.target),
              ctx.bufferName(k.b), k.cols, cb, cc, k.cols,
-             rowScale ? ", " + ctx.bufferName(k.rowScale) : std::string(),
-             slabArgs);
+             rowScale ? ", " + ctx.bufferName(k.rowScale) : std::string(), slabArgs,
+             streamArg);
       return;
     }
     LCEJIT_CHECK(!k.slabs, "{}: dA over slabs takes the residual epilogue", what);
-    w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}>(map_a, map_b, {}, {}, {}LL, {}, "
-           "{});",
-           ctx.name(), elemTag(k.outType), ctx.bufferName(k.out),
-           ctx.scalarParamName(Param::Kind::N), k.k, cc, accumulate);
+    if (streamK)
+      w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}, false, long long, true>(map_a, "
+             "map_b, {}, {}, {}LL, {}, {}, nullptr, nullptr, nullptr, 0, false, nullptr, "
+             "lcejit::sm90::SlabA{{}}{});",
+             ctx.name(), elemTag(k.outType), ctx.bufferName(k.out),
+             ctx.scalarParamName(Param::Kind::N), k.k, cc, accumulate, streamArg);
+    else
+      w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}>(map_a, map_b, {}, {}, {}LL, {}, "
+             "{});",
+             ctx.name(), elemTag(k.outType), ctx.bufferName(k.out),
+             ctx.scalarParamName(Param::Kind::N), k.k, cc, accumulate);
     return;
   }
   if (res) {

@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -1670,6 +1671,69 @@ private:
               at != st.loopKernels.end())
             st.loopKernels.insert(at + 1, idx);
     }
+    addLhsStreamK(ns, blocks, free);
+  }
+
+  /// [Note: dA stream-K] (SchedulePolicy.h): the scratch of the dA launches plan::lhsStreamK
+  /// takes, where one of the sampled launches (`blocks`, of calls with N in `ns`) is one,
+  /// and only where the scratch leaves every sampled run schedule as it was (the budget's
+  /// rows are worth more than the stream-K).
+  void addLhsStreamK(const std::vector<int64_t> &ns, const std::vector<int64_t> &blocks,
+                     bool free) {
+    if (!opt_.daStreamK)
+      return;
+    const int64_t kblocks = (prog_.loopCols + 63) / 64;
+    const int32_t sms = opt_.target.numSMs;
+    std::vector<int32_t> takers;
+    int32_t widest = 0;
+    int64_t example = 0, exampleTiles = 0;
+    for (int32_t i = 0; i < static_cast<int32_t>(prog_.kernels.size()); ++i) {
+      const auto *d = std::get_if<GemmDLhsKernel>(&prog_.kernels[static_cast<size_t>(i)].body);
+      if (!d || d->math != MathMode::WgmmaBF16 || d->tile.pingpong || d->tile.clusterM != 1)
+        continue;
+      takers.push_back(i);
+      for (int64_t rows : blocks) {
+        const int64_t tiles = ((rows + 127) / 128) * ((d->k + d->tile.bn - 1) / d->tile.bn);
+        if (chooseSplitK(tiles, kblocks, sms, d->tile.splitK) == 1 &&
+            lhsStreamK(tiles, kblocks, sms)) {
+          widest = std::max(widest, d->tile.bn);
+          if (example == 0) {
+            example = rows;
+            exampleTiles = tiles;
+          }
+        }
+      }
+    }
+    if (widest == 0)
+      return;
+    auto schedules = [&] {
+      std::vector<std::array<int64_t, 10>> out;
+      for (int64_t n : ns) {
+        const RunSchedule r = prog_.runSchedule(n, free);
+        out.push_back({r.rowsPerBlock, r.rowBlocks, r.chunkCols, r.chunks, r.splits,
+                       r.slabGroup, r.slabRows, r.slabSplit, r.slabHead, r.overBudget});
+      }
+      return out;
+    };
+    const auto before = schedules();
+    const int64_t bytes = lhsStreamKBytes(widest, sms);
+    const BufferRef scratch = addWorkspace("dlhs_stream_k", 0, bytes, BufferInit::Zero);
+    if (schedules() != before) {
+      prog_.workspace.pop_back();
+      prog_.decisions.push_back(fmt::format(
+          "dA stream-K ([Note: dA stream-K]): not taken: its {} bytes of scratch would change "
+          "the run schedules of calls with N = {}",
+          bytes, fmt::join(ns, ", ")));
+      return;
+    }
+    for (int32_t i : takers)
+      std::get<GemmDLhsKernel>(prog_.kernels[static_cast<size_t>(i)].body).streamK = scratch;
+    prog_.decisions.push_back(fmt::format(
+        "dA stream-K ([Note: dA stream-K]): a launch of T tiles, T a multiple of 3 that does "
+        "not split K, on 4 T / 3 CTAs: 3 tiles to each group of 4, every CTA over 3/4 of K "
+        "(of the sampled launches: {} rows, {} tiles of 128x{} on {} SMs, {} CTAs); {} bytes "
+        "of scratch",
+        example, exampleTiles, widest, sms, exampleTiles / 3 * 4, bytes));
   }
 
   /// [Note: row blocks] The steps from the first fused GEMM to the last step of the

@@ -71,6 +71,10 @@ struct PlanOptions {
   /// K, when the call's tiles would leave SMs idle ([Note: sm90 split-K] in
   /// lcejit_sm90.cuh). Off only for comparisons (LCEJIT_SPLIT_K=0).
   bool splitK = true;
+  /// wgmma: a dA launch whose 3k tiles fill fewer than three quarters of the SMs runs 3
+  /// tiles on each group of 4 CTAs ([Note: dA stream-K] in SchedulePolicy.h). Off only for
+  /// comparisons (LCEJIT_DA_STREAMK=0).
+  bool daStreamK = true;
   /// The materialized schedule may keep a call's stored values in the memory of the f32 dW
   /// it overwrites ([Note: stored values in dW] in SchedulePolicy.h). Off only for
   /// comparisons (LCEJIT_STORE_IN_OUTPUT=0).

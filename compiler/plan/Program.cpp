@@ -271,6 +271,8 @@ static json kernelBodyJson(const Kernel &k) {
             j["slabs"] = true;
           if (b.alternativeOf >= 0)
             j["alternative_of"] = b.alternativeOf;
+          if (b.streamK.valid())
+            j["stream_k"] = toJ(b.streamK);
         } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
           j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
                    {"format", dzFormatName(b.format)}, {"a_type", std::string(dtypeName(b.aType))},
@@ -532,6 +534,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.residual.buf);
     pl.addBuffer(k.residual.target);
     pl.addBuffer(k.rowScale);
+    pl.addBuffer(k.streamK);
     pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
@@ -905,6 +908,14 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
         d.cluster = split;
         return d;
       }
+      // [Note: dA stream-K]: 3 tiles to each group of 4 CTAs, all resident at once.
+      const int64_t tiles = ceilDiv(rows, 128) * ceilDiv(cols, t.bn);
+      if (std::get<GemmDLhsKernel>(kernel.body).streamK.valid() &&
+          lhsStreamK(tiles, ceilDiv(cc, 64), target.numSMs)) {
+        d.grid[0] = tiles / 3 * 4;
+        d.cooperative = true;
+        return d;
+      }
       break;
     }
     case KernelKind::GemmDRhs: rows = cc; cols = std::get<GemmDRhsKernel>(kernel.body).k; break;
@@ -1136,6 +1147,7 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             f(b.residual.buf);
             f(b.residual.target);
             f(b.rowScale);
+            f(b.streamK);
           } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
             f(b.dz);
             f(b.dzLo);

@@ -481,6 +481,10 @@ struct GemmDLhsKernel {
   /// Program's dA) with another tile width; each launch of the loop runs exactly one of
   /// them (Program::launches).
   int32_t alternativeOf = -1;
+  /// [Note: dA stream-K] (SchedulePolicy.h) When valid, the workspace scratch
+  /// (lhsStreamKBytes, zeroed) through which a launch that plan::lhsStreamK takes hands
+  /// partial tiles from CTA to CTA; such launches run 4 T / 3 CTAs.
+  BufferRef streamK;
   bool operator==(const GemmDLhsKernel &) const = default;
 };
 
@@ -770,6 +774,9 @@ struct LaunchDims {
   int32_t block = 128;
   int32_t sharedBytes = 0;
   int32_t cluster = 1; ///< CTAs per thread-block cluster along x (TileConfig::clusterM)
+  /// Every CTA must be resident at once ([Note: dA stream-K]: CTAs wait on each other's
+  /// partial tiles): launched cooperatively, so the driver refuses a grid that cannot be.
+  bool cooperative = false;
 };
 
 /// [Note: the run schedule] A Program is planned once per bucket, but how a call with N

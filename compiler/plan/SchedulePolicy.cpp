@@ -330,6 +330,16 @@ int32_t chooseSplitK(int64_t tiles, int64_t kblocks, int32_t numSMs, int32_t max
   return best;
 }
 
+bool lhsStreamK(int64_t tiles, int64_t kblocks, int32_t numSMs) {
+  const int64_t sms = std::max<int32_t>(numSMs, 1);
+  return tiles > 0 && tiles % 3 == 0 && tiles / 3 * 4 <= sms && kblocks >= 16;
+}
+
+int64_t lhsStreamKBytes(int32_t bn, int32_t numSMs) {
+  const int64_t groups = std::max<int32_t>(numSMs, 4) / 4;
+  return kStreamKFlagBytes + groups * 2 * 128 * (bn / 2) * 4;
+}
+
 RunSchedule chooseRunSchedule(const Program &p, int64_t n, bool outputFree) {
   RunSchedule s = chooseBlocksAndChunks(p, n);
   if (outputFree)

@@ -178,6 +178,26 @@ double lhsLaunchCost(int64_t rows, int64_t k, int64_t kblocks, int32_t numSMs,
 /// table test pins it.
 int32_t chooseSplitK(int64_t tiles, int64_t kblocks, int32_t numSMs, int32_t maxSplit);
 
+/// [Note: dA stream-K] A wgmma dA launch of one round of tiles leaves SMs idle for all of
+/// K (V k-blocks): Gemma-2's 1024-row blocks are 96 tiles of 128 x 192 on 132 SMs. Those
+/// SMs cost time: the same blocks at 1408 rows (132 tiles) ran dA in 2.37 ms against 2.35
+/// at 1024 (docs/performance.md, session 20), so dA alone is not held by the power cap (the
+/// dB of session 12's overlap was). Clusters of 4 splitting K over three rounds measured 7 %
+/// slower ([Note: sm90 split-K] above), and a 144-wide tile needs the 32-byte swizzle,
+/// which halved the mainloop (docs/hopper.md, session 20). So such a launch of T tiles
+/// (T a multiple of 3) runs on 4 T / 3 CTAs, every one resident at once: each group of 4
+/// CTAs takes 3 tiles, every CTA 3/4 of a tile's k-blocks, the two parts of a split tile
+/// ending together and summed in a fixed order through a slot of the workspace
+/// (StreamKTiles in lcejit_sm90.cuh has the schedule): one round of CTAs that ends in 3/4
+/// of the time of one round of tiles, less the exchanges. Taken where chooseSplitK does not
+/// split (T > SMs / 2), 4 T / 3 fits the SMs and a CTA's shortest part is at least 4
+/// k-blocks. Pure; a table test pins it.
+bool lhsStreamK(int64_t tiles, int64_t kblocks, int32_t numSMs);
+/// Bytes of the dA stream-K scratch for tiles `bn` wide on `numSMs` SMs: the groups' flags
+/// (kStreamKFlagBytes, zeroed) and one slot of 2 x 128 x bn / 2 floats per group of 4 SMs.
+int64_t lhsStreamKBytes(int32_t bn, int32_t numSMs);
+inline constexpr int64_t kStreamKFlagBytes = 1024; ///< lcejit_sm90.cuh STREAM_K_FLAG_BYTES
+
 /// Bytes of one workspace buffer for `n` rows, blocks of `rowsPerBlock` rows and chunks of
 /// `chunkCols` columns, before alignment.
 int64_t bufferBytes(const BufferSpec &b, int64_t n, int64_t rowsPerBlock, int64_t chunkCols);

@@ -43,6 +43,7 @@ constexpr std::string_view kExactTarget = "LCEJIT_EXACT_TARGET";
 constexpr std::string_view kMulticast = "LCEJIT_MULTICAST";
 constexpr std::string_view kRowScaled = "LCEJIT_ROW_SCALED";
 constexpr std::string_view kSplitK = "LCEJIT_SPLIT_K";
+constexpr std::string_view kDaStreamK = "LCEJIT_DA_STREAMK";
 constexpr std::string_view kStoreInOutput = "LCEJIT_STORE_IN_OUTPUT";
 constexpr std::string_view kDaTile = "LCEJIT_DA_TILE";
 
@@ -74,6 +75,7 @@ struct Values {
   bool multicast = true;
   bool rowScaled = true;
   bool splitK = true;
+  bool daStreamK = true;
   bool storeInOutput = true;
 };
 
@@ -255,6 +257,7 @@ std::unique_ptr<Values> readAll() {
   v->multicast = parseBool(kMulticast, readEnv(kMulticast), true);
   v->rowScaled = parseBool(kRowScaled, readEnv(kRowScaled), true);
   v->splitK = parseBool(kSplitK, readEnv(kSplitK), true);
+  v->daStreamK = parseBool(kDaStreamK, readEnv(kDaStreamK), true);
   v->storeInOutput = parseBool(kStoreInOutput, readEnv(kStoreInOutput), true);
   return v;
 }
@@ -326,6 +329,10 @@ const std::vector<KnobInfo> &allKnobs() {
        "wgmma dA: tiles that would leave SMs idle run on clusters of 2 or 4 CTAs, each over "
        "part of K, summed in a fixed order (0: never split, to measure what it buys; part of "
        "the cache key)."},
+      {kDaStreamK, "bool", "1",
+       "wgmma dA: a launch of 3k tiles that would fill fewer than three quarters of the SMs "
+       "runs 3 tiles on each group of 4 CTAs, each over 3/4 of K, the parts summed in a fixed "
+       "order (0: never, to measure what it buys; part of the cache key)."},
       {kStoreInOutput, "bool", "1",
        "Materialized schedule: a call that overwrites an f32 dW may keep the forward's stored "
        "values of its first 2*D rows in dW's memory, in one block (0: never, to measure what it "
@@ -378,6 +385,7 @@ bool exactTarget() { return current().exactTarget; }
 bool multicast() { return current().multicast; }
 bool rowScaled() { return current().rowScaled; }
 bool splitK() { return current().splitK; }
+bool daStreamK() { return current().daStreamK; }
 bool storeInOutput() { return current().storeInOutput; }
 
 namespace {

@@ -133,6 +133,11 @@ bool rowScaled();
 /// split-K] in lcejit_sm90.cuh); off only to measure what that buys.
 bool splitK();
 
+/// LCEJIT_DA_STREAMK (boolean, default on): a wgmma dA launch of T tiles, T a multiple of 3
+/// that fills fewer than three quarters of the SMs, runs 3 tiles on each group of 4 CTAs
+/// ([Note: dA stream-K] in plan/SchedulePolicy.h); off only to measure what that buys.
+bool daStreamK();
+
 /// LCEJIT_STORE_IN_OUTPUT (boolean, default on): the materialized schedule may keep a
 /// call's stored values in the memory of the f32 dW it overwrites ([Note: stored values in
 /// dW] in plan/SchedulePolicy.h); off only to measure what that buys.

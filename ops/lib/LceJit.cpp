@@ -103,6 +103,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.multicast = knobs::multicast();
   p.rowScaled = knobs::rowScaled();
   p.splitK = knobs::splitK();
+  p.daStreamK = knobs::daStreamK();
   p.storeInOutput = knobs::storeInOutput();
   p.blockRows = knobs::blockRows().value_or(0);
   p.lhsTileWidth = static_cast<int32_t>(knobs::daTile().value_or(0));
@@ -141,6 +142,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += "|no-row-scaled";
   if (!knobs::splitK())
     tile += "|no-split-k";
+  if (!knobs::daStreamK())
+    tile += "|no-da-stream-k";
   if (!knobs::storeInOutput())
     tile += "|no-store-in-output";
   if (auto r = knobs::blockRows())

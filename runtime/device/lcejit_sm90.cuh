@@ -289,6 +289,15 @@ __device__ __forceinline__ void named_bar_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+__device__ __forceinline__ u32 ld_acquire_u32(const u32 *p) {
+  u32 v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_u32(u32 *p, u32 v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 /// [Note: f32 accumulate by reduction] *p += (x, y) as one relaxed vector reduction
 /// (sm_90, 8-byte aligned p): fire-and-forget, so an accumulating epilogue issues its
 /// reductions and goes on to the next tile, and the L2 does the read-modify-write (a
@@ -521,6 +530,7 @@ struct TileOrder {
 
 /// The tiles of a persistent launch: CTA b takes t = b, b + grid, ... < count.
 struct PersistentTiles {
+  static constexpr bool STREAM = false;
   TileOrder order;
   __device__ __forceinline__ i64 first() const { return blockIdx.x; }
   __device__ __forceinline__ i64 stride() const { return gridDim.x; }
@@ -532,7 +542,7 @@ struct PersistentTiles {
   }
   __device__ __forceinline__ u32 splits() const { return 1; }
   __device__ __forceinline__ u32 split_rank() const { return 0; }
-  __device__ __forceinline__ void k_range(i64 kblocks, i64 &b, i64 &e) const {
+  __device__ __forceinline__ void k_range(i64, i64 kblocks, i64 &b, i64 &e) const {
     b = 0;
     e = kblocks;
   }
@@ -548,6 +558,7 @@ struct PersistentTiles {
 /// into it. Without a cluster (splits = 1) these are PersistentTiles. The launch
 /// (plan::Program::launchDims) gives a cluster one tile: grid = tiles x splits.
 struct SplitKTiles {
+  static constexpr bool STREAM = false;
   TileOrder order;
   u32 nsplit, rank;
   __device__ __forceinline__ i64 first() const { return blockIdx.x / nsplit; }
@@ -558,7 +569,7 @@ struct SplitKTiles {
   }
   __device__ __forceinline__ u32 splits() const { return nsplit; }
   __device__ __forceinline__ u32 split_rank() const { return rank; }
-  __device__ __forceinline__ void k_range(i64 kblocks, i64 &b, i64 &e) const {
+  __device__ __forceinline__ void k_range(i64, i64 kblocks, i64 &b, i64 &e) const {
     b = kblocks * rank / nsplit;
     e = kblocks * (rank + 1) / nsplit;
   }
@@ -567,6 +578,7 @@ struct SplitKTiles {
 /// Column tiles [begin, end) of one row tile (GemmReduce: a CTA per row tile
 /// and split).
 struct RowOfTiles {
+  static constexpr bool STREAM = false;
   i64 row, begin, last;
   __device__ __forceinline__ i64 first() const { return begin; }
   __device__ __forceinline__ i64 stride() const { return 1; }
@@ -577,9 +589,108 @@ struct RowOfTiles {
   }
   __device__ __forceinline__ u32 splits() const { return 1; }
   __device__ __forceinline__ u32 split_rank() const { return 0; }
-  __device__ __forceinline__ void k_range(i64 kblocks, i64 &b, i64 &e) const {
+  __device__ __forceinline__ void k_range(i64, i64 kblocks, i64 &b, i64 &e) const {
     b = 0;
     e = kblocks;
+  }
+};
+
+/// [Note: dA stream-K] A launch of T tiles (T a multiple of 3) on 4 T / 3 CTAs: each group
+/// of 4 CTAs shares 3 tiles, every CTA 3/4 of a tile's k-blocks, in segments:
+///   rank 0: tile 0 k-blocks [0, K/2)  (owner), then tile 1 [3K/4, K) (helper)
+///   rank 1: tile 0 [K/2, K) (helper),          then tile 2 [3K/4, K) (helper)
+///   rank 2: tile 1 [0, 3K/4) (owner)
+///   rank 3: tile 2 [0, 3K/4) (owner)
+/// so that the two CTAs of each split tile finish their parts at the same time and no
+/// partial waits while its CTA runs another segment. A helper hands its partial tile to
+/// the owner through the group's slot in global memory (one per consumer; the three
+/// hand-overs of a group use it in turn: u = 1, 2, 3 for tiles 0, 1, 2), with two flags
+/// per consumer: `ready` (the helper has written hand-over u) and `done` (the owner has
+/// read it); the owner adds it to its own sum (owner + helper: the same bits every run),
+/// runs the epilogue, and after u = 3 sets both flags back to 0 for the next launch. Every
+/// CTA of the launch is resident at once (4 T / 3 <= SMs, one CTA an SM), so the waits end.
+struct StreamKTiles {
+  static constexpr bool STREAM = true;
+  /// The launch's scratch (plan::lhsStreamKBytes): the flags of every group (4 words a
+  /// group) in the first FLAG_BYTES, zeroed with the workspace, then the slots, 2 x 128 x
+  /// ACC floats a group (plan::kStreamKFlagBytes is the same number).
+  static constexpr int FLAG_BYTES = 1024;
+  TileOrder order;
+  i64 group;
+  u32 rank;
+  float *slots;   ///< per group: 2 consumers x 128 threads x ACC floats
+  u32 *flags;     ///< per group: ready[2], done[2]
+  __device__ __forceinline__ i64 first() const { return 0; }
+  __device__ __forceinline__ i64 stride() const { return 1; }
+  __device__ __forceinline__ i64 end() const { return rank <= 1 ? 2 : 1; }
+  /// The group's tile (0, 1, 2) of segment s.
+  __device__ __forceinline__ int which(i64 s) const {
+    return rank == 0 ? static_cast<int>(s) : rank == 1 ? (s == 0 ? 0 : 2) : static_cast<int>(rank) - 1;
+  }
+  __device__ __forceinline__ void tile(i64 s, i64 &tm, i64 &tn) const {
+    order.tile(3 * group + which(s), tm, tn);
+  }
+  __device__ __forceinline__ u32 splits() const { return 1; }
+  __device__ __forceinline__ u32 split_rank() const { return 0; }
+  __device__ __forceinline__ void k_range(i64 s, i64 kblocks, i64 &b, i64 &e) const {
+    const i64 h = kblocks / 2, q = kblocks * 3 / 4;
+    if (rank == 0) {
+      b = s == 0 ? 0 : q;
+      e = s == 0 ? h : kblocks;
+    } else if (rank == 1) {
+      b = s == 0 ? h : q;
+      e = kblocks;
+    } else {
+      b = 0;
+      e = q;
+    }
+  }
+  /// After segment s's k-blocks: hands the partial over or takes it; true when this
+  /// consumer then runs the tile's epilogue (the owner).
+  template <int R>
+  __device__ __forceinline__ bool exchange(i64 s, float (&acc)[R], int g, int t) const {
+    // (hand-over u, this CTA the owner)
+    const int u = rank == 0 ? (s == 0 ? 1 : 2) : rank == 1 ? (s == 0 ? 1 : 3) : static_cast<int>(rank);
+    const bool owner = (rank == 0 && s == 0) || rank >= 2;
+    float4 *slot = reinterpret_cast<float4 *>(slots + (group * 2 + g) * 128 * R);
+    u32 *ready = flags + group * 4 + g, *done = flags + group * 4 + 2 + g;
+    if (!owner) {
+      if (t == 0)
+        while (ld_acquire_u32(done) < static_cast<u32>(u - 1))
+          __nanosleep(64);
+      named_bar_sync(7 + g, 128);
+#pragma unroll
+      for (int q = 0; q < R / 4; ++q)
+        __stcg(slot + q * 128 + t, make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2],
+                                               acc[4 * q + 3]));
+      __threadfence();
+      named_bar_sync(7 + g, 128);
+      if (t == 0)
+        st_release_u32(ready, static_cast<u32>(u));
+      return false;
+    }
+    if (t == 0)
+      while (ld_acquire_u32(ready) < static_cast<u32>(u))
+        __nanosleep(64);
+    named_bar_sync(7 + g, 128);
+#pragma unroll
+    for (int q = 0; q < R / 4; ++q) {
+      const float4 v = __ldcg(slot + q * 128 + t);
+      acc[4 * q] += v.x;
+      acc[4 * q + 1] += v.y;
+      acc[4 * q + 2] += v.z;
+      acc[4 * q + 3] += v.w;
+    }
+    named_bar_sync(7 + g, 128);
+    if (t == 0) {
+      if (u == 3) {
+        *ready = 0u;
+        st_release_u32(done, 0u);
+      } else {
+        st_release_u32(done, static_cast<u32>(u));
+      }
+    }
+    return true;
   }
 };
 
@@ -724,7 +835,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
         tiles.tile(tile, tm, tn);
         const int m0 = static_cast<int>(tm * BM), n0 = static_cast<int>(tn * BN);
         i64 kb_begin, kb_end;
-        tiles.k_range(kblocks, kb_begin, kb_end);
+        tiles.k_range(tile, kblocks, kb_begin, kb_end);
         for (i64 kb = kb_begin; kb < kb_end; ++kb) {
           const int k0 = static_cast<int>(kb * BK);
           mbar_wait(empty + 8 * s, phase ^ 1u);
@@ -872,7 +983,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
       i64 tm, tn;
       tiles.tile(tile, tm, tn);
       i64 kb_begin, kb_end;
-      tiles.k_range(kblocks, kb_begin, kb_end);
+      tiles.k_range(tile, kblocks, kb_begin, kb_end);
       const i64 nk = kb_end - kb_begin;
       if (nk == 0) {
 #pragma unroll
@@ -907,6 +1018,10 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
       // Let the other consumer run the next tile's mainloop under this epilogue.
       if (Cfg::PINGPONG && tile + tiles.stride() < tiles.end())
         named_bar_arrive(2 + (1 - g), 256);
+      if constexpr (Tiles::STREAM) {
+        if (!tiles.exchange(tile, acc[0], g, t))
+          continue; // a helper: the owner runs the epilogue of the sum
+      }
       if constexpr (Cfg::SPLIT_K > 1) {
         if (split) {
           split_k_exchange<Cfg>(acc[0], base + g * Cfg::SPLIT_BYTES + 16 * t, tiles.splits(),
@@ -1766,20 +1881,13 @@ template <class TargetT, class Inner> struct GroupSumEpilogue {
   }
 };
 
-/// Runs the mainloop over the persistent tiles of an n x k output with `e`, wrapped in
-/// the residual epilogue when RESIDUAL.
-template <class Cfg, bool RESIDUAL, class TargetT, class Epi>
+/// The mainloop over `tiles` of an n x k output with `e`, wrapped in the residual
+/// epilogue when RESIDUAL.
+template <class Cfg, bool RESIDUAL, class TargetT, class Epi, class Tiles>
 __device__ __forceinline__ void
-dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, i64 k,
-           i64 chunk_cols, const void *residual, const void *target, const void *b,
-           i64 cols, bool last, const void *row_scale, SlabA slab_a) {
-  // [Note: sm90 split-K]: the launch decides whether the tiles run split.
-  const auto tiles = [&] {
-    if constexpr (Cfg::SPLIT_K > 1)
-      return split_k_tiles<Cfg>(n, k, 8);
-    else
-      return persistent_tiles<Cfg>(n, k, 8);
-  }();
+dlhs_run(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, i64 k,
+         i64 chunk_cols, const void *residual, const void *target, const void *b, i64 cols,
+         bool last, const void *row_scale, SlabA slab_a, const Tiles &tiles) {
   if constexpr (RESIDUAL) {
     ResidualEpilogue<TargetT, Epi> r{e,    static_cast<const float *>(residual),
                                      target, static_cast<const u16 *>(b),
@@ -1793,6 +1901,41 @@ dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, 
   }
 }
 
+/// Runs the mainloop over the persistent tiles of an n x k output with `e`, wrapped in
+/// the residual epilogue when RESIDUAL.
+template <class Cfg, bool RESIDUAL, class TargetT, bool STREAM_K, class Epi>
+__device__ __forceinline__ void
+dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, i64 k,
+           i64 chunk_cols, const void *residual, const void *target, const void *b,
+           i64 cols, bool last, const void *row_scale, SlabA slab_a, void *stream_k) {
+  // [Note: dA stream-K]: a grid of 4 T / 3 CTAs without a cluster runs the T tiles 3 to a
+  // group of 4 CTAs (the launch decides: plan::lhsStreamK).
+  if constexpr (STREAM_K && !Cfg::PINGPONG && Cfg::CLUSTER_M == 1) {
+    const TileOrder order{(n + Cfg::BM - 1) / Cfg::BM, (k + Cfg::BN - 1) / Cfg::BN, 8};
+    const i64 nt = order.tiles_m * order.tiles_n;
+    if (stream_k && nt % 3 == 0 && static_cast<i64>(gridDim.x) == nt / 3 * 4 &&
+        cluster_nctarank() == 1) {
+      char *scratch = static_cast<char *>(stream_k);
+      dlhs_run<Cfg, RESIDUAL, TargetT>(
+          map_a, map_b, e, n, k, chunk_cols, residual, target, b, cols, last, row_scale,
+          slab_a,
+          StreamKTiles{order, static_cast<i64>(blockIdx.x / 4), blockIdx.x % 4,
+                       reinterpret_cast<float *>(scratch + StreamKTiles::FLAG_BYTES),
+                       reinterpret_cast<u32 *>(scratch)});
+      return;
+    }
+  }
+  // [Note: sm90 split-K]: the launch decides whether the tiles run split.
+  if constexpr (Cfg::SPLIT_K > 1)
+    dlhs_run<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target, b,
+                                     cols, last, row_scale, slab_a,
+                                     split_k_tiles<Cfg>(n, k, 8));
+  else
+    dlhs_run<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target, b,
+                                     cols, last, row_scale, slab_a,
+                                     persistent_tiles<Cfg>(n, k, 8));
+}
+
 /// GemmDLhs: out [n, k] (+)= dZ [n, chunk_cols] * W[chunk rows] ([chunk, k],
 /// MN-major): overwritten, or added to when `accumulate` (chunks after the
 /// first; the first too when the call accumulates into an output dA). An f32
@@ -1802,21 +1945,22 @@ dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, 
 /// update (ResidualEpilogue; b = the raw W, target of TargetT), after multiplying
 /// each row by row_scale[row] when that is given.
 template <class Cfg, class OutElem = elem_f32, bool RESIDUAL = false,
-          class TargetT = long long>
+          class TargetT = long long, bool STREAM_K = false>
 __device__ __forceinline__ void
 gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
                  i64 n, i64 k, i64 chunk_cols, bool accumulate,
                  const void *residual = nullptr, const void *target = nullptr,
                  const void *b = nullptr, i64 cols = 0, bool last = false,
-                 const void *row_scale = nullptr, SlabA slab_a = {}) {
+                 const void *row_scale = nullptr, SlabA slab_a = {},
+                 void *stream_k = nullptr) {
   if constexpr (OutElem::BYTES == 4) {
     const F32OutEpilogue e{static_cast<float *>(out), n, k, k, 0, accumulate};
-    dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
-                                       b, cols, last, row_scale, slab_a);
+    dlhs_tiles<Cfg, RESIDUAL, TargetT, STREAM_K>(map_a, map_b, e, n, k, chunk_cols, residual, target,
+                                       b, cols, last, row_scale, slab_a, stream_k);
   } else {
     const RoundedOutEpilogue<OutElem> e{out, n, k, 0, accumulate};
-    dlhs_tiles<Cfg, RESIDUAL, TargetT>(map_a, map_b, e, n, k, chunk_cols, residual, target,
-                                       b, cols, last, row_scale, slab_a);
+    dlhs_tiles<Cfg, RESIDUAL, TargetT, STREAM_K>(map_a, map_b, e, n, k, chunk_cols, residual, target,
+                                       b, cols, last, row_scale, slab_a, stream_k);
   }
 }
 

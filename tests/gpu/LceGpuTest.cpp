@@ -566,6 +566,59 @@ TEST(LceGpuClusters, SplitKIsDeterministicAndChangesOnlyTheSumOrder) {
   }
 }
 
+/// [Note: dA stream-K]: a dA launch of 96 tiles (N = 1024 or 1000 at D = 2304: 8 row tiles
+/// x 12 of 128 x 192) runs on 128 CTAs, 3 tiles to each group of 4, every CTA over 3/4 of
+/// K, a helper CTA's partial tile handed to the owner through the workspace. It must give
+/// the same bits on every run (the owner adds the helper's part in a fixed order), change
+/// nothing but dH (loss and dW bit for bit), and move each dH element by at most one bf16
+/// ulp from one CTA per tile (f32 sums in another order, rounded once). That some elements
+/// do move shows the hand-over ran; N = 1000 has a partial last row tile.
+TEST(LceGpuClusters, StreamKIsDeterministicAndChangesOnlyTheSumOrder) {
+  for (int64_t n : {1024, 1000}) {
+    SCOPED_TRACE(fmt::format("N = {}", n));
+    KnobRuns runs(n, 2304, 93, 11);
+    using Result = KnobRuns::Result;
+    auto run = [&](bool on) { return runs.run("LCEJIT_DA_STREAMK", on ? "1" : "0"); };
+    const Result stream = run(true), again = run(true), whole = run(false);
+    ASSERT_NE(stream.plan.find("\"stream_k\""), std::string::npos) << "dA may run stream-K";
+    ASSERT_EQ(whole.plan.find("\"stream_k\""), std::string::npos) << "LCEJIT_DA_STREAMK=0";
+    ASSERT_TRUE(std::isfinite(stream.loss));
+    uint32_t a, b, c;
+    std::memcpy(&a, &stream.loss, 4);
+    std::memcpy(&b, &again.loss, 4);
+    std::memcpy(&c, &whole.loss, 4);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(a, c) << "the loss does not depend on dA";
+    auto value = [](uint16_t bits) {
+      const uint32_t u = uint32_t(bits) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return double(f);
+    };
+    double maxAbs = 0;
+    for (uint16_t x : whole.dH)
+      maxAbs = std::max(maxAbs, std::abs(value(x)));
+    size_t poisoned = 0, rerun = 0, moved = 0, far = 0, dWDiff = 0;
+    for (size_t i = 0; i < stream.dH.size(); ++i) {
+      poisoned += (stream.dH[i] & 0x7FFF) > 0x7F80; // a bf16 NaN: an element never written
+      rerun += stream.dH[i] != again.dH[i];
+      if (stream.dH[i] != whole.dH[i]) {
+        ++moved;
+        const double x = value(stream.dH[i]), y = value(whole.dH[i]);
+        far += std::abs(x - y) >
+               bf16Ulp(std::max(std::abs(x), std::abs(y))) + bf16Ulp(maxAbs) / 16;
+      }
+    }
+    for (size_t i = 0; i < stream.dW.size(); ++i)
+      dWDiff += stream.dW[i] != whole.dW[i];
+    EXPECT_EQ(poisoned, 0u);
+    EXPECT_EQ(rerun, 0u) << "of " << stream.dH.size() << " dH elements: not deterministic";
+    EXPECT_EQ(far, 0u) << "dH elements more than one bf16 ulp from one CTA per tile";
+    EXPECT_GT(moved, 0u) << "no dH element changed: did the launch run stream-K?";
+    EXPECT_EQ(dWDiff, 0u) << "of " << stream.dW.size() << " dW elements";
+  }
+}
+
 /// [Note: launch trace] (runtime/LaunchTrace.h): with the trace on, a call records every
 /// launch of its schedule in order (N = 3000 in two row blocks under a 100 MiB budget:
 /// the blocked kernels twice), each with a positive GPU time and a gap of at least zero; the traced call's

@@ -1243,6 +1243,88 @@ TEST(Planner, SplitKTable) {
             "");
 }
 
+/// [Note: dA stream-K] as a table (plan::lhsStreamK), then what the planner does with it:
+/// Gemma-2's head gets the scratch and its 1024-row dA launches run 128 CTAs
+/// cooperatively (the slab block's 480 tiles do not); Llama-3's head gets no scratch
+/// (none of its sampled launches is one, and its workspace is unchanged); LCEJIT_DA_STREAMK
+/// off leaves Gemma-2's launches at one CTA per tile.
+TEST(Planner, LhsStreamK) {
+  struct Row {
+    int64_t tiles, kblocks;
+    int32_t sms;
+    bool want;
+    const char *why;
+  };
+  const std::vector<Row> table = {
+      {96, 4000, 132, true, "Gemma-2's 1024-row blocks: 128 CTAs"},
+      {99, 4000, 132, true, "132 CTAs, every SM"},
+      {102, 4000, 132, false, "136 CTAs: more than the SMs"},
+      {97, 4000, 132, false, "not a multiple of 3"},
+      {128, 4000, 132, false, "not a multiple of 3 (and a full round)"},
+      {72, 4000, 132, true, "96 CTAs (a launch that does not split K)"},
+      {96, 16, 132, true, "16 k-blocks: quarters of 4"},
+      {96, 15, 132, false, "15 k-blocks: a quarter under 4"},
+      {0, 4000, 132, false, "no tiles"},
+      {3, 4000, 4, true, "one group on 4 SMs"},
+      {3, 4000, 3, false, "4 CTAs on 3 SMs"},
+  };
+  for (const Row &r : table)
+    EXPECT_EQ(plan::lhsStreamK(r.tiles, r.kblocks, r.sms), r.want)
+        << r.tiles << " tiles, " << r.kblocks << " k-blocks, " << r.sms << " SMs: " << r.why;
+  // 33 groups on 132 SMs, each a slot of 2 x 128 x 96 floats, after the flags.
+  EXPECT_EQ(plan::lhsStreamKBytes(192, 132), plan::kStreamKFlagBytes + 33 * 2 * 128 * 96 * 4);
+
+  plan::PlanOptions o = wgmmaOptions(8192);
+  o.workspaceBudgetBytes = int64_t(512) << 20;
+  auto dlhs = [](const plan::Program &p) {
+    std::vector<int32_t> out;
+    for (int32_t i = 0; i < static_cast<int32_t>(p.kernels.size()); ++i)
+      if (std::holds_alternative<plan::GemmDLhsKernel>(p.kernels[static_cast<size_t>(i)].body))
+        out.push_back(i);
+    return out;
+  };
+  plan::Program gemma = lceFused(2304, 256000, DType::BF16, 30.0)->plan(o);
+  ASSERT_FALSE(dlhs(gemma).empty());
+  for (int32_t k : dlhs(gemma)) {
+    const auto &d = std::get<plan::GemmDLhsKernel>(gemma.kernels[static_cast<size_t>(k)].body);
+    ASSERT_TRUE(d.streamK.valid()) << gemma.kernels[static_cast<size_t>(k)].name;
+    const plan::BufferSpec &b = gemma.workspace[static_cast<size_t>(d.streamK.index)];
+    EXPECT_EQ(b.init, plan::BufferInit::Zero) << "the flags start at 0";
+    EXPECT_EQ(b.bytesPerRow, 0);
+    EXPECT_EQ(b.bytesFixed, plan::lhsStreamKBytes(192, 132));
+  }
+  const int32_t k0 = dlhs(gemma).front();
+  const plan::LaunchDims block = gemma.launchDims(k0, 1024, 256000);
+  EXPECT_EQ(block.grid[0], 128) << "96 tiles of 128x192: 32 groups of 4 CTAs";
+  EXPECT_TRUE(block.cooperative);
+  EXPECT_EQ(block.cluster, 1);
+  const plan::LaunchDims slab = gemma.launchDims(k0, 5120, 256000);
+  EXPECT_EQ(slab.grid[0], 132) << "480 tiles: persistent";
+  EXPECT_FALSE(slab.cooperative);
+  EXPECT_NE(decision(gemma, "dA stream-K ([Note: dA stream-K]): a launch of T tiles"), "");
+  // The run schedules are the ones without the scratch (the planner checks; so does this).
+  const plan::RunSchedule s = plan::chooseRunSchedule(gemma, 8192, true);
+  EXPECT_EQ(s.slabRows, 5120);
+  EXPECT_EQ(s.rowsPerBlock, 1024);
+  EXPECT_LE(s.workspaceBytes, int64_t(512) << 20);
+
+  plan::Program llama = lceFused(4096, 128256, DType::BF16, std::nullopt)->plan(o);
+  for (int32_t k : dlhs(llama))
+    EXPECT_FALSE(std::get<plan::GemmDLhsKernel>(llama.kernels[static_cast<size_t>(k)].body)
+                     .streamK.valid());
+  for (const plan::BufferSpec &b : llama.workspace)
+    EXPECT_NE(b.name, "dlhs_stream_k");
+
+  o.daStreamK = false;
+  plan::Program off = lceFused(2304, 256000, DType::BF16, 30.0)->plan(o);
+  const int32_t k1 = dlhs(off).front();
+  EXPECT_FALSE(std::get<plan::GemmDLhsKernel>(off.kernels[static_cast<size_t>(k1)].body)
+                   .streamK.valid());
+  const plan::LaunchDims plain = off.launchDims(k1, 1024, 256000);
+  EXPECT_EQ(plain.grid[0], 96);
+  EXPECT_FALSE(plain.cooperative);
+}
+
 /// [Note: column splits per call] as a table: the Llama-3 head on the wgmma path (ping-
 /// pong forward reduce: two partial entries per CTA split; the plan sizes the partials for
 /// 64 entries), rows of a block -> partial entries. The rows pin the cost model (waves of
