@@ -511,6 +511,52 @@ TEST(LceGpuClusters, MulticastChangesNoBit) {
   }
 }
 
+/// What a dA that sums K in another order (split-K clusters, [Note: dA stream-K]) may
+/// change against one CTA per tile (`whole`): `changed` and `again` (the same knob, run
+/// twice) give the same bits; the loss and dW are `whole`'s bit for bit; dH has no
+/// unwritten element, and each moves by at most one bf16 ulp (f32 sums of V terms in
+/// another order, rounded once, plus what they may differ by where they cancel: far below
+/// an ulp of the largest element); some element does move, which shows `what` ran.
+static void expectOnlyDhSumOrderChanged(const KnobRuns::Result &changed,
+                                        const KnobRuns::Result &again,
+                                        const KnobRuns::Result &whole, const char *what) {
+  ASSERT_TRUE(std::isfinite(changed.loss));
+  uint32_t a, b, c;
+  std::memcpy(&a, &changed.loss, 4);
+  std::memcpy(&b, &again.loss, 4);
+  std::memcpy(&c, &whole.loss, 4);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, c) << "the loss does not depend on dA";
+  auto value = [](uint16_t bits) {
+    const uint32_t u = uint32_t(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return double(f);
+  };
+  double maxAbs = 0;
+  for (uint16_t x : whole.dH)
+    maxAbs = std::max(maxAbs, std::abs(value(x)));
+  size_t poisoned = 0, rerun = 0, moved = 0, far = 0, dWDiff = 0;
+  for (size_t i = 0; i < changed.dH.size(); ++i) {
+    poisoned += (changed.dH[i] & 0x7FFF) > 0x7F80; // a bf16 NaN: an element never written
+    rerun += changed.dH[i] != again.dH[i];
+    if (changed.dH[i] != whole.dH[i]) {
+      ++moved;
+      const double x = value(changed.dH[i]), y = value(whole.dH[i]);
+      far += std::abs(x - y) >
+             bf16Ulp(std::max(std::abs(x), std::abs(y))) + bf16Ulp(maxAbs) / 16;
+    }
+  }
+  for (size_t i = 0; i < changed.dW.size(); ++i)
+    dWDiff += changed.dW[i] != whole.dW[i];
+  EXPECT_EQ(poisoned, 0u);
+  EXPECT_EQ(rerun, 0u) << "of " << changed.dH.size() << " dH elements: " << what
+                       << " is not deterministic";
+  EXPECT_EQ(far, 0u) << "dH elements more than one bf16 ulp from one CTA per tile";
+  EXPECT_GT(moved, 0u) << "no dH element changed: did " << what << " run?";
+  EXPECT_EQ(dWDiff, 0u) << "of " << changed.dW.size() << " dW elements";
+}
+
 /// [Note: sm90 split-K]: dA on clusters of CTAs that each sum part of K, rank 0 adding
 /// the others' partial tiles through distributed shared memory. At D = 2304, N = 64 makes
 /// 18 dA tiles of 128 x 128, which the launch splits four ways, N = 200 36 and N = 500 48
@@ -527,42 +573,7 @@ TEST(LceGpuClusters, SplitKIsDeterministicAndChangesOnlyTheSumOrder) {
     const Result split = run(true), again = run(true), whole = run(false);
     ASSERT_NE(split.plan.find("\"split_k\": 4"), std::string::npos) << "dA may split";
     ASSERT_EQ(whole.plan.find("\"split_k\""), std::string::npos) << "LCEJIT_SPLIT_K=0";
-    ASSERT_TRUE(std::isfinite(split.loss));
-    uint32_t a, b, c;
-    std::memcpy(&a, &split.loss, 4);
-    std::memcpy(&b, &again.loss, 4);
-    std::memcpy(&c, &whole.loss, 4);
-    EXPECT_EQ(a, b);
-    EXPECT_EQ(a, c) << "the loss does not depend on dA";
-    auto value = [](uint16_t bits) {
-      const uint32_t u = uint32_t(bits) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return double(f);
-    };
-    double maxAbs = 0;
-    for (uint16_t x : whole.dH)
-      maxAbs = std::max(maxAbs, std::abs(value(x)));
-    size_t poisoned = 0, rerun = 0, moved = 0, far = 0, dWDiff = 0;
-    for (size_t i = 0; i < split.dH.size(); ++i) {
-      poisoned += (split.dH[i] & 0x7FFF) > 0x7F80; // a bf16 NaN: an element never written
-      rerun += split.dH[i] != again.dH[i];
-      if (split.dH[i] != whole.dH[i]) {
-        ++moved;
-        // One bf16 ulp of the element, plus what f32 sums of V terms in another order may
-        // differ by where they cancel (far below an ulp of the largest element).
-        const double x = value(split.dH[i]), y = value(whole.dH[i]);
-        far += std::abs(x - y) >
-               bf16Ulp(std::max(std::abs(x), std::abs(y))) + bf16Ulp(maxAbs) / 16;
-      }
-    }
-    for (size_t i = 0; i < split.dW.size(); ++i)
-      dWDiff += split.dW[i] != whole.dW[i];
-    EXPECT_EQ(poisoned, 0u);
-    EXPECT_EQ(rerun, 0u) << "of " << split.dH.size() << " dH elements: the split is not deterministic";
-    EXPECT_EQ(far, 0u) << "dH elements more than one bf16 ulp from the unsplit sum";
-    EXPECT_GT(moved, 0u) << "no dH element changed: did the launch split?";
-    EXPECT_EQ(dWDiff, 0u) << "of " << split.dW.size() << " dW elements";
+    expectOnlyDhSumOrderChanged(split, again, whole, "the split");
   }
 }
 
@@ -582,40 +593,7 @@ TEST(LceGpuClusters, StreamKIsDeterministicAndChangesOnlyTheSumOrder) {
     const Result stream = run(true), again = run(true), whole = run(false);
     ASSERT_NE(stream.plan.find("\"stream_k\""), std::string::npos) << "dA may run stream-K";
     ASSERT_EQ(whole.plan.find("\"stream_k\""), std::string::npos) << "LCEJIT_DA_STREAMK=0";
-    ASSERT_TRUE(std::isfinite(stream.loss));
-    uint32_t a, b, c;
-    std::memcpy(&a, &stream.loss, 4);
-    std::memcpy(&b, &again.loss, 4);
-    std::memcpy(&c, &whole.loss, 4);
-    EXPECT_EQ(a, b);
-    EXPECT_EQ(a, c) << "the loss does not depend on dA";
-    auto value = [](uint16_t bits) {
-      const uint32_t u = uint32_t(bits) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return double(f);
-    };
-    double maxAbs = 0;
-    for (uint16_t x : whole.dH)
-      maxAbs = std::max(maxAbs, std::abs(value(x)));
-    size_t poisoned = 0, rerun = 0, moved = 0, far = 0, dWDiff = 0;
-    for (size_t i = 0; i < stream.dH.size(); ++i) {
-      poisoned += (stream.dH[i] & 0x7FFF) > 0x7F80; // a bf16 NaN: an element never written
-      rerun += stream.dH[i] != again.dH[i];
-      if (stream.dH[i] != whole.dH[i]) {
-        ++moved;
-        const double x = value(stream.dH[i]), y = value(whole.dH[i]);
-        far += std::abs(x - y) >
-               bf16Ulp(std::max(std::abs(x), std::abs(y))) + bf16Ulp(maxAbs) / 16;
-      }
-    }
-    for (size_t i = 0; i < stream.dW.size(); ++i)
-      dWDiff += stream.dW[i] != whole.dW[i];
-    EXPECT_EQ(poisoned, 0u);
-    EXPECT_EQ(rerun, 0u) << "of " << stream.dH.size() << " dH elements: not deterministic";
-    EXPECT_EQ(far, 0u) << "dH elements more than one bf16 ulp from one CTA per tile";
-    EXPECT_GT(moved, 0u) << "no dH element changed: did the launch run stream-K?";
-    EXPECT_EQ(dWDiff, 0u) << "of " << stream.dW.size() << " dW elements";
+    expectOnlyDhSumOrderChanged(stream, again, whole, "the stream-K hand-over");
   }
 }
 
