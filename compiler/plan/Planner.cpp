@@ -985,9 +985,15 @@ private:
       // second consumer waits) stay a few percent of its work.
       // With ping-pong each consumer writes its own partial entry: Program::splits (the
       // entries per row) is twice the CTA splits.
+      // [Note: column splits per call]: at least a quarter of the SMs where each split
+      // keeps half that many tiles, so that a block of a multiple of 4 row tiles (512
+      // rows) can fill whole waves (Llama-3's 1002 tiles alone would give 32 splits: 64
+      // row tiles x 32 = 15.5 waves; 33 make 16).
       const int64_t perSplit = g.tile.pingpong ? 32 : 8;
-      const int32_t ctaSplits = static_cast<int32_t>(
-          std::clamp<int64_t>((tiles + perSplit - 1) / perSplit, 1, tiles));
+      const int64_t quarter =
+          std::min<int64_t>((int64_t(opt_.target.numSMs) + 3) / 4, tiles / (perSplit / 2));
+      const int32_t ctaSplits = static_cast<int32_t>(std::clamp<int64_t>(
+          std::max((tiles + perSplit - 1) / perSplit, quarter), 1, tiles));
       const int32_t entries = g.tile.pingpong ? 2 * ctaSplits : ctaSplits;
       prog_.splits = std::max(prog_.splits, entries);
       prog_.decisions.push_back(fmt::format(
@@ -996,7 +1002,7 @@ private:
           "entries per row; {}",
           g.tile.bm, g.tile.bn, g.tile.bk, mathModeName(g.math), g.tile.stages,
           g.tile.pingpong ? ", ping-pong consumers" : "", tiles, prog_.splits / (g.tile.pingpong ? 2 : 1),
-          perSplit, prog_.splits,
+          (tiles + ctaSplits - 1) / ctaSplits, prog_.splits,
           g.tile.clusterM > 1
               ? "CTAs of row tiles 2i and 2i + 1 as clusters of 2 sharing each W tile by TMA "
                 "multicast when a call's row tiles pair up"

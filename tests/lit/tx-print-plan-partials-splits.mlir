@@ -13,16 +13,19 @@
 // Correct behaviour checked here (the single Program::splits model): every partials
 // buffer holds splits x slots f32 per row.
 
-// The same on the wgmma mainloop (splits of about 32 column tiles of 128: 1 for 1000
-// columns, 1 for 4000, each with two partial entries, one per ping-pong consumer): both
-// partials buffers hold 2 entries x 2 slots.
+// The same on the wgmma mainloop (splits of about 32 column tiles of 128, or more of at
+// least 16 toward a quarter of the SMs: 1 for 1000 columns, 2 for 4000, each with two
+// partial entries, one per ping-pong consumer): both partials buffers hold 4 entries x 2
+// slots.
 // WG-LABEL: // plan @two_heads
-// WG: "splits": 2,
-// WG: "bytes_per_row": 16,
+// WG: 8 column tiles -> 1 column splits of about 8 tiles
+// WG: 32 column tiles -> 2 column splits of about 16 tiles
+// WG: "splits": 4,
+// WG: "bytes_per_row": 32,
 // WG-NEXT: "bytes_per_row_col": 0,
 // WG-NEXT: "init": "none",
 // WG-NEXT: "name": "partials0"
-// WG: "bytes_per_row": 16,
+// WG: "bytes_per_row": 32,
 // WG-NEXT: "bytes_per_row_col": 0,
 // WG-NEXT: "init": "none",
 // WG-NEXT: "name": "partials1"
