@@ -1721,8 +1721,18 @@ private:
       }
       return out;
     };
-    const auto before = schedules();
     const int64_t bytes = lhsStreamKBytes(widest, sms);
+    // The schedules compared below are samples of the bucket: a scratch that is a visible
+    // share of the budget can still take rows from a call between them (a 100 MiB budget
+    // lost the slab tails of N = 6000 to 4.3 MB), so it is taken only within 1 % of it.
+    if (bytes * 100 > prog_.schedule.budgetBytes) {
+      prog_.decisions.push_back(fmt::format(
+          "dA stream-K ([Note: dA stream-K]): not taken: its {} bytes of scratch are more "
+          "than 1 % of the {}-byte budget",
+          bytes, prog_.schedule.budgetBytes));
+      return;
+    }
+    const auto before = schedules();
     const BufferRef scratch = addWorkspace("dlhs_stream_k", 0, bytes, BufferInit::Zero);
     if (schedules() != before) {
       prog_.workspace.pop_back();
@@ -1734,12 +1744,16 @@ private:
     }
     for (int32_t i : takers)
       std::get<GemmDLhsKernel>(prog_.kernels[static_cast<size_t>(i)].body).streamK = scratch;
+    const int64_t tail = exampleTiles <= sms ? exampleTiles : exampleTiles % sms;
     prog_.decisions.push_back(fmt::format(
         "dA stream-K ([Note: dA stream-K]): a launch of T tiles, T a multiple of 3 that does "
-        "not split K, on 4 T / 3 CTAs: 3 tiles to each group of 4, every CTA over 3/4 of K "
-        "(of the sampled launches: {} rows, {} tiles of 128x{} on {} SMs, {} CTAs); {} bytes "
-        "of scratch",
-        example, exampleTiles, widest, sms, exampleTiles / 3 * 4, bytes));
+        "not split K, on 4 T / 3 CTAs: 3 tiles to each group of 4, every CTA over 3/4 of K; a "
+        "launch of more tiles than SMs the same way for a last round of such a T (of the "
+        "sampled launches: {} rows, {} tiles of 128x{} on {} SMs: {}{} tiles on {} CTAs); {} "
+        "bytes of scratch",
+        example, exampleTiles, widest, sms,
+        exampleTiles > sms ? fmt::format("{} whole rounds, then ", exampleTiles / sms) : "",
+        tail, tail / 3 * 4, bytes));
   }
 
   /// [Note: row blocks] The steps from the first fused GEMM to the last step of the

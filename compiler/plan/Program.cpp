@@ -908,11 +908,13 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
         d.cluster = split;
         return d;
       }
-      // [Note: dA stream-K]: 3 tiles to each group of 4 CTAs, all resident at once.
+      // [Note: dA stream-K]: 3 tiles to each group of 4 CTAs, all resident at once; a
+      // launch of more tiles than SMs runs its whole rounds on every SM first.
       const int64_t tiles = ceilDiv(rows, 128) * ceilDiv(cols, t.bn);
       if (std::get<GemmDLhsKernel>(kernel.body).streamK.valid() &&
           lhsStreamK(tiles, ceilDiv(cc, 64), target.numSMs)) {
-        d.grid[0] = tiles / 3 * 4;
+        const int64_t sms = std::max<int32_t>(target.numSMs, 1);
+        d.grid[0] = tiles <= sms ? tiles / 3 * 4 : sms;
         d.cooperative = true;
         return d;
       }

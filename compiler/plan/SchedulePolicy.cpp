@@ -332,7 +332,12 @@ int32_t chooseSplitK(int64_t tiles, int64_t kblocks, int32_t numSMs, int32_t max
 
 bool lhsStreamK(int64_t tiles, int64_t kblocks, int32_t numSMs) {
   const int64_t sms = std::max<int32_t>(numSMs, 1);
-  return tiles > 0 && tiles % 3 == 0 && tiles / 3 * 4 <= sms && kblocks >= 16;
+  if (tiles <= 0 || kblocks < 16)
+    return false;
+  // One round on 4 T / 3 CTAs, or rounds of all SMs and a tail the groups of 4 can take
+  // (lcejit_sm90.cuh's dlhs_tiles tests the same).
+  const int64_t tail = tiles <= sms ? tiles : tiles % sms;
+  return tail > 0 && tail % 3 == 0 && tail / 3 * 4 <= sms;
 }
 
 int64_t lhsStreamKBytes(int32_t bn, int32_t numSMs) {

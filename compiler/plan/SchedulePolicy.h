@@ -196,7 +196,10 @@ int32_t chooseSplitK(int64_t tiles, int64_t kblocks, int32_t numSMs, int32_t max
 /// (StreamKTiles in lcejit_sm90.cuh has the schedule): one round of CTAs that ends in 3/4
 /// of the time of one round of tiles, less the exchanges. Taken where chooseSplitK does not
 /// split (T > SMs / 2), 4 T / 3 fits the SMs and a CTA's shortest part is at least 4
-/// k-blocks. Pure; a table test pins it.
+/// k-blocks. A launch of more tiles than SMs (Gemma-2's slab block: 480 tiles, 3 rounds and
+/// 84) runs its whole rounds on all SMs and its last round the same way when that tail is a
+/// multiple of 3 of at most 3 SMs / 4 (84 tiles on 112 CTAs: 3/4 of a round instead of
+/// one). Pure; a table test pins it.
 bool lhsStreamK(int64_t tiles, int64_t kblocks, int32_t numSMs);
 /// Bytes of the dA stream-K scratch for tiles `bn` wide on `numSMs` SMs: the groups' flags
 /// (kStreamKFlagBytes, zeroed) and one slot of 2 x 128 x bn / 2 floats per group of 4 SMs.

@@ -608,7 +608,13 @@ struct RowOfTiles {
 /// per consumer: `ready` (the helper has written hand-over u) and `done` (the owner has
 /// read it); the owner adds it to its own sum (owner + helper: the same bits every run),
 /// runs the epilogue, and after u = 3 sets both flags back to 0 for the next launch. Every
-/// CTA of the launch is resident at once (4 T / 3 <= SMs, one CTA an SM), so the waits end.
+/// CTA of the launch is resident at once (one CTA an SM, a cooperative launch), so the
+/// waits end.
+///
+/// A launch of more tiles than SMs runs `rounds` = T / P whole rounds of P CTAs first
+/// (CTA c: tiles c, c + P, ...; segments s < rounds), and the tail of T - rounds P tiles
+/// (a multiple of 3, at most 3 P / 4) 3 to each group of 4 of the first CTAs (segments s
+/// >= rounds); the other CTAs end after their rounds.
 struct StreamKTiles {
   static constexpr bool STREAM = true;
   /// The launch's scratch (plan::lhsStreamKBytes): the flags of every group (4 words a
@@ -616,24 +622,39 @@ struct StreamKTiles {
   /// ACC floats a group (plan::kStreamKFlagBytes is the same number).
   static constexpr int FLAG_BYTES = 1024;
   TileOrder order;
-  i64 group;
-  u32 rank;
+  i64 rounds;     ///< whole rounds of `ctas` tiles before the tail
+  i64 ctas;       ///< gridDim.x
+  i64 cta;        ///< blockIdx.x
+  i64 group;      ///< cta / 4: the tail group, where cta < 4 x (tail tiles / 3)
+  u32 rank;       ///< cta % 4
+  bool in_tail;   ///< whether this CTA takes part in the tail
   float *slots;   ///< per group: 2 consumers x 128 threads x ACC floats
   u32 *flags;     ///< per group: ready[2], done[2]
   __device__ __forceinline__ i64 first() const { return 0; }
   __device__ __forceinline__ i64 stride() const { return 1; }
-  __device__ __forceinline__ i64 end() const { return rank <= 1 ? 2 : 1; }
-  /// The group's tile (0, 1, 2) of segment s.
+  __device__ __forceinline__ i64 end() const {
+    return rounds + (!in_tail ? 0 : rank <= 1 ? 2 : 1);
+  }
+  /// The group's tile (0, 1, 2) of tail segment s.
   __device__ __forceinline__ int which(i64 s) const {
     return rank == 0 ? static_cast<int>(s) : rank == 1 ? (s == 0 ? 0 : 2) : static_cast<int>(rank) - 1;
   }
   __device__ __forceinline__ void tile(i64 s, i64 &tm, i64 &tn) const {
-    order.tile(3 * group + which(s), tm, tn);
+    if (s < rounds)
+      order.tile(s * ctas + cta, tm, tn);
+    else
+      order.tile(rounds * ctas + 3 * group + which(s - rounds), tm, tn);
   }
   __device__ __forceinline__ u32 splits() const { return 1; }
   __device__ __forceinline__ u32 split_rank() const { return 0; }
   __device__ __forceinline__ void k_range(i64 s, i64 kblocks, i64 &b, i64 &e) const {
     const i64 h = kblocks / 2, q = kblocks * 3 / 4;
+    if (s < rounds) {
+      b = 0;
+      e = kblocks;
+      return;
+    }
+    s -= rounds;
     if (rank == 0) {
       b = s == 0 ? 0 : q;
       e = s == 0 ? h : kblocks;
@@ -649,6 +670,9 @@ struct StreamKTiles {
   /// consumer then runs the tile's epilogue (the owner).
   template <int R>
   __device__ __forceinline__ bool exchange(i64 s, float (&acc)[R], int g, int t) const {
+    if (s < rounds)
+      return true; // a whole tile of the rounds
+    s -= rounds;
     // (hand-over u, this CTA the owner)
     const int u = rank == 0 ? (s == 0 ? 1 : 2) : rank == 1 ? (s == 0 ? 1 : 3) : static_cast<int>(rank);
     const bool owner = (rank == 0 && s == 0) || rank >= 2;
@@ -1914,13 +1938,21 @@ dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, 
   if constexpr (STREAM_K && !Cfg::PINGPONG && Cfg::CLUSTER_M == 1) {
     const TileOrder order{(n + Cfg::BM - 1) / Cfg::BM, (k + Cfg::BN - 1) / Cfg::BN, 8};
     const i64 nt = order.tiles_m * order.tiles_n;
-    if (stream_k && nt % 3 == 0 && static_cast<i64>(gridDim.x) == nt / 3 * 4 &&
-        cluster_nctarank() == 1) {
+    // plan::lhsStreamK's launches: one round on 4 T / 3 CTAs, or whole rounds of P CTAs
+    // and a tail of a multiple of 3 tiles, at most 3 P / 4 (k-blocks: at least 16 either way).
+    const i64 ctas = static_cast<i64>(gridDim.x);
+    const i64 rounds = nt / ctas, tail = nt - rounds * ctas;
+    const bool stream = tail > 0 && tail % 3 == 0 && tail / 3 * 4 <= ctas &&
+                        (rounds > 0 || ctas == tail / 3 * 4) &&
+                        (chunk_cols + Cfg::BK - 1) / Cfg::BK >= 16;
+    if (stream_k && stream && cluster_nctarank() == 1) {
       char *scratch = static_cast<char *>(stream_k);
+      const i64 cta = static_cast<i64>(blockIdx.x);
       dlhs_run<Cfg, RESIDUAL, TargetT>(
           map_a, map_b, e, n, k, chunk_cols, residual, target, b, cols, last, row_scale,
           slab_a,
-          StreamKTiles{order, static_cast<i64>(blockIdx.x / 4), blockIdx.x % 4,
+          StreamKTiles{order, rounds, ctas, cta, cta / 4, static_cast<u32>(cta % 4),
+                       cta < tail / 3 * 4,
                        reinterpret_cast<float *>(scratch + StreamKTiles::FLAG_BYTES),
                        reinterpret_cast<u32 *>(scratch)});
       return;

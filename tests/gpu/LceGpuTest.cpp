@@ -579,13 +579,15 @@ TEST(LceGpuClusters, SplitKIsDeterministicAndChangesOnlyTheSumOrder) {
 
 /// [Note: dA stream-K]: a dA launch of 96 tiles (N = 1024 or 1000 at D = 2304: 8 row tiles
 /// x 12 of 128 x 192) runs on 128 CTAs, 3 tiles to each group of 4, every CTA over 3/4 of
-/// K, a helper CTA's partial tile handed to the owner through the workspace. It must give
+/// K, a helper CTA's partial tile handed to the owner through the workspace; at N = 1536
+/// (144 tiles) and 2380 (228) a round of 132 tiles first, then a tail of 12 and 96 tiles
+/// the same way (Planner.LhsStreamKLaunchesOfTheGpuTest pins these launches). It must give
 /// the same bits on every run (the owner adds the helper's part in a fixed order), change
 /// nothing but dH (loss and dW bit for bit), and move each dH element by at most one bf16
 /// ulp from one CTA per tile (f32 sums in another order, rounded once). That some elements
-/// do move shows the hand-over ran; N = 1000 has a partial last row tile.
+/// do move shows the hand-over ran; N = 1000 and 2380 have a partial last row tile.
 TEST(LceGpuClusters, StreamKIsDeterministicAndChangesOnlyTheSumOrder) {
-  for (int64_t n : {1024, 1000}) {
+  for (int64_t n : {1024, 1000, 1536, 2380}) {
     SCOPED_TRACE(fmt::format("N = {}", n));
     KnobRuns runs(n, 2304, 93, 11);
     using Result = KnobRuns::Result;

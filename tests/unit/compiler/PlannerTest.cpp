@@ -1245,7 +1245,8 @@ TEST(Planner, SplitKTable) {
 
 /// [Note: dA stream-K] as a table (plan::lhsStreamK), then what the planner does with it:
 /// Gemma-2's head gets the scratch and its 1024-row dA launches run 128 CTAs
-/// cooperatively (the slab block's 480 tiles do not); Llama-3's head gets no scratch
+/// cooperatively, its slab block's 480 tiles 132 (3 whole rounds, then 84 tiles on 112 of
+/// them); Llama-3's head gets no scratch
 /// (none of its sampled launches is one, and its workspace is unchanged); LCEJIT_DA_STREAMK
 /// off leaves Gemma-2's launches at one CTA per tile.
 TEST(Planner, LhsStreamK) {
@@ -1261,6 +1262,12 @@ TEST(Planner, LhsStreamK) {
       {102, 4000, 132, false, "136 CTAs: more than the SMs"},
       {97, 4000, 132, false, "not a multiple of 3"},
       {128, 4000, 132, false, "not a multiple of 3 (and a full round)"},
+      {480, 4000, 132, true, "Gemma-2's slab block: 3 rounds, then 84 tiles on 112 CTAs"},
+      {132 + 99, 4000, 132, true, "a round, then 99 tiles on every SM"},
+      {132 + 102, 4000, 132, false, "a tail of 102: 136 CTAs"},
+      {264, 4000, 132, false, "whole rounds: no tail"},
+      {1024, 4000, 132, false, "Llama-3's slab block: a tail of 100, not a multiple of 3"},
+      {480, 15, 132, false, "15 k-blocks, however many rounds"},
       {72, 4000, 132, true, "96 CTAs (a launch that does not split K)"},
       {96, 16, 132, true, "16 k-blocks: quarters of 4"},
       {96, 15, 132, false, "15 k-blocks: a quarter under 4"},
@@ -1299,8 +1306,12 @@ TEST(Planner, LhsStreamK) {
   EXPECT_TRUE(block.cooperative);
   EXPECT_EQ(block.cluster, 1);
   const plan::LaunchDims slab = gemma.launchDims(k0, 5120, 256000);
-  EXPECT_EQ(slab.grid[0], 132) << "480 tiles: persistent";
-  EXPECT_FALSE(slab.cooperative);
+  EXPECT_EQ(slab.grid[0], 132) << "480 tiles: 3 rounds on every SM, then the tail";
+  EXPECT_TRUE(slab.cooperative);
+  EXPECT_EQ(slab.cluster, 1);
+  const plan::LaunchDims whole = gemma.launchDims(k0, 128 * 11 * 2, 256000);
+  EXPECT_EQ(whole.grid[0], 132) << "264 tiles: two whole rounds";
+  EXPECT_FALSE(whole.cooperative);
   EXPECT_NE(decision(gemma, "dA stream-K ([Note: dA stream-K]): a launch of T tiles"), "");
   // The run schedules are the ones without the scratch (the planner checks; so does this).
   const plan::RunSchedule s = plan::chooseRunSchedule(gemma, 8192, true);
@@ -1323,6 +1334,7 @@ TEST(Planner, LhsStreamK) {
   const plan::LaunchDims plain = off.launchDims(k1, 1024, 256000);
   EXPECT_EQ(plain.grid[0], 96);
   EXPECT_FALSE(plain.cooperative);
+  EXPECT_FALSE(off.launchDims(k1, 5120, 256000).cooperative);
 }
 
 /// [Note: column splits per call] as a table: the Llama-3 head on the wgmma path (ping-
@@ -1860,3 +1872,35 @@ TEST(Planner, ErrorsNameTheOp) {
 }
 
 } // namespace
+
+/// The premise of the GPU test LceGpuClusters.StreamKIsDeterministicAndChangesOnlyTheSumOrder
+/// (KnobRuns: D = 2304, V = 32000, softcap 30, an f32 dW the call overwrites): its dA
+/// launches at N = 1024 and 1000 are one round of 96 tiles on 128 CTAs; at N = 1536 (144
+/// tiles) and 2380 (228: a partial last row tile) a round on 132 CTAs, then a tail of 12
+/// and 96 tiles ([Note: dA stream-K]); cooperative launches each.
+TEST(Planner, LhsStreamKLaunchesOfTheGpuTest) {
+  auto g = lceFused(2304, 32000, DType::BF16, 30.0);
+  for (auto [n, rows, grid] : {std::tuple<int64_t, int64_t, int64_t>{1024, 1024, 128},
+                               {1000, 1000, 128},
+                               {1536, 1536, 132},
+                               {2380, 2380, 132}}) {
+    SCOPED_TRACE(fmt::format("N = {}", n));
+    plan::PlanOptions o = wgmmaOptions(n);
+    o.outputTypes = {DType::F32, DType::BF16, DType::F32};
+    const plan::Program p = g->plan(o);
+    int launches = 0;
+    for (const plan::LaunchItem &it : p.expand(p.runSchedule(n, true))) {
+      const auto *d = std::get_if<plan::GemmDLhsKernel>(&p.kernels[size_t(it.kernel)].body);
+      if (!d)
+        continue;
+      ++launches;
+      EXPECT_EQ(it.rows, rows);
+      EXPECT_EQ(d->tile.bn, 192);
+      const plan::LaunchDims dims = p.launchDims(it.kernel, it.rows, it.chunkCols);
+      EXPECT_EQ(dims.grid[0], grid);
+      EXPECT_TRUE(dims.cooperative);
+      EXPECT_EQ(dims.cluster, 1);
+    }
+    EXPECT_EQ(launches, 1);
+  }
+}
