@@ -1724,7 +1724,7 @@ private:
     const int64_t bytes = lhsStreamKBytes(widest, sms);
     // The schedules compared below are samples of the bucket: a scratch that is a visible
     // share of the budget can still take rows from a call between them (a 100 MiB budget
-    // lost the slab tails of N = 6000 to 4.3 MB), so it is taken only within 1 % of it.
+    // lost the slab tails of N = 6000 to 3.2 MB), so it is taken only within 1 % of it.
     if (bytes * 100 > prog_.schedule.budgetBytes) {
       prog_.decisions.push_back(fmt::format(
           "dA stream-K ([Note: dA stream-K]): not taken: its {} bytes of scratch are more "

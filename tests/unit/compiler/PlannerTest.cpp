@@ -1326,6 +1326,19 @@ TEST(Planner, LhsStreamK) {
   for (const plan::BufferSpec &b : llama.workspace)
     EXPECT_NE(b.name, "dlhs_stream_k");
 
+  // A scratch of more than 1 % of the budget is not taken, though launches would take it
+  // (D = 2048 at 100 MiB: 3.2 MB; the schedules of N between the sampled ones may change).
+  plan::PlanOptions small = wgmmaOptions(6000);
+  small.workspaceBudgetBytes = int64_t(100) << 20;
+  plan::Program tight = lceFused(2048, 32000, DType::BF16, 30.0)->plan(small);
+  EXPECT_NE(decision(tight, fmt::format("not taken: its {} bytes of scratch are more than 1 % "
+                                        "of the 104857600-byte budget",
+                                        plan::lhsStreamKBytes(192, 132))),
+            "");
+  for (int32_t k : dlhs(tight))
+    EXPECT_FALSE(std::get<plan::GemmDLhsKernel>(tight.kernels[static_cast<size_t>(k)].body)
+                     .streamK.valid());
+
   o.daStreamK = false;
   plan::Program off = lceFused(2304, 256000, DType::BF16, 30.0)->plan(o);
   const int32_t k1 = dlhs(off).front();
