@@ -985,8 +985,8 @@ private:
       // second consumer waits) stay a few percent of its work.
       // With ping-pong each consumer writes its own partial entry: Program::splits (the
       // entries per row) is twice the CTA splits.
-      // [Note: column splits per call]: at least a quarter of the SMs where each split
-      // keeps half that many tiles, so that a block of a multiple of 4 row tiles (512
+      // [Note: column splits per call]: at least a quarter of the SMs, as long as each
+      // split keeps perSplit / 2 tiles, so that a block of a multiple of 4 row tiles (512
       // rows) can fill whole waves (Llama-3's 1002 tiles alone would give 32 splits: 64
       // row tiles x 32 = 15.5 waves; 33 make 16).
       const int64_t perSplit = g.tile.pingpong ? 32 : 8;
@@ -1744,7 +1744,7 @@ private:
     }
     for (int32_t i : takers)
       std::get<GemmDLhsKernel>(prog_.kernels[static_cast<size_t>(i)].body).streamK = scratch;
-    const int64_t tail = exampleTiles <= sms ? exampleTiles : exampleTiles % sms;
+    const int64_t tail = lhsStreamKTail(exampleTiles, sms);
     prog_.decisions.push_back(fmt::format(
         "dA stream-K ([Note: dA stream-K]): a launch of T tiles, T a multiple of 3 that does "
         "not split K, on 4 T / 3 CTAs: 3 tiles to each group of 4, every CTA over 3/4 of K; a "

@@ -330,14 +330,18 @@ int32_t chooseSplitK(int64_t tiles, int64_t kblocks, int32_t numSMs, int32_t max
   return best;
 }
 
-bool lhsStreamK(int64_t tiles, int64_t kblocks, int32_t numSMs) {
+int64_t lhsStreamKTail(int64_t tiles, int32_t numSMs) {
   const int64_t sms = std::max<int32_t>(numSMs, 1);
+  return tiles <= sms ? tiles : tiles % sms;
+}
+
+bool lhsStreamK(int64_t tiles, int64_t kblocks, int32_t numSMs) {
   if (tiles <= 0 || kblocks < 16)
     return false;
   // One round on 4 T / 3 CTAs, or rounds of all SMs and a tail the groups of 4 can take
   // (lcejit_sm90.cuh's dlhs_tiles tests the same).
-  const int64_t tail = tiles <= sms ? tiles : tiles % sms;
-  return tail > 0 && tail % 3 == 0 && tail / 3 * 4 <= sms;
+  const int64_t tail = lhsStreamKTail(tiles, numSMs);
+  return tail > 0 && tail % 3 == 0 && tail / 3 * 4 <= std::max<int32_t>(numSMs, 1);
 }
 
 int64_t lhsStreamKBytes(int32_t bn, int32_t numSMs) {

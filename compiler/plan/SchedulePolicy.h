@@ -201,6 +201,9 @@ int32_t chooseSplitK(int64_t tiles, int64_t kblocks, int32_t numSMs, int32_t max
 /// multiple of 3 of at most 3 SMs / 4 (84 tiles on 112 CTAs: 3/4 of a round instead of
 /// one). Pure; a table test pins it.
 bool lhsStreamK(int64_t tiles, int64_t kblocks, int32_t numSMs);
+/// The tiles of such a launch that run 3 to a group of 4 CTAs: all of one round (T <= SMs),
+/// else the last round's T mod SMs.
+int64_t lhsStreamKTail(int64_t tiles, int32_t numSMs);
 /// Bytes of the dA stream-K scratch for tiles `bn` wide on `numSMs` SMs: the groups' flags
 /// (kStreamKFlagBytes, zeroed) and one slot of 2 x 128 x bn / 2 floats per group of 4 SMs.
 int64_t lhsStreamKBytes(int32_t bn, int32_t numSMs);
