@@ -10,7 +10,7 @@
 namespace lcejit::runtime {
 
 int64_t sm90GridSize(const Sm90GemmLaunch &l, int numSMs) {
-  const int64_t tiles = ((l.m + 127) / 128) * ((l.n + l.bn - 1) / l.bn);
+  const int64_t tiles = ((l.m + l.bm - 1) / l.bm) * ((l.n + l.bn - 1) / l.bn);
   if (l.grid > 0)
     return l.grid;
   return std::max<int64_t>(1, std::min<int64_t>(tiles, numSMs));
@@ -22,6 +22,9 @@ void launchSm90Gemm(const Module &module, CUfunction f, const Sm90GemmLaunch &l,
                    l.m, l.n, l.k);
   LCEJIT_CHECK_ARG(l.bn > 0 && l.sharedBytes > 0, "sm90 GEMM bn = {}, sharedBytes = {}", l.bn,
                    l.sharedBytes);
+  LCEJIT_CHECK_ARG(l.bm == 128 || l.bm == 64, "sm90 GEMM bm = {} (128 or 64)", l.bm);
+  LCEJIT_CHECK_ARG(l.clusterM == 1 || (l.clusterM == 2 && l.bKMajor),
+                   "sm90 GEMM clusterM = {} (1, or 2 with a K-major B)", l.clusterM);
   LCEJIT_CHECK_ARG(l.ldOut >= l.n, "sm90 GEMM ldOut = {} is smaller than n = {}", l.ldOut, l.n);
   LCEJIT_CHECK_ARG(l.group > 0, "sm90 GEMM group = {}", l.group);
   LCEJIT_CHECK_ARG(l.m < (int64_t{1} << 31) && l.n < (int64_t{1} << 31) &&
@@ -36,14 +39,22 @@ void launchSm90Gemm(const Module &module, CUfunction f, const Sm90GemmLaunch &l,
     // An empty product: the kernel stores zeros and reads nothing, so the maps only
     // have to be valid descriptors (of a placeholder address that is never accessed).
     const CUdeviceptr placeholder = 256;
-    mapA = encodeSm90Operand({placeholder, true, 1, 1, 8, 128});
+    mapA = encodeSm90Operand({placeholder, true, 1, 1, 8, l.bm});
     mapB = encodeSm90Operand({placeholder, true, 1, 1, 8, l.bn});
   } else {
-    mapA = encodeSm90Operand({l.a, l.aKMajor, l.m, l.k, l.lda, 128});
-    mapB = encodeSm90Operand({l.b, l.bKMajor, l.n, l.k, l.ldb, l.bn});
+    mapA = encodeSm90Operand({l.a, l.aKMajor, l.m, l.k, l.lda, l.bm});
+    mapB = encodeSm90Operand({l.b, l.bKMajor, l.n, l.k, l.ldb, l.bn / l.clusterM});
   }
 
-  const int64_t grid = sm90GridSize(l, l.grid > 0 ? 0 : currentDeviceInfo().numSMs);
+  int64_t grid = sm90GridSize(l, l.grid > 0 ? 0 : currentDeviceInfo().numSMs);
+  // [Note: sm90 multicast]: pairs only where CTAs 2i and 2i + 1 always hold row tiles 2r
+  // and 2r + 1 of one column (lcejit::sm90::gemm): even row tiles, group and grid. An odd
+  // default grid drops one CTA.
+  const int64_t rowTiles = (l.m + l.bm - 1) / l.bm;
+  if (l.clusterM == 2 && l.grid == 0 && grid > 1 && grid % 2 == 1)
+    --grid;
+  const bool pairs = l.clusterM == 2 && l.k > 0 && rowTiles % 2 == 0 && l.group % 2 == 0 &&
+                     grid % 2 == 0;
   module.reserveDynamicShared(f, l.sharedBytes);
 
   CUdeviceptr out = l.out;
@@ -59,6 +70,15 @@ void launchSm90Gemm(const Module &module, CUfunction f, const Sm90GemmLaunch &l,
   cfg.blockDimZ = 1;
   cfg.sharedMemBytes = static_cast<unsigned>(l.sharedBytes);
   cfg.hStream = stream;
+  CUlaunchAttribute cluster{};
+  if (pairs) {
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim.x = 2;
+    cluster.value.clusterDim.y = 1;
+    cluster.value.clusterDim.z = 1;
+    cfg.attrs = &cluster;
+    cfg.numAttrs = 1;
+  }
   LCEJIT_CU(cudaDriver().launchKernelEx(&cfg, f, params, nullptr));
 }
 

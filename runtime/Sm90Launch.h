@@ -21,6 +21,11 @@ struct Sm90GemmLaunch {
   int64_t lda = 0, ldb = 0, ldOut = 0; ///< elements between rows of memory
   int64_t m = 0, n = 0, k = 0;
   int32_t bn = 256;          ///< the kernel's tile columns (Sm90GemmSpec::bn)
+  int32_t bm = 128;          ///< the kernel's tile rows (Sm90GemmSpec::bm): 128 or 64
+  /// Sm90GemmSpec::clusterM of the kernel. With 2, the launch runs clusters of two CTAs
+  /// (B copied in halves of bn / 2 rows) when the row tiles, group and grid are even, else
+  /// single CTAs (each then loads both halves).
+  int32_t clusterM = 1;
   int32_t sharedBytes = 0;   ///< codegen::sm90GemmSharedBytes of the kernel's spec
   int32_t group = 8;         ///< tile rows per group of the tile order
   int32_t grid = 0;          ///< CTAs; 0: min(tiles, SMs of the device)

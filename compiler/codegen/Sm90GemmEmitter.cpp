@@ -26,8 +26,14 @@ void checkSm90GemmSpec(const Sm90GemmSpec &s) {
                    "sm90 GEMM '{}': bn = {} (64, 128, 192 or 256)", s.name, s.bn);
   LCEJIT_CHECK_ARG(s.stages >= 2 && s.stages <= 8, "sm90 GEMM '{}': stages = {} (2 to 8)",
                    s.name, s.stages);
-  LCEJIT_CHECK_ARG(!s.pingpong || s.bn <= 128,
-                   "sm90 GEMM '{}': bn = {} with ping-pong consumers (at most 128)", s.name, s.bn);
+  LCEJIT_CHECK_ARG(s.bm == 128 || (s.bm == 64 && s.pingpong),
+                   "sm90 GEMM '{}': bm = {} (128, or 64 with ping-pong consumers)", s.name, s.bm);
+  LCEJIT_CHECK_ARG(!s.pingpong || s.bn * s.bm <= 128 * 128,
+                   "sm90 GEMM '{}': bn = {} with ping-pong consumers of {} rows (at most {})",
+                   s.name, s.bn, s.bm, 128 * 128 / s.bm);
+  LCEJIT_CHECK_ARG(s.clusterM == 1 || (s.clusterM == 2 && s.bKMajor),
+                   "sm90 GEMM '{}': clusterM = {} (1, or 2 with a K-major B)", s.name,
+                   s.clusterM);
   LCEJIT_CHECK_ARG(detail::gemmElemTag(s.out) != nullptr,
                    "sm90 GEMM '{}': output type {} (bf16, f16, f32)",
                    s.name, dtypeName(s.out));
@@ -39,13 +45,14 @@ void checkSm90GemmSpec(const Sm90GemmSpec &s) {
 
 int32_t sm90GemmSharedBytes(const Sm90GemmSpec &s) {
   // Mirrors lcejit::sm90::GemmConfig: alignment slack, stages of A and B, barriers.
-  const int32_t stage = 128 * 64 * 2 + s.bn * 64 * 2;
+  const int32_t stage = s.bm * 64 * 2 + s.bn * 64 * 2;
   return 1024 + s.stages * stage + 2 * s.stages * 8;
 }
 
 std::string describe(const Sm90GemmSpec &s) {
-  return fmt::format("tile 128x{}x64, {} stages{}, A {}, B {}, out {}, {} bytes shared", s.bn,
-                     s.stages, s.pingpong ? ", ping-pong" : "", s.aKMajor ? "K-major" : "MN-major",
+  return fmt::format("tile {}x{}x64, {} stages{}{}, A {}, B {}, out {}, {} bytes shared", s.bm,
+                     s.bn, s.stages, s.pingpong ? ", ping-pong" : "",
+                     s.clusterM > 1 ? ", pairs sharing B" : "", s.aKMajor ? "K-major" : "MN-major",
                      s.bKMajor ? "K-major" : "MN-major", dtypeName(s.out),
                      sm90GemmSharedBytes(s));
 }
@@ -74,7 +81,11 @@ EmittedModule emitSm90GemmModule(const std::vector<Sm90GemmSpec> &specs) {
     w.comment(fmt::format("{}: {}", s.name, describe(s)));
     w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}{}> {};", s.bn,
            s.stages, s.aKMajor ? "K_MAJOR" : "MN_MAJOR", s.bKMajor ? "K_MAJOR" : "MN_MAJOR",
-           s.pingpong ? ", 1" : "", configName(s));
+           s.bm != 128 || s.clusterM != 1
+               ? fmt::format(", {}, 0, {}, 1, {}", s.pingpong ? 1 : 0, s.clusterM, s.bm)
+           : s.pingpong ? ", 1"
+                        : "",
+           configName(s));
     w.line("static_assert({}::SMEM_BYTES == {}, \"shared memory must match "
            "codegen::sm90GemmSharedBytes\");",
            configName(s), sm90GemmSharedBytes(s));

@@ -30,12 +30,19 @@ namespace lcejit::codegen {
 
 struct Sm90GemmSpec {
   std::string name;
-  int32_t bn = 256;       ///< tile columns: 64, 128, 192 or 256 (BM = 128, BK = 64)
+  int32_t bn = 256;       ///< tile columns: 64, 128, 192 or 256 (BK = 64)
   int32_t stages = 4;     ///< shared-memory ring depth, 2 to 8
   bool aKMajor = true;    ///< A(m, k) at a[m * ld + k] (else a[k * ld + m])
   bool bKMajor = true;    ///< B(n, k) at b[n * ld + k] (else b[k * ld + n])
   DType out = DType::BF16; ///< BF16, F16 or F32
   bool pingpong = false;   ///< consumers take alternate tiles ([Note: sm90 ping-pong]), bn <= 128
+  /// Tile rows: 128, or 64 with ping-pong consumers, then bn up to 256 ([Note: sm90 64-row
+  /// ping-pong]).
+  int32_t bm = 128;
+  /// 2: clusters of two CTAs along M share each B tile by TMA multicast (a K-major B;
+  /// [Note: sm90 multicast]) where the launch pairs its row tiles (runtime::
+  /// Sm90GemmLaunch::clusterM).
+  int32_t clusterM = 1;
   bool operator==(const Sm90GemmSpec &) const = default;
 };
 

@@ -465,9 +465,13 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[BN / 2], u64 desc_a,
 //===----------------------------------------------------------------------===//
 
 template <int BN_, int STAGES_, int MAJOR_A_, int MAJOR_B_, int PINGPONG_ = 0,
-          int TMA_STORE_ = 0, int CLUSTER_M_ = 1, int SPLIT_K_ = 1>
+          int TMA_STORE_ = 0, int CLUSTER_M_ = 1, int SPLIT_K_ = 1, int BM_ = 128>
 struct GemmConfig {
-  static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
+  /// [Note: sm90 64-row ping-pong] BM = 64 (ping-pong only): a consumer's tile is one
+  /// 64-row slice, as wide as 256 columns (m64n256k16: 128 accumulators a thread, as a
+  /// 128 x 128 ping-pong tile's two slices), so the tensor cores read 38 bytes of shared
+  /// memory a thousand MACs instead of 46.9.
+  static constexpr int BM = BM_, BN = BN_, BK = 64, STAGES = STAGES_;
   static constexpr int MAJOR_A = MAJOR_A_, MAJOR_B = MAJOR_B_;
   /// [Note: sm90 ping-pong] 0: cooperative (both consumers split every tile);
   /// 1: each consumer takes every other tile whole (two 64-row slices), so one
@@ -482,7 +486,7 @@ struct GemmConfig {
   /// [Note: sm90 split-K] > 1: launched as clusters of up to SPLIT_K CTAs, each over its
   /// own k-blocks of one tile, summed through distributed shared memory (SplitKTiles).
   static constexpr int SPLIT_K = SPLIT_K_;
-  static constexpr int SLICES = PINGPONG ? 2 : 1; ///< 64-row slices per consumer
+  static constexpr int SLICES = PINGPONG ? BM / 64 : 1; ///< 64-row slices per consumer
   static constexpr int THREADS = 384;
   static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
@@ -496,8 +500,11 @@ struct GemmConfig {
   static constexpr int EMPTY_ARRIVALS = PINGPONG ? 4 : 8; ///< consumer warps per stage
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
                 "sm90 GEMM: BN must be 64, 128, 192 or 256");
-  static_assert(!PINGPONG || BN <= 128,
-                "sm90 GEMM: a ping-pong consumer holds 2 x BN / 2 accumulators");
+  static_assert(BM == 128 || (BM == 64 && PINGPONG && !TMA_STORE && SPLIT_K_ == 1),
+                "sm90 GEMM: BM is 128, or 64 with ping-pong consumers");
+  static_assert(!PINGPONG || SLICES * BN <= 256,
+                "sm90 GEMM: a ping-pong consumer holds SLICES x BN / 2 accumulators (at most "
+                "128)");
   static_assert(STAGES >= 2 && STAGES <= 8, "sm90 GEMM: 2 to 8 stages");
   static_assert(!TMA_STORE || (!PINGPONG && BN % 32 == 0),
                 "sm90 GEMM: the TMA store epilogue runs on cooperative consumers");
@@ -954,7 +961,8 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     // one issuing warp per scheduler could not keep ahead of the 512 tensor-core cycles
     // of a ping-pong k-block while the other consumer's epilogue shared the scheduler
     // (ncu, Gemma-2 forward: 127 instructions per k-block, 68 % tensor pipe).
-    const u64 desc_a0 = sw128_desc(base + (SL == 1 ? g * 8192 : 0), TA ? 8192u : 16u, 1024u);
+    const u64 desc_a0 =
+        sw128_desc(base + (Cfg::PINGPONG ? 0 : g * 8192), TA ? 8192u : 16u, 1024u);
     const u64 desc_b0 = sw128_desc(base + Cfg::A_BYTES, TB ? 8192u : 16u, 1024u);
     auto issue = [&](bool first) {
       mbar_wait(full + 8 * s, phase);
@@ -1056,7 +1064,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
       }
 #pragma unroll
       for (int j = 0; j < SL; ++j)
-        epi.tile(acc[j], j, tm * BM + 64 * (SL == 1 ? g : j), tn * BN, t);
+        epi.tile(acc[j], j, tm * BM + 64 * (Cfg::PINGPONG ? j : g), tn * BN, t);
     }
     epi.finish(g, t);
   }
@@ -1066,11 +1074,16 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
 }
 
 /// A plain GEMM over an m x n output (persistent tiles).
+/// With CLUSTER_M = 2 and a cluster launch, CTAs 2i and 2i + 1 share each B tile
+/// ([Note: sm90 multicast]): the host launches clusters only when the row tiles and
+/// `group` are even and the grid is even, so that tiles 2j + G q and 2j + 1 + G q (G the
+/// grid) are row tiles 2r and 2r + 1 of one column for every q.
 template <class Cfg, class Epi>
 __device__ __forceinline__ void gemm(const TensorMap &map_a,
                                      const TensorMap &map_b, Epi &epi, i64 m,
                                      i64 n, i64 k, int group) {
-  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(m, n, group), epi, k);
+  const u32 pair = Cfg::CLUSTER_M > 1 && cluster_nctarank() > 1 ? 2u : 1u;
+  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(m, n, group), epi, k, pair);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1156,7 +1169,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
 
   /// First row of slice j of consumer g.
   __device__ __forceinline__ i64 slice_row0(int g, int j) const {
-    return row_tile * Cfg::BM + 64 * (SL == 1 ? g : j);
+    return row_tile * Cfg::BM + 64 * (Cfg::PINGPONG ? j : g);
   }
   /// The row's operands: kept in registers across the tiles, except when the epilogue
   /// also stores values (materialized), where the registers are short and the row is

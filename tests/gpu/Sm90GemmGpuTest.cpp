@@ -40,14 +40,23 @@ struct Config {
   int bn, stages;
   DType out;
   bool pingpong = false;
+  int bm = 128;
+  int clusterM = 1; ///< 2: pairs sharing B (K-major B only: the fwd layout)
 };
-const Config kConfigs[] = {{256, 4, DType::BF16}, {256, 4, DType::F32}, {192, 4, DType::BF16},
-                           {128, 6, DType::F32},  {64, 2, DType::BF16}, {128, 6, DType::BF16, true},
-                           {64, 3, DType::F32, true}};
+// The last two: 64-row ping-pong tiles ([Note: sm90 64-row ping-pong]), 256 and 128 wide.
+const Config kConfigs[] = {{256, 4, DType::BF16},        {256, 4, DType::F32},
+                           {192, 4, DType::BF16},        {128, 6, DType::F32},
+                           {64, 2, DType::BF16},         {128, 6, DType::BF16, true},
+                           {64, 3, DType::F32, true},    {256, 5, DType::BF16, true, 64},
+                           {128, 3, DType::F32, true, 64}};
+// Pairs sharing B by TMA multicast ([Note: sm90 multicast]); the fwd layout only.
+const Config kPairConfigs[] = {{128, 6, DType::BF16, true, 128, 2},
+                               {256, 5, DType::BF16, true, 64, 2},
+                               {256, 4, DType::F32, false, 128, 2}};
 
 std::string specName(const Layout &l, const Config &c) {
-  return fmt::format("t_{}_{}_{}_{}{}", l.name, c.bn, c.stages, dtypeName(c.out),
-                     c.pingpong ? "_pingpong" : "");
+  return fmt::format("t_{}_{}x{}_{}_{}{}{}", l.name, c.bm, c.bn, c.stages, dtypeName(c.out),
+                     c.pingpong ? "_pingpong" : "", c.clusterM > 1 ? "_pairs" : "");
 }
 
 /// One module with every kernel of the test, compiled once.
@@ -59,10 +68,15 @@ struct Sm90Module {
 Sm90Module &sm90Module() {
   static std::unique_ptr<Sm90Module> m = [] {
     auto mm = std::make_unique<Sm90Module>();
+    auto add = [&](const Layout &l, const Config &c) {
+      mm->specs.push_back({specName(l, c), c.bn, c.stages, l.aKMajor, l.bKMajor, c.out,
+                           c.pingpong, c.bm, c.clusterM});
+    };
     for (const Layout &l : kLayouts)
       for (const Config &c : kConfigs)
-        mm->specs.push_back(
-            {specName(l, c), c.bn, c.stages, l.aKMajor, l.bKMajor, c.out, c.pingpong});
+        add(l, c);
+    for (const Config &c : kPairConfigs)
+      add(kLayouts[0], c);
     runtime::NvrtcRequest req;
     req.source = codegen::emitSm90GemmModule(mm->specs).source;
     req.arch = "sm_90a";
@@ -80,7 +94,7 @@ struct Shape {
   int32_t grid; ///< 0: the default (min(tiles, SMs))
 };
 
-void runOne(const Layout &l, const Config &c, const Shape &s) {
+void runOne(const Layout &l, const Config &c, const Shape &s, int group = 3) {
   SCOPED_TRACE(fmt::format("{} m={} n={} k={} grid={}", specName(l, c), s.m, s.n, s.k, s.grid));
   runtime::ensureContext();
   RefKernels &ref = RefKernels::get();
@@ -112,8 +126,10 @@ void runOne(const Layout &l, const Config &c, const Shape &s) {
   launch.n = s.n;
   launch.k = s.k;
   launch.bn = c.bn;
+  launch.bm = c.bm;
+  launch.clusterM = c.clusterM;
   launch.sharedBytes = codegen::sm90GemmSharedBytes(*spec);
-  launch.group = 3;
+  launch.group = group;
   launch.grid = s.grid;
   runtime::launchSm90Gemm(mod.module, mod.module.function(spec->name), launch, nullptr);
   LCEJIT_CU(runtime::cudaDriver().ctxSynchronize());
@@ -152,6 +168,29 @@ TEST_P(Sm90Gemm, MatchesFp64OnTailShapes) {
   for (const Shape &s : shapes)
     runOne(l, c, s);
 }
+
+/// Pairs: even row tiles and grids run as clusters (odd ones as single CTAs that load
+/// both halves of B); group 3 in runOne is odd, so these launches set their own.
+class Sm90GemmPairs : public ::testing::TestWithParam<int> {};
+
+TEST_P(Sm90GemmPairs, MatchesFp64OnTailShapes) {
+  if (!isSm90())
+    GTEST_SKIP() << "the sm90 GEMM needs an sm_90 device; this is sm_"
+                 << runtime::deviceInfo(0).smVersion();
+  const Config &c = kPairConfigs[GetParam()];
+  // Even row tiles with the default grid and with 4 CTAs over many tiles (clusters); odd
+  // row tiles and an odd grid (single CTAs); k = 0.
+  const Shape shapes[] = {{1000, 520, 1032, 0}, {512, 1288, 520, 4}, {328, 136, 264, 0},
+                          {384, 776, 4096, 3},   {256, 256, 0, 0}};
+  for (const Shape &s : shapes)
+    runOne(kLayouts[0], c, s, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pairs, Sm90GemmPairs,
+                         ::testing::Range(0, int(std::size(kPairConfigs))),
+                         [](const ::testing::TestParamInfo<int> &i) {
+                           return specName(kLayouts[0], kPairConfigs[i.param]);
+                         });
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, Sm90Gemm,

@@ -147,7 +147,8 @@ struct Args {
   bool forward = false; ///< --forward: the loss only (forward()) against the one cuBLAS GEMM Z
   bool check = false;   ///< --check: errors against the fp64 reference
   bool trace = false;   ///< --trace: one call's launches, timed back to back
-  /// --gemm-config BN,STAGES,GROUP[,pp]/...: the 4th value is 1 for ping-pong consumers.
+  /// --gemm-config BN,STAGES,GROUP[,FLAGS]/...: the 4th value's bits: 1 ping-pong
+  /// consumers, 2 tiles of 64 rows (with 1), 4 pairs sharing B (Z only).
   std::vector<std::array<int, 4>> gemmConfigs{{256, 4, 8, 0}};
 };
 
@@ -274,11 +275,13 @@ cl::opt<bool> gemmOnlyOpt("gemm-only",
                                    "cuBLAS"),
                           cl::cat(kCategory));
 cl::opt<std::string> gemmConfigOpt(
-    "gemm-config", cl::value_desc("BN,STAGES,GROUP[,pp]/..."),
-    cl::desc("--gemm-only configs, '/'-separated; pp: ping-pong consumers (default: 256,4,8)"),
+    "gemm-config", cl::value_desc("BN,STAGES,GROUP[,pp|pp64|mc|ppmc|pp64mc]/..."),
+    cl::desc("--gemm-only configs, '/'-separated; pp: ping-pong consumers, pp64: ping-pong "
+             "consumers of 64-row tiles, mc: Z in clusters of 2 sharing each W tile "
+             "(default: 256,4,8)"),
     cl::cat(kCategory));
 
-/// One --gemm-config entry: "BN,STAGES,GROUP" or "BN,STAGES,GROUP,pp".
+/// One --gemm-config entry: "BN,STAGES,GROUP" or "BN,STAGES,GROUP,FLAGS" (Args::gemmConfigs).
 std::optional<std::array<int, 4>> parseGemmConfig(llvm::StringRef one) {
   llvm::SmallVector<llvm::StringRef, 4> parts;
   one.split(parts, ',');
@@ -288,9 +291,12 @@ std::optional<std::array<int, 4>> parseGemmConfig(llvm::StringRef one) {
   for (int i = 0; i < 3; ++i)
     if (parts[i].getAsInteger(10, c[i]) || c[i] <= 0)
       return std::nullopt;
-  if (parts.size() == 4 && parts[3] != "pp")
-    return std::nullopt;
-  c[3] = parts.size() == 4 ? 1 : 0;
+  if (parts.size() == 4) {
+    const llvm::StringRef f = parts[3];
+    c[3] = f == "pp" ? 1 : f == "pp64" ? 3 : f == "mc" ? 4 : f == "ppmc" ? 5 : f == "pp64mc" ? 7 : -1;
+    if (c[3] < 0)
+      return std::nullopt;
+  }
   return c;
 }
 
@@ -659,11 +665,12 @@ int runGemmOnly(const Args &a, const std::vector<CaseShape> &shapes, const runti
   for (size_t c = 0; c < a.gemmConfigs.size(); ++c) {
     const auto &g = a.gemmConfigs[c];
     const std::string p = fmt::format("g{}_", c);
-    const bool pp = g[3] != 0;
-    specs.push_back({p + "fwd", g[0], g[1], true, true, DType::BF16, pp});
-    specs.push_back({p + "dh", g[0], g[1], true, false, DType::BF16, pp});
-    specs.push_back({p + "dw", g[0], g[1], false, false, DType::BF16, pp});
-    specs.push_back({p + "dwf", g[0], g[1], false, false, DType::F32, pp});
+    const bool pp = (g[3] & 1) != 0;
+    const int bm = (g[3] & 2) != 0 ? 64 : 128;
+    specs.push_back({p + "fwd", g[0], g[1], true, true, DType::BF16, pp, bm, (g[3] & 4) ? 2 : 1});
+    specs.push_back({p + "dh", g[0], g[1], true, false, DType::BF16, pp, bm});
+    specs.push_back({p + "dw", g[0], g[1], false, false, DType::BF16, pp, bm});
+    specs.push_back({p + "dwf", g[0], g[1], false, false, DType::F32, pp, bm});
   }
   codegen::EmittedModule em = codegen::emitSm90GemmModule(specs);
   runtime::NvrtcRequest req;
@@ -734,6 +741,8 @@ int runGemmOnly(const Args &a, const std::vector<CaseShape> &shapes, const runti
           l.n = gm.n;
           l.k = gm.k;
           l.bn = spec.bn;
+          l.bm = spec.bm;
+          l.clusterM = spec.clusterM;
           l.sharedBytes = codegen::sm90GemmSharedBytes(spec);
           l.group = a.gemmConfigs[c][2];
           CUfunction f = mod.function(spec.name);
@@ -741,8 +750,9 @@ int runGemmOnly(const Args &a, const std::vector<CaseShape> &shapes, const runti
           const double ms = medianMs(a.iters, s, [&] { runtime::launchSm90Gemm(mod, f, l, s); });
           cu(d.ctxSynchronize(), "sync");
           const double err = blas ? relDiff(fillModule, out, variant == 1, gm.ref, gm.m * gm.n) : -1.0;
-          const std::string cfgText = fmt::format("{}x{} s{} g{}{}{}", 128, spec.bn, spec.stages,
+          const std::string cfgText = fmt::format("{}x{} s{} g{}{}{}{}", spec.bm, spec.bn, spec.stages,
                                                   l.group, spec.pingpong ? " ping-pong" : "",
+                                                  spec.clusterM > 1 ? " pairs" : "",
                                                   variant ? " f32 out" : "");
           fmt::print("| {} | {} | {}x{}x{} | {} | {:.3f} | {:.0f} | {:.3f} | {:.0f} | {:.3f} | {:.2e} |\n",
                      cs.name, gm.name, gm.m, gm.n, gm.k, cfgText, blasMs,

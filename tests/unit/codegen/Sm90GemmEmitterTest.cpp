@@ -30,7 +30,10 @@ std::vector<Sm90GemmSpec> allLayouts() {
           {"fwd192", 192, 4, true, true, DType::BF16},
           {"dh64", 64, 2, true, false, DType::F16},
           {"fwdpp", 128, 6, true, true, DType::BF16, true},
-          {"dwpp", 64, 4, false, false, DType::F32, true}};
+          {"dwpp", 64, 4, false, false, DType::F32, true},
+          {"fwdpp64", 256, 5, true, true, DType::BF16, true, 64},
+          {"dhpp64", 256, 5, true, false, DType::F32, true, 64},
+          {"fwdpp64mc", 256, 5, true, true, DType::BF16, true, 64, 2}};
 }
 
 TEST(Sm90GemmEmitter, CompilesForSm90aWithoutSpillsOrSerializedWgmma) {
@@ -101,6 +104,19 @@ TEST(Sm90GemmEmitter, SharedBytesFollowTheTile) {
             1024 + 4 * (16384 + 32768) + 64);
   EXPECT_EQ(codegen::sm90GemmSharedBytes({"a", 64, 2, true, true, DType::BF16}),
             1024 + 2 * (16384 + 8192) + 32);
+  // A 64-row tile: 8 KB of A a stage.
+  EXPECT_EQ(codegen::sm90GemmSharedBytes({"a", 256, 5, true, true, DType::BF16, true, 64}),
+            1024 + 5 * (8192 + 32768) + 80);
+}
+
+TEST(Sm90GemmEmitter, SixtyFourRowPingPongPassesItsRowsToTheConfig) {
+  codegen::EmittedModule m =
+      codegen::emitSm90GemmModule({{"pp64", 256, 5, true, false, DType::BF16, true, 64}});
+  for (const char *text :
+       {"typedef lcejit::sm90::GemmConfig<256, 5, lcejit::K_MAJOR, lcejit::MN_MAJOR, 1, 0, 1, "
+        "1, 64> pp64_config;",
+        "static_assert(pp64_config::SMEM_BYTES == 205904", "tile 64x256x64, 5 stages, ping-pong"})
+    EXPECT_NE(m.source.find(text), std::string::npos) << text;
 }
 
 void expectRejected(const Sm90GemmSpec &s, const std::string &needle) {
@@ -120,6 +136,11 @@ TEST(Sm90GemmEmitter, BadSpecsAreRejectedNamingTheField) {
   expectRejected({"x", 256, 5, true, true, DType::BF16}, "bytes of shared memory");
   expectRejected({"x", 256, 4, true, true, DType::I64}, "output type i64");
   expectRejected({"x", 256, 4, true, true, DType::BF16, true}, "bn = 256 with ping-pong");
+  expectRejected({"x", 256, 4, true, true, DType::BF16, false, 64},
+                 "bm = 64 (128, or 64 with ping-pong consumers)");
+  expectRejected({"x", 128, 4, true, true, DType::BF16, true, 96}, "bm = 96");
+  expectRejected({"x", 128, 4, true, false, DType::BF16, true, 128, 2},
+                 "clusterM = 2 (1, or 2 with a K-major B)");
   expectRejected({"1x", 256, 4, true, true, DType::BF16}, "'1x' is not a C identifier");
   expectRejected({"lcejit_x", 256, 4, true, true, DType::BF16}, "reserved prefix");
   EXPECT_THROW(codegen::emitSm90GemmModule({}), Error);
