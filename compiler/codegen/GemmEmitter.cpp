@@ -32,6 +32,8 @@
 
 #include <fmt/ranges.h>
 
+#include <cmath>
+
 namespace lcejit::codegen::detail {
 
 using plan::BufferRef;
@@ -39,6 +41,9 @@ using plan::DzFormat;
 using plan::FusedGemm;
 using plan::MathMode;
 using plan::Operand;
+using plan::ScalarFunc;
+using plan::ScalarInst;
+using plan::ScalarOp;
 using plan::Param;
 using plan::Space;
 using plan::TileConfig;
@@ -580,6 +585,44 @@ GemmShape fusedShape(const FusedGemm &g) {
   return s;
 }
 
+/// [Note: the target pick by fragments] A sum reduction of select(col == t[row], v, 0),
+/// v the logsumexp's own value and t an i64 row operand (the loss's target logit, as
+/// the frontend writes it), has one nonzero term per row. The per-element form costs
+/// each element a 64-bit column, a 64-bit compare, a select and an add (5-6 of the
+/// ~25-30 instructions of Gemma-2's element); on the fragment path the sm90 reduce
+/// epilogue instead finds the target's element once per row and tile and adds that one
+/// value (PICK_SLOT, pick_column): the same sum, bit for bit (0 + ... + v + 0 = v).
+/// Returns the row operand's arg index, or -1 when result `r` is not such a pick.
+static int32_t targetPickArg(const FusedGemm &g, int32_t r, int32_t lse) {
+  const ScalarFunc &f = g.epilogue;
+  auto inst = [&](int32_t i) -> const ScalarInst * {
+    return i >= 0 && i < static_cast<int32_t>(f.insts.size()) ? &f.insts[static_cast<size_t>(i)]
+                                                             : nullptr;
+  };
+  auto argKind = [&](int32_t i, Operand::Kind kind, DType dt) -> int32_t {
+    const ScalarInst *a = inst(i);
+    if (!a || a->op != ScalarOp::Arg || a->argIndex < 0 ||
+        a->argIndex >= static_cast<int32_t>(g.args.size()))
+      return -1;
+    const Operand &o = g.args[static_cast<size_t>(a->argIndex)];
+    return o.kind == kind && (kind != Operand::Kind::Row || o.dtype == dt) ? a->argIndex : -1;
+  };
+  const ScalarInst *sel = inst(f.results[static_cast<size_t>(r)]);
+  if (!sel || sel->op != ScalarOp::Select || sel->type != DType::F32 ||
+      sel->operands[1] != f.results[static_cast<size_t>(lse)])
+    return -1;
+  const ScalarInst *v = inst(sel->operands[1]);
+  const ScalarInst *zero = inst(sel->operands[2]);
+  const ScalarInst *cmp = inst(sel->operands[0]);
+  if (!v || v->type != DType::F32 || !zero || zero->op != ScalarOp::Const ||
+      zero->fValue != 0.0 || std::signbit(zero->fValue) || !cmp || cmp->op != ScalarOp::CmpEq)
+    return -1;
+  for (int side = 0; side < 2; ++side)
+    if (argKind(cmp->operands[side], Operand::Kind::ColIndex, DType::I64) >= 0)
+      return argKind(cmp->operands[1 - side], Operand::Kind::Row, DType::I64);
+  return -1;
+}
+
 /// The sm90 reduce epilogue's fragment interface ([Note: sm90 reduce by
 /// fragments] in lcejit_sm90.cuh). With exactly one logsumexp reduction and
 /// only sums besides it, FRAGMENT_LSE_SLOT names the logsumexp's slot and
@@ -666,12 +709,32 @@ static void emitFragmentValue(CodeWriter &w, const plan::GemmReduceKernel &k,
   }
   if (!fragments)
     return;
+  // [Note: the target pick by fragments]: the first such sum, if any.
+  int32_t pick = -1, pickArg = -1;
+  for (size_t r = 0; r < k.reductions.size() && pick < 0; ++r)
+    if (static_cast<int>(r) != lse) {
+      const int32_t a = targetPickArg(k.gemm, static_cast<int32_t>(r), lse);
+      if (a >= 0 && epi.isLive(a)) {
+        pick = static_cast<int32_t>(r);
+        pickArg = a;
+      }
+    }
+  w.line("static constexpr int PICK_SLOT = {};", pick >= 0 ? k.slotOf(pick) : -1);
+  {
+    auto f = w.block("__device__ __forceinline__ long long pick_column(const Row &r) const");
+    if (pick >= 0) {
+      w.line("return static_cast<long long>(r.a{});", pickArg);
+    } else {
+      w.line("(void)r;");
+      w.line("return -1;");
+    }
+  }
   auto f = w.block("__device__ __forceinline__ float fragment_value(float "
                    "(&p)[SLOTS], float acc, long long row, long long col, "
                    "const Row &r, const Col &c) const");
   std::vector<std::string> results = epi.emitBody();
   for (size_t r = 0; r < k.reductions.size(); ++r)
-    if (static_cast<int>(r) != lse)
+    if (static_cast<int>(r) != lse && static_cast<int32_t>(r) != pick)
       w.line("lcejit::sum_add({}, {});",
              slotArgs(k.reductions[r], k.slotOf(static_cast<int32_t>(r)), "p"),
              convertValue(results[r], epi.resultType(r), DType::F32));

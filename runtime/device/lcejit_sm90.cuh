@@ -1017,7 +1017,15 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
       i64 kb_begin, kb_end;
       tiles.k_range(tile, kblocks, kb_begin, kb_end);
       const i64 nk = kb_end - kb_begin;
+      // [Note: sm90 ping-pong hand-off] The other consumer may start its next tile as soon
+      // as this one has issued its last wgmma (all the ring order needs: [Note: sm90
+      // ping-pong order]), not after they retire: its first wgmma then queue behind this
+      // tile's last ones instead of the tensor pipe draining at every tile switch (as
+      // CUTLASS's ping-pong kernel arrives on its order barrier before the MMA tail).
+      const bool hand_off = Cfg::PINGPONG && tile + tiles.stride() < tiles.end();
       if (nk == 0) {
+        if (hand_off)
+          named_bar_arrive(2 + (1 - g), 256);
 #pragma unroll
         for (int j = 0; j < SL; ++j)
 #pragma unroll
@@ -1041,15 +1049,16 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
           prev = s;
           advance();
         }
+        // Let the other consumer run the next tile's mainloop under this tile's last
+        // wgmma and its epilogue.
+        if (hand_off)
+          named_bar_arrive(2 + (1 - g), 256);
         wgmma_wait<0>();
 #pragma unroll
         for (int j = 0; j < SL; ++j)
           fence_acc(acc[j]);
         release(prev);
       }
-      // Let the other consumer run the next tile's mainloop under this epilogue.
-      if (Cfg::PINGPONG && tile + tiles.stride() < tiles.end())
-        named_bar_arrive(2 + (1 - g), 256);
       if constexpr (Tiles::STREAM) {
         if (!tiles.exchange(tile, acc[0], g, t))
           continue; // a helper: the owner runs the epilogue of the sum
@@ -1228,7 +1237,8 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   /// ignores. Folding element by element (lse_add, still used on the last,
   /// partial column tile) chains R / 2 exps and rescales through (m, t), and
   /// with one epilogue warp per scheduler nothing hides that chain. Sums (the
-  /// target pick) are added by fragment_value. Only full tiles take this path:
+  /// target pick, once per row: [Note: the target pick by fragments]) are added by
+  /// fragment_value. Only full tiles take this path:
   /// per-element column checks here made ptxas spill under ping-pong's 128
   /// accumulators per thread.
   template <int R>
@@ -1246,6 +1256,20 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
         const i64 col = col0 + acc_col(i, t);
         acc[i] = epi.fragment_value(part[j][h], acc[i], row, col, rv,
                                     epi.load_col(col));
+      }
+      // [Note: the target pick by fragments] (codegen/GemmEmitter.cpp): element k of the
+      // fragment is column col0 + 8 (k / 2) + 2 (t % 4) + k % 2; the target's k is found
+      // once, and only the rare thread that holds it selects and adds its value.
+      if constexpr (Epi::PICK_SLOT >= 0) {
+        const i64 rel = epi.pick_column(rv) - col0 - 2 * (t % 4);
+        if (rel >= 0 && rel < 2 * R && (rel % 8) < 2) {
+          const int kx = static_cast<int>(2 * (rel / 8) + rel % 8);
+          float v = 0.f;
+#pragma unroll
+          for (int k = 0; k < R / 2; ++k)
+            v = k == kx ? acc[4 * (k / 2) + 2 * h + k % 2] : v;
+          sum_add(part[j][h][Epi::PICK_SLOT], v);
+        }
       }
       float m, tt;
       if constexpr (Epi::STORE && Epi::STORE_ROW_SCALED)

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <regex>
 
 using namespace lcejit;
@@ -377,4 +378,69 @@ TEST(Emitter, RejectsWhatTheGroupSumsAndTheStoringForwardCannotRun) {
     EXPECT_NE(expectThrowMessage([&] { plan::setTargetGroupRows(p, 0); }).find("rows = 0"),
               std::string::npos);
   }
+}
+
+/// [Note: the target pick by fragments]: the loss's target pick, a sum of select(col ==
+/// target, v, 0), leaves fragment_value for the reduce epilogue's once-per-row pick; a sum
+/// that is not exactly that (another false value, another compare) stays per element.
+TEST(Emitter, TheForwardPicksTheTargetOncePerRowOnlyForAnExactPick) {
+  auto forwardSource = [](const std::function<void(plan::ScalarFunc &)> &edit) {
+    fe::LceSpec spec;
+    spec.hidden = 256;
+    spec.vocab = 32000;
+    spec.softcap = 30.0;
+    auto fg = pipeline::compileGraph(*fe::buildLceGraph(spec));
+    plan::PlanOptions po;
+    po.tokens = 4096;
+    Program p = fg->plan(po);
+    int forwards = 0;
+    for (plan::Kernel &k : p.kernels)
+      if (auto *g = std::get_if<GemmReduceKernel>(&k.body)) {
+        ++forwards;
+        edit(g->gemm.epilogue);
+      }
+    EXPECT_EQ(forwards, 1);
+    const std::string src = emitCuda(p).source;
+    const size_t at = src.find("struct lce_fwd0_epilogue");
+    EXPECT_NE(at, std::string::npos);
+    return src.substr(at, src.find("extern \"C\"", at) - at);
+  };
+  auto fragmentValue = [](const std::string &s) {
+    const size_t at = s.find("float fragment_value(");
+    return at == std::string::npos ? std::string() : s.substr(at);
+  };
+  // The select whose false value is a constant 0: the pick.
+  auto pickSelect = [](plan::ScalarFunc &f) -> plan::ScalarInst * {
+    for (int32_t r : f.results) {
+      plan::ScalarInst &s = f.insts[static_cast<size_t>(r)];
+      if (s.op == plan::ScalarOp::Select)
+        return &s;
+    }
+    return nullptr;
+  };
+
+  const std::string pick = forwardSource([](plan::ScalarFunc &) {});
+  EXPECT_NE(pick.find("static constexpr int PICK_SLOT = 2;"), std::string::npos) << pick;
+  EXPECT_NE(pick.find("return static_cast<long long>(r.a"), std::string::npos) << pick;
+  EXPECT_EQ(fragmentValue(pick).find("lcejit::sum_add"), std::string::npos) << pick;
+
+  const std::string otherFalse = forwardSource([&](plan::ScalarFunc &f) {
+    plan::ScalarInst *s = pickSelect(f);
+    ASSERT_NE(s, nullptr);
+    f.insts[static_cast<size_t>(s->operands[2])].fValue = 0.5;
+  });
+  EXPECT_NE(otherFalse.find("static constexpr int PICK_SLOT = -1;"), std::string::npos)
+      << otherFalse;
+  EXPECT_NE(fragmentValue(otherFalse).find("lcejit::sum_add(p[2], "), std::string::npos)
+      << otherFalse;
+
+  const std::string notEqual = forwardSource([&](plan::ScalarFunc &f) {
+    plan::ScalarInst *s = pickSelect(f);
+    ASSERT_NE(s, nullptr);
+    f.insts[static_cast<size_t>(s->operands[0])].op = plan::ScalarOp::CmpNe;
+  });
+  EXPECT_NE(notEqual.find("static constexpr int PICK_SLOT = -1;"), std::string::npos)
+      << notEqual;
+  EXPECT_NE(fragmentValue(notEqual).find("lcejit::sum_add(p[2], "), std::string::npos)
+      << notEqual;
 }
