@@ -470,7 +470,8 @@ struct GemmConfig {
   /// [Note: sm90 64-row ping-pong] BM = 64 (ping-pong only): a consumer's tile is one
   /// 64-row slice, as wide as 256 columns (m64n256k16: 128 accumulators a thread, as a
   /// 128 x 128 ping-pong tile's two slices), so the tensor cores read 38 bytes of shared
-  /// memory a thousand MACs instead of 46.9.
+  /// memory a thousand MACs instead of 46.9. Measured as plain GEMMs (session 22, with
+  /// and without pairs) it is no faster than 128 x 128, so only `--gemm-only` uses it.
   static constexpr int BM = BM_, BN = BN_, BK = 64, STAGES = STAGES_;
   static constexpr int MAJOR_A = MAJOR_A_, MAJOR_B = MAJOR_B_;
   /// [Note: sm90 ping-pong] 0: cooperative (both consumers split every tile);
@@ -1236,9 +1237,9 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   /// values overwrite the accumulators, which the next tile's first wgmma
   /// ignores. Folding element by element (lse_add, still used on the last,
   /// partial column tile) chains R / 2 exps and rescales through (m, t), and
-  /// with one epilogue warp per scheduler nothing hides that chain. Sums (the
-  /// target pick, once per row: [Note: the target pick by fragments]) are added by
-  /// fragment_value. Only full tiles take this path:
+  /// with one epilogue warp per scheduler nothing hides that chain. Sums are added
+  /// by fragment_value, except the target pick, added once per row and tile below
+  /// ([Note: the target pick by fragments]). Only full tiles take this path:
   /// per-element column checks here made ptxas spill under ping-pong's 128
   /// accumulators per thread.
   template <int R>
