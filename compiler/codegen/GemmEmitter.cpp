@@ -190,15 +190,8 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
            "--gpu-architecture=sm_90a\"",
            ctx.name());
     w.line("#endif");
-    w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}{}> {};", t.bn,
-           t.stages, s.aKMajor ? "K_MAJOR" : "MN_MAJOR", s.bKMajor ? "K_MAJOR" : "MN_MAJOR",
-           t.splitK > 1     ? fmt::format(", 0, 0, 1, {}", t.splitK)
-           : t.clusterM > 1 ? fmt::format(", {}, {}, {}", t.pingpong ? 1 : 0, t.tmaStore ? 1 : 0,
-                                          t.clusterM)
-           : t.tmaStore ? ", 0, 1"
-           : t.pingpong ? ", 1"
-                        : "",
-           cfg);
+    w.line("{}", sm90GemmConfigTypedef(cfg, t.bn, t.stages, s.aKMajor, s.bKMajor, t.pingpong,
+                                       t.tmaStore, t.clusterM, t.splitK, t.bm));
     w.line("static_assert({}::SMEM_BYTES == {}, \"shared-memory layout must match "
            "plan::wgmmaSharedBytes\");",
            cfg, ctx.launchDims().sharedBytes);

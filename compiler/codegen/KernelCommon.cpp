@@ -4,6 +4,7 @@
 #include "compiler/codegen/KernelEmitters.h"
 
 #include <cctype>
+#include <iterator>
 #include "compiler/support/Check.h"
 
 #include <fmt/ranges.h>
@@ -248,6 +249,22 @@ bool isCIdentifier(const std::string &s) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_')
       return false;
   return true;
+}
+
+std::string sm90GemmConfigTypedef(const std::string &name, int32_t bn, int32_t stages,
+                                  bool aKMajor, bool bKMajor, bool pingpong, bool tmaStore,
+                                  int32_t clusterM, int32_t splitK, int32_t bm) {
+  const int32_t trailing[] = {pingpong ? 1 : 0, tmaStore ? 1 : 0, clusterM, splitK, bm};
+  const int32_t defaults[] = {0, 0, 1, 1, 128};
+  size_t used = std::size(trailing);
+  while (used > 0 && trailing[used - 1] == defaults[used - 1])
+    --used;
+  std::string args;
+  for (size_t i = 0; i < used; ++i)
+    args += fmt::format(", {}", trailing[i]);
+  return fmt::format("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}{}> {};", bn,
+                     stages, aKMajor ? "K_MAJOR" : "MN_MAJOR", bKMajor ? "K_MAJOR" : "MN_MAJOR",
+                     args, name);
 }
 
 const char *gemmElemTag(DType t) {

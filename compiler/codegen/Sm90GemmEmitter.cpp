@@ -79,13 +79,9 @@ EmittedModule emitSm90GemmModule(const std::vector<Sm90GemmSpec> &specs) {
   for (const Sm90GemmSpec &s : specs) {
     w.blank();
     w.comment(fmt::format("{}: {}", s.name, describe(s)));
-    w.line("typedef lcejit::sm90::GemmConfig<{}, {}, lcejit::{}, lcejit::{}{}> {};", s.bn,
-           s.stages, s.aKMajor ? "K_MAJOR" : "MN_MAJOR", s.bKMajor ? "K_MAJOR" : "MN_MAJOR",
-           s.bm != 128 || s.clusterM != 1
-               ? fmt::format(", {}, 0, {}, 1, {}", s.pingpong ? 1 : 0, s.clusterM, s.bm)
-           : s.pingpong ? ", 1"
-                        : "",
-           configName(s));
+    w.line("{}", detail::sm90GemmConfigTypedef(configName(s), s.bn, s.stages, s.aKMajor,
+                                               s.bKMajor, s.pingpong, false, s.clusterM, 1,
+                                               s.bm));
     w.line("static_assert({}::SMEM_BYTES == {}, \"shared memory must match "
            "codegen::sm90GemmSharedBytes\");",
            configName(s), sm90GemmSharedBytes(s));
