@@ -16,8 +16,7 @@ int64_t sm90GridSize(const Sm90GemmLaunch &l, int numSMs) {
   return std::max<int64_t>(1, std::min<int64_t>(tiles, numSMs));
 }
 
-void launchSm90Gemm(const Module &module, CUfunction f, const Sm90GemmLaunch &l,
-                    CUstream stream) {
+void checkSm90GemmLaunch(const Sm90GemmLaunch &l) {
   LCEJIT_CHECK_ARG(l.m >= 0 && l.n >= 0 && l.k >= 0, "sm90 GEMM sizes m = {}, n = {}, k = {}",
                    l.m, l.n, l.k);
   LCEJIT_CHECK_ARG(l.bn > 0 && l.sharedBytes > 0, "sm90 GEMM bn = {}, sharedBytes = {}", l.bn,
@@ -31,6 +30,11 @@ void launchSm90Gemm(const Module &module, CUfunction f, const Sm90GemmLaunch &l,
                        l.k < (int64_t{1} << 31),
                    "sm90 GEMM sizes m = {}, n = {}, k = {}: TMA coordinates are 32-bit", l.m,
                    l.n, l.k);
+}
+
+void launchSm90Gemm(const Module &module, CUfunction f, const Sm90GemmLaunch &l,
+                    CUstream stream) {
+  checkSm90GemmLaunch(l);
   if (l.m == 0 || l.n == 0)
     return;
   LCEJIT_CHECK_ARG(l.out != 0, "sm90 GEMM output is a null pointer");

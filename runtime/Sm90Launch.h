@@ -34,6 +34,11 @@ struct Sm90GemmLaunch {
 /// The number of CTAs a launch uses (grid, or min(tiles, numSMs)).
 int64_t sm90GridSize(const Sm90GemmLaunch &l, int numSMs);
 
+/// Throws Error(InvalidArgument) naming the field for sizes, a tile width or row count, a
+/// cluster, an output pitch or a group the kernels cannot take (launchSm90Gemm checks this
+/// first; it needs no driver).
+void checkSm90GemmLaunch(const Sm90GemmLaunch &l);
+
 /// Encodes the maps and enqueues the kernel on `stream`. Throws Error(InvalidArgument) for
 /// bad sizes or pointers (naming them), Error(Cuda) for a failed launch.
 void launchSm90Gemm(const Module &module, CUfunction f, const Sm90GemmLaunch &l,

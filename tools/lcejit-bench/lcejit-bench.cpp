@@ -352,7 +352,8 @@ Args parse(int argc, char **argv) {
       std::optional<std::array<int, 4>> c = parseGemmConfig(one);
       if (!c)
         tools::failOption(gemmConfigOpt, "'" + one + "' is not BN,STAGES,GROUP or "
-                                                     "BN,STAGES,GROUP,pp (positive integers)");
+                                                     "BN,STAGES,GROUP,FLAGS (positive integers; "
+                                                     "FLAGS pp, pp64, mc, ppmc or pp64mc)");
       a.gemmConfigs.push_back(*c);
     }
   }

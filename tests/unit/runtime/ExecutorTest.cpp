@@ -14,6 +14,7 @@
 #include "runtime/LaunchTrace.h"
 #include "compiler/plan/SchedulePolicy.h"
 #include "runtime/KernelCache.h"
+#include "runtime/Sm90Launch.h"
 #include "runtime/TensorMap.h"
 
 #include <fmt/format.h>
@@ -847,4 +848,34 @@ TEST(TensorMapArgs, BadOperandsAreNamedBeforeTheDriver) {
   out.data = 0x10004;
   msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::encodeSm90Operand(out); });
   EXPECT_NE(msg.find("not 16-byte aligned"), std::string::npos) << msg;
+}
+
+/// The plain sm90 GEMM's launch names what its kernels cannot take before any driver call:
+/// tile rows other than 128 or 64 ([Note: sm90 64-row ping-pong]), pairs sharing an
+/// MN-major B ([Note: sm90 multicast]), and the checks it had before them.
+TEST(Sm90LaunchArgs, BadRowsAndClustersAreNamedBeforeTheDriver) {
+  runtime::Sm90GemmLaunch l;
+  l.m = l.n = l.k = 256;
+  l.ldOut = 256;
+  l.sharedBytes = 1;
+  runtime::checkSm90GemmLaunch(l); // the defaults are valid
+  l.bm = 64;
+  runtime::checkSm90GemmLaunch(l);
+  l.bm = 96;
+  std::string msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::checkSm90GemmLaunch(l); });
+  EXPECT_NE(msg.find("bm = 96"), std::string::npos) << msg;
+  l.bm = 128;
+  l.clusterM = 2;
+  runtime::checkSm90GemmLaunch(l); // K-major B
+  l.bKMajor = false;
+  msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::checkSm90GemmLaunch(l); });
+  EXPECT_NE(msg.find("clusterM = 2 (1, or 2 with a K-major B)"), std::string::npos) << msg;
+  l.bKMajor = true;
+  l.clusterM = 4;
+  msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::checkSm90GemmLaunch(l); });
+  EXPECT_NE(msg.find("clusterM = 4"), std::string::npos) << msg;
+  l.clusterM = 1;
+  l.ldOut = 200;
+  msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::checkSm90GemmLaunch(l); });
+  EXPECT_NE(msg.find("ldOut = 200"), std::string::npos) << msg;
 }
