@@ -92,6 +92,14 @@ public:
   int64_t slabHead(const plan::LaunchItem &item) const {
     return std::min(sched_.slabHead, item.rows);
   }
+  /// [Note: dA stream-K chains]: whether a launch has the chain's slots, and where they are.
+  bool chainLaunch(const plan::LaunchItem &item) const {
+    return slabLaunch(item) && sched_.lhsChainBytes > 0 && program_.schedule.lhsChain >= 0;
+  }
+  CUdeviceptr chainBase(const plan::Kernel &kernel) const {
+    return slabBase2(kernel) +
+           static_cast<CUdeviceptr>(program_.slabUnionOffset(sched_, program_.schedule.lhsChain));
+  }
   /// Slab 0's tail: after the workspace's slabs (slabHead rows each).
   CUdeviceptr slabTails(const plan::Kernel &kernel, const plan::LaunchItem &item) const {
     return slabBase2(kernel) + static_cast<CUdeviceptr>((sched_.slabs - sched_.slabSplit) *
@@ -104,6 +112,10 @@ public:
                            const plan::LaunchItem &item) const {
     if (isSlabValues(ref, item))
       return slabBase1(kernel);
+    // [Note: dA stream-K chains]: the chain's slots exist in the slab block of a schedule
+    // that has them, after the slab union's other buffers; null for every other launch.
+    if (ref.space == Space::Workspace && ref.index == program_.schedule.lhsChain)
+      return chainLaunch(item) ? chainBase(kernel) : CUdeviceptr{0};
     const int64_t inUnion = slabLaunch(item) && ref.space == Space::Workspace
                                 ? program_.slabUnionOffset(sched_, ref.index)
                                 : -1;
@@ -305,7 +317,8 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
                   ? item.chunkIndex
                   : -1;
   rec.rowBlock = item.rowBlock;
-  rec.dims = program.launchDims(k, item.rows, item.chunkCols, item.splits);
+  rec.dims = program.launchDims(k, item.rows, item.chunkCols, item.splits,
+                                resolver.chainLaunch(item));
   const int64_t *g = rec.dims.grid;
   if (g[0] == 0 || g[1] == 0 || g[2] == 0) {
     ++plan.skippedLaunches;
@@ -449,6 +462,14 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
                "program '{}': slabs of {} columns for {} columns", program.name, plan::kSlabCols,
                program.loopCols);
   BufferResolver resolver(program, buffers, sched);
+  // [Note: dA stream-K chains]: the chain's flags start at 0 in every call (the slab
+  // union's memory is another schedule's in other calls).
+  if (sched.lhsChainBytes > 0 && program.schedule.lhsChain >= 0 && sched.slabGroup > 0)
+    plan.memsets.push_back(MemsetRecord{
+        buffers.workspace + static_cast<CUdeviceptr>(
+                                offsets[static_cast<size_t>(program.schedule.slabValues)] +
+                                program.slabUnionOffset(sched, program.schedule.lhsChain)),
+        plan::kChainFlagBytes});
   for (const plan::LaunchItem &item : program.expand(sched))
     appendLaunch(program, resolver, item, n, buffers.accumulateOutputs, plan);
   return plan;
@@ -608,9 +629,12 @@ PreparedRun prepareRun(const Program &program, int64_t n, bool outputFree) {
     l.dims = rec.dims;
     LCEJIT_CHECK(rec.args.size() <= kMaxKernelArgs, "kernel '{}' takes {} arguments",
                  program.kernels[static_cast<size_t>(rec.kernel)].name, rec.args.size());
+    // A null pointer stays null ([Note: dA stream-K chains]: the chain's slots outside the
+    // slab block).
     for (const KernelArg &a : rec.args)
-      l.argRelocs.push_back(a.type == KernelArg::Type::Pointer ? use(a.value.pointer)
-                                                                : PreparedRun::Reloc{});
+      l.argRelocs.push_back(a.type == KernelArg::Type::Pointer && a.value.pointer != 0
+                                ? use(a.value.pointer)
+                                : PreparedRun::Reloc{});
     l.args = std::move(rec.args);
     for (const Sm90Operand &op : rec.maps)
       l.operandRelocs.push_back(use(op.data));

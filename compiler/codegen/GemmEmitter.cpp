@@ -1103,7 +1103,8 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
   if (rowScale)
     roles.add(ctx.bufferName(k.rowScale), "f32 [N] row scale of dZ ([Note: row-scaled "
                                           "stored values])");
-  LCEJIT_CHECK(!k.streamK.valid() || (isWgmma(ctx) && !k.tile.pingpong && k.tile.clusterM == 1),
+  LCEJIT_CHECK((!k.streamK.valid() && !k.chain.valid()) ||
+                   (isWgmma(ctx) && !k.tile.pingpong && k.tile.clusterM == 1),
                "{}: dA stream-K needs the wgmma mainloop on cooperative consumers without a "
                "cluster ([Note: dA stream-K])",
                what);
@@ -1111,6 +1112,10 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
     roles.add(ctx.bufferName(k.streamK),
               "stream-K scratch: flags (zeroed) and one partial-tile slot per group of 4 CTAs "
               "([Note: dA stream-K])");
+  if (k.chain.valid())
+    roles.add(ctx.bufferName(k.chain),
+              "chain slots: flags (zeroed per call) and one partial-tile slot per tail tile, "
+              "null outside the slab block ([Note: dA stream-K chains])");
   std::vector<std::string> about = {
       fmt::format(
           "out[r][j] (+)= {}sum_c dz[r][c] * B[chunk_begin + c][j], k = {}{}",
@@ -1138,6 +1143,10 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
     about.push_back("a launch of T tiles on a grid of 4 T / 3 CTAs runs 3 tiles on each group of "
                     "4 CTAs, each over 3/4 of K, the parts summed through the stream-K slots "
                     "([Note: dA stream-K])");
+  if (k.chain.valid())
+    about.push_back("with the chain's slots (a slab-block launch), the last round of tiles runs "
+                    "in chains of q tiles on q + 1 CTAs, each over q/(q+1) of K ([Note: dA "
+                    "stream-K chains])");
   emitKernelHeader(w, ctx, about, roles);
   emitConfig(w, ctx, s);
   auto kb = openGemmKernel(w, ctx, k.tile.threads());
@@ -1150,9 +1159,19 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
   if (isWgmma(ctx)) {
     const std::string &cb = ctx.scalarParamName(Param::Kind::ChunkBegin);
     const std::string &cc = ctx.scalarParamName(Param::Kind::ChunkCols);
-    // [Note: dA stream-K]: the scratch, last, after every argument before it.
-    const bool streamK = k.streamK.valid();
-    const std::string streamArg = streamK ? ", " + ctx.bufferName(k.streamK) : std::string();
+    // [Note: dA stream-K]: the scratch and [Note: dA stream-K chains]' slots, last, after
+    // every argument before them.
+    // The template's mask: lcejit::sm90::kStreamKGroups | kStreamKChain.
+    const bool streamK = k.streamK.valid() || k.chain.valid();
+    const std::string streamMask =
+        k.streamK.valid() && k.chain.valid()
+            ? "lcejit::sm90::kStreamKGroups | lcejit::sm90::kStreamKChain"
+            : k.streamK.valid() ? "lcejit::sm90::kStreamKGroups" : "lcejit::sm90::kStreamKChain";
+    const std::string streamArg =
+        streamK ? fmt::format(", {}, {}",
+                              k.streamK.valid() ? ctx.bufferName(k.streamK) : "nullptr",
+                              k.chain.valid() ? ctx.bufferName(k.chain) : "nullptr")
+                : std::string();
     if (res) {
       // [Note: stored values in dW]: the second map and the first slab it holds.
       std::string slabArgs;
@@ -1167,7 +1186,7 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
       w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}, true, {}{}>(map_a, map_b, {}, "
              "{}, {}LL, {}, {}, {}, {}, {}, {}LL, {} + {} == {}LL{}{}{});",
              ctx.name(), elemTag(k.outType), valueCType(k.residual.targetType),
-             streamK ? ", true" : "", ctx.bufferName(k.out),
+             streamK ? ", " + streamMask : std::string(), ctx.bufferName(k.out),
              ctx.scalarParamName(Param::Kind::N), k.k, cc, accumulate,
              ctx.bufferName(k.residual.buf), ctx.bufferName(k.residual.target),
              ctx.bufferName(k.b), k.cols, cb, cc, k.cols,
@@ -1177,10 +1196,10 @@ void emitGemmDLhs(CodeWriter &w, const KernelContext &ctx,
     }
     LCEJIT_CHECK(!k.slabs, "{}: dA over slabs takes the residual epilogue", what);
     if (streamK)
-      w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}, false, long long, true>(map_a, "
+      w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}, false, long long, {}>(map_a, "
              "map_b, {}, {}, {}LL, {}, {}, nullptr, nullptr, nullptr, 0, false, nullptr, "
              "lcejit::sm90::SlabA{{}}{});",
-             ctx.name(), elemTag(k.outType), ctx.bufferName(k.out),
+             ctx.name(), elemTag(k.outType), streamMask, ctx.bufferName(k.out),
              ctx.scalarParamName(Param::Kind::N), k.k, cc, accumulate, streamArg);
     else
       w.line("lcejit::sm90::gemm_dlhs_kernel<{}_config, {}>(map_a, map_b, {}, {}, {}LL, {}, "

@@ -1678,6 +1678,100 @@ private:
             st.loopKernels.insert(at + 1, idx);
     }
     addLhsStreamK(ns, blocks, free);
+    addLhsChain(ns);
+  }
+
+  /// [Note: dA stream-K chains] (SchedulePolicy.h): the chain's buffer, for the dA kernels
+  /// that run slab-block launches, where a sampled call that overwrites dW has the room for
+  /// it on top of its schedule (plan::chooseRunSchedule adds it only there, so no schedule
+  /// changes: checked below all the same).
+  void addLhsChain(const std::vector<int64_t> &ns) {
+    if (!opt_.daChain || prog_.schedule.slabValues < 0)
+      return;
+    const int32_t sms = opt_.target.numSMs;
+    std::vector<int32_t> takers;
+    int32_t widest = 0;
+    for (int32_t i = 0; i < static_cast<int32_t>(prog_.kernels.size()); ++i) {
+      const auto *d = std::get_if<GemmDLhsKernel>(&prog_.kernels[static_cast<size_t>(i)].body);
+      if (!d || !d->slabs || d->math != MathMode::WgmmaBF16 || d->tile.pingpong ||
+          d->tile.clusterM != 1)
+        continue;
+      takers.push_back(i);
+      widest = std::max(widest, d->tile.bn);
+    }
+    if (takers.empty())
+      return;
+    auto schedules = [&] {
+      std::vector<std::array<int64_t, 10>> out;
+      for (int64_t n : ns) {
+        const RunSchedule r = prog_.runSchedule(n, true);
+        out.push_back({r.rowsPerBlock, r.rowBlocks, r.chunkCols, r.chunks, r.splits,
+                       r.slabGroup, r.slabRows, r.slabSplit, r.slabHead, r.overBudget});
+      }
+      return out;
+    };
+    const auto before = schedules();
+    const int64_t bytes = lhsChainBytes(widest, sms);
+    // No bytes of its own: a schedule's slab union holds RunSchedule::lhsChainBytes.
+    const BufferRef buf = addWorkspace("dlhs_chain", 0, 0);
+    prog_.workspace.back().blockLocal = true;
+    prog_.schedule.lhsChain = buf.index;
+    for (int32_t i : takers) // lhsChainScheduleBytes looks for them
+      std::get<GemmDLhsKernel>(prog_.kernels[static_cast<size_t>(i)].body).chain = buf;
+    // An example: the first call whose schedule has the slots, its slab block's dA, of the
+    // sampled N and 16 more across the bucket (the slots cost no memory where they are not
+    // taken, but the kernel compiles the chain's mainloop: only where some call runs it).
+    std::vector<int64_t> probe = ns;
+    const int64_t low = std::max<int64_t>(bucketLow_, 1);
+    for (int i = 1; i < 16; ++i)
+      probe.push_back(low + (bucket_ - low) * i / 16);
+    std::string example;
+    for (int64_t n : probe) {
+      const RunSchedule r = prog_.runSchedule(n, true);
+      if (r.lhsChainBytes <= 0)
+        continue;
+      for (int32_t i : takers) {
+        const auto &d = std::get<GemmDLhsKernel>(prog_.kernels[static_cast<size_t>(i)].body);
+        const int64_t kblocks = (prog_.loopCols + 63) / 64;
+        const int64_t tiles = ((r.slabRows + 127) / 128) * ((d.k + d.tile.bn - 1) / d.tile.bn);
+        if (!prog_.launches(i, r.slabRows, prog_.loopCols))
+          continue;
+        const int32_t q = lhsChainQ(tiles, kblocks, sms);
+        if (q == 0)
+          continue;
+        const int64_t tail = lhsStreamKTail(tiles, sms);
+        example = fmt::format("N = {}: its {} rows make {} tiles of 128x{} on {} SMs: {}{} tiles "
+                              "in chains of {} on {} CTAs, {}/{} of a round",
+                              n, r.slabRows, tiles, d.tile.bn, sms,
+                              tiles > sms ? fmt::format("{} whole round{}, then ", tiles / sms,
+                                                        tiles / sms == 1 ? "" : "s")
+                                          : "",
+                              tail, q, tail + (tail + q - 1) / q, q, q + 1);
+        break;
+      }
+      if (!example.empty())
+        break;
+    }
+    if (example.empty() || schedules() != before) {
+      for (int32_t i : takers)
+        std::get<GemmDLhsKernel>(prog_.kernels[static_cast<size_t>(i)].body).chain = {};
+      prog_.workspace.pop_back();
+      prog_.schedule.lhsChain = -1;
+      prog_.decisions.push_back(fmt::format(
+          "dA stream-K chains ([Note: dA stream-K chains]): not taken: {}",
+          example.empty() ? fmt::format("no call that overwrites dW of 19 across the bucket "
+                                        "(N = {}, ...) chains its slab block's dA with room for "
+                                        "the slots",
+                                        fmt::join(ns, ", "))
+                          : std::string("the slots would change a sampled run schedule")));
+      return;
+    }
+    prog_.decisions.push_back(fmt::format(
+        "dA stream-K chains ([Note: dA stream-K chains]): the slab block's dA runs its last "
+        "round in chains of q tiles on q + 1 CTAs (each over q/(q+1) of K; a helper hands "
+        "the end of a tile to its owner through the tile's slot) where the budget holds the "
+        "flags and slots (at most {} bytes) after the slab union (for example {})",
+        bytes, example));
   }
 
   /// [Note: dA stream-K] (SchedulePolicy.h): the scratch of the dA launches plan::lhsStreamK

@@ -75,6 +75,10 @@ struct PlanOptions {
   /// tiles on each group of 4 CTAs ([Note: dA stream-K] in SchedulePolicy.h). Off only for
   /// comparisons (LCEJIT_DA_STREAMK=0).
   bool daStreamK = true;
+  /// wgmma: the slab block's dA runs its last round in chains of q tiles on q + 1 CTAs where
+  /// the budget holds their slots ([Note: dA stream-K chains] in SchedulePolicy.h). Off only
+  /// for comparisons (LCEJIT_DA_CHAIN=0).
+  bool daChain = true;
   /// The materialized schedule may keep a call's stored values in the memory of the f32 dW
   /// it overwrites ([Note: stored values in dW] in SchedulePolicy.h). Off only for
   /// comparisons (LCEJIT_STORE_IN_OUTPUT=0).

@@ -273,6 +273,8 @@ static json kernelBodyJson(const Kernel &k) {
             j["alternative_of"] = b.alternativeOf;
           if (b.streamK.valid())
             j["stream_k"] = toJ(b.streamK);
+          if (b.chain.valid())
+            j["chain"] = toJ(b.chain);
         } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
           j = json{{"math", mathModeName(b.math)}, {"tile", toJ(b.tile)},
                    {"format", dzFormatName(b.format)}, {"a_type", std::string(dtypeName(b.aType))},
@@ -407,6 +409,8 @@ std::string Program::toJson(int indent) const {
                                   {"scaled_a_parts", schedule.slabScaledAParts}};
   if (schedule.slabOnly)
     j["schedule"]["slab_only"] = true;
+  if (schedule.lhsChain >= 0)
+    j["schedule"]["dlhs_chain"] = schedule.lhsChain;
   j["splits"] = splits;
   j["decisions"] = decisions;
   return j.dump(indent);
@@ -535,6 +539,7 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
     pl.addBuffer(k.residual.target);
     pl.addBuffer(k.rowScale);
     pl.addBuffer(k.streamK);
+    pl.addBuffer(k.chain);
     pl.addBuffer(errors); // the launch contract (launch_ok)
     pl.add(Param::Kind::N, "n");
     pl.add(Param::Kind::ChunkBegin, "chunk_begin");
@@ -862,7 +867,8 @@ int64_t Program::rowStrideBytes(const BufferRef &b) const {
 
 static int64_t dzBytes(DzFormat f) { return f == DzFormat::F32 ? 4 : 2; }
 
-LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSplits) const {
+LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSplits,
+                               bool chain) const {
   LCEJIT_CHECK(idx >= 0 && idx < static_cast<int32_t>(kernels.size()), "kernel index {}", idx);
   LCEJIT_CHECK(runSplits >= 0 && runSplits <= splits, "kernel index {}: {} splits of at most {}",
                idx, runSplits, splits);
@@ -908,9 +914,17 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
         d.cluster = split;
         return d;
       }
+      const int64_t tiles = ceilDiv(rows, 128) * ceilDiv(cols, t.bn);
+      // [Note: dA stream-K chains]: the last round in chains of q tiles on q + 1 CTAs, all
+      // resident at once.
+      if (chain && std::get<GemmDLhsKernel>(kernel.body).chain.valid())
+        if (const int64_t ctas = lhsChainCtas(tiles, ceilDiv(cc, 64), target.numSMs); ctas > 0) {
+          d.grid[0] = ctas;
+          d.cooperative = true;
+          return d;
+        }
       // [Note: dA stream-K]: 3 tiles to each group of 4 CTAs, all resident at once; a
       // launch of more tiles than SMs runs its whole rounds on every SM first.
-      const int64_t tiles = ceilDiv(rows, 128) * ceilDiv(cols, t.bn);
       if (std::get<GemmDLhsKernel>(kernel.body).streamK.valid() &&
           lhsStreamK(tiles, ceilDiv(cc, 64), target.numSMs)) {
         const int64_t sms = std::max<int32_t>(target.numSMs, 1);
@@ -1030,10 +1044,16 @@ int64_t Program::slabUnionOffset(const RunSchedule &s, int32_t index) const {
     return -1;
   if (index == schedule.slabScaledA)
     return slabValuesBytes(s);
+  // [Note: dA stream-K chains]: the chain's slots after everything else, only where the
+  // schedule has them.
+  const bool chain = index == schedule.lhsChain;
+  if (chain && s.lhsChainBytes <= 0)
+    return -1;
   int64_t off = slabValuesBytes(s) + (slabScaledABytes(s) + 255) / 256 * 256;
-  for (int32_t i = 0; i < index; ++i) {
+  for (int32_t i = 0; i < static_cast<int32_t>(workspace.size()) && (chain || i < index); ++i) {
     const BufferSpec &b = workspace[static_cast<size_t>(i)];
-    if (i != schedule.slabValues && i != schedule.slabScaledA && b.blockLocal)
+    if (i != schedule.slabValues && i != schedule.slabScaledA && i != schedule.lhsChain &&
+        b.blockLocal)
       off += (bufferBytes(b, s.n, s.slabRows, s.chunkCols) + 255) / 256 * 256;
   }
   return off;
@@ -1042,16 +1062,15 @@ int64_t Program::slabUnionOffset(const RunSchedule &s, int32_t index) const {
 int64_t Program::slabUnionBytes(const RunSchedule &s) const {
   if (s.slabGroup <= 0)
     return 0;
-  int64_t last = -1;
-  for (int32_t i = 0; i < static_cast<int32_t>(workspace.size()); ++i)
-    if (i != schedule.slabValues && i != schedule.slabScaledA &&
-        workspace[static_cast<size_t>(i)].blockLocal)
-      last = i;
-  if (last < 0)
-    return slabValuesBytes(s) + (slabScaledABytes(s) + 255) / 256 * 256;
-  const BufferSpec &b = workspace[static_cast<size_t>(last)];
-  return slabUnionOffset(s, static_cast<int32_t>(last)) +
-         (bufferBytes(b, s.n, s.slabRows, s.chunkCols) + 255) / 256 * 256;
+  int64_t bytes = slabValuesBytes(s) + (slabScaledABytes(s) + 255) / 256 * 256;
+  for (int32_t i = 0; i < static_cast<int32_t>(workspace.size()); ++i) {
+    const BufferSpec &b = workspace[static_cast<size_t>(i)];
+    if (i != schedule.slabValues && i != schedule.slabScaledA && i != schedule.lhsChain &&
+        b.blockLocal)
+      bytes += (bufferBytes(b, s.n, s.slabRows, s.chunkCols) + 255) / 256 * 256;
+  }
+  // [Note: dA stream-K chains]: the chain's slots last.
+  return bytes + (s.lhsChainBytes + 255) / 256 * 256;
 }
 
 std::vector<int64_t> Program::workspaceOffsets(const RunSchedule &s, int64_t *totalBytes) const {
@@ -1150,6 +1169,7 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             f(b.residual.target);
             f(b.rowScale);
             f(b.streamK);
+            f(b.chain);
           } else if constexpr (std::is_same_v<T, GemmDRhsKernel>) {
             f(b.dz);
             f(b.dzLo);

@@ -485,6 +485,11 @@ struct GemmDLhsKernel {
   /// (lhsStreamKBytes, zeroed) through which a launch that plan::lhsStreamK takes hands
   /// partial tiles from CTA to CTA; such launches run 4 T / 3 CTAs.
   BufferRef streamK;
+  /// [Note: dA stream-K chains] When valid, the chain's buffer (ScheduleSpec::lhsChain):
+  /// a slab-block launch of a schedule with RunSchedule::lhsChainBytes that plan::lhsChainQ
+  /// takes runs its last round chained (lhsChainCtas CTAs, cooperative); every other
+  /// launch gets a null pointer.
+  BufferRef chain;
   bool operator==(const GemmDLhsKernel &) const = default;
 };
 
@@ -817,6 +822,10 @@ struct ScheduleSpec {
   /// the same bucket. Set where the budget is too small for the ordinary materialized
   /// blocks (the lean 64 MiB: a call that adds to dW would run blocks of ~250 rows).
   bool slabOnly = false;
+  /// [Note: dA stream-K chains] >= 0: the workspace buffer of the chain's flags and slots
+  /// (no bytes of its own: RunSchedule::lhsChainBytes of them in the slab union of a
+  /// schedule that has them, none anywhere else); -1: none.
+  int32_t lhsChain = -1;
   bool operator==(const ScheduleSpec &) const = default;
 };
 
@@ -857,6 +866,11 @@ struct RunSchedule {
   /// The workspace of the ordinary schedule, which a call that adds to the output takes
   /// (at least workspaceBytes: the slabs are taken only where they need no more).
   int64_t slabOrdinaryWorkspaceBytes = 0;
+  /// [Note: dA stream-K chains] (SchedulePolicy.h) The slab block's dA launches chain
+  /// their last round through the slots of ScheduleSpec::lhsChain, after the slab union's
+  /// other buffers: their bytes (plan::lhsChainScheduleBytes), set where the budget holds
+  /// them on top of the schedule chosen without; 0: none.
+  int64_t lhsChainBytes = 0;
   /// One line for people: the choice, the workspace against the budget, and the reason.
   std::string describe() const;
 };
@@ -916,8 +930,10 @@ struct Program {
   bool launches(int32_t k, int64_t rows, int64_t cols) const;
   /// Launch geometry of kernel `k` for `rows` rows and a chunk of `chunkCols` columns, with
   /// `runSplits` partial entries per row (RunSchedule::splits; 0: Program::splits).
+  /// `chain`: the launch has the chain's slots ([Note: dA stream-K chains]: a slab-block
+  /// launch of a schedule with RunSchedule::lhsChainBytes).
   LaunchDims launchDims(int32_t k, int64_t rows, int64_t chunkCols,
-                        int32_t runSplits = 0) const;
+                        int32_t runSplits = 0, bool chain = false) const;
   /// Byte offsets of workspace buffers for a schedule, and the total, 256-byte aligned.
   std::vector<int64_t> workspaceOffsets(const RunSchedule &s, int64_t *totalBytes) const;
   /// The same for the schedule runSchedule(n) chooses.

@@ -203,8 +203,11 @@ std::string RunSchedule::describe() const {
                             : std::string();
     return fmt::format("N = {}: 1 row block of {} rows, {} slabs of 128 columns, the first {} "
                        "in the gradient's memory, the last {} in the workspace{}, dB in "
-                       "launches of up to {} slabs{}; workspace {} of the {} budget; {}",
+                       "launches of up to {} slabs{}{}; workspace {} of the {} budget; {}",
                        n, slabRows, slabs, slabSplit, slabs - slabSplit, tails, slabGroup, rest,
+                       lhsChainBytes > 0
+                           ? ", dA's last round in chains ([Note: dA stream-K chains])"
+                           : "",
                        mib(workspaceBytes), mib(budgetBytes), reason);
   }
   std::string estimate;
@@ -349,11 +352,73 @@ int64_t lhsStreamKBytes(int32_t bn, int32_t numSMs) {
   return kStreamKFlagBytes + groups * 2 * 128 * (bn / 2) * 4;
 }
 
+int32_t lhsChainQ(int64_t tiles, int64_t kblocks, int32_t numSMs) {
+  const int64_t sms = std::max<int32_t>(numSMs, 1);
+  if (tiles <= 0 || kblocks < 16 || sms > kChainFlagBytes / 8)
+    return 0;
+  // lcejit_sm90.cuh's StreamKChain::q computes the same from the launch's grid.
+  const int64_t tail = lhsStreamKTail(tiles, numSMs);
+  if (tail <= 0)
+    return 0;
+  for (int64_t q = 1; q <= std::min<int64_t>(tail, kChainMaxQ); ++q)
+    if (tail + (tail + q - 1) / q <= sms)
+      return kblocks >= 4 * (q + 1) ? static_cast<int32_t>(q) : 0;
+  return 0;
+}
+
+int64_t lhsChainCtas(int64_t tiles, int64_t kblocks, int32_t numSMs) {
+  const int32_t q = lhsChainQ(tiles, kblocks, numSMs);
+  const int64_t sms = std::max<int32_t>(numSMs, 1);
+  if (q == 0)
+    return 0;
+  return tiles > sms ? sms : tiles + (tiles + q - 1) / q;
+}
+
+int64_t lhsChainBytes(int32_t bn, int32_t numSMs) {
+  return kChainFlagBytes + int64_t(std::max<int32_t>(numSMs - 1, 1)) * 128 * bn * 4;
+}
+
+int64_t lhsChainScheduleBytes(const Program &p, const RunSchedule &s) {
+  if (p.schedule.lhsChain < 0 || s.slabGroup <= 0 || s.slabRows <= 0 || p.loopCols <= 0)
+    return 0;
+  const int64_t kblocks = (p.loopCols + 63) / 64;
+  const int64_t sms = std::max<int32_t>(p.target.numSMs, 1);
+  int64_t slots = 0;
+  for (int32_t i = 0; i < static_cast<int32_t>(p.kernels.size()); ++i) {
+    const auto *d = std::get_if<GemmDLhsKernel>(&p.kernels[static_cast<size_t>(i)].body);
+    if (!d || !d->chain.valid() || !p.launches(i, s.slabRows, p.loopCols))
+      continue;
+    const int64_t tiles = ((s.slabRows + 127) / 128) * ((d->k + d->tile.bn - 1) / d->tile.bn);
+    // One run of the Program splits no chained launch (chooseSplitK: one CTA a tile).
+    if (d->tile.splitK > 1 && chooseSplitK(tiles, kblocks, p.target.numSMs, d->tile.splitK) > 1)
+      continue;
+    if (lhsChainQ(tiles, kblocks, p.target.numSMs) > 0)
+      slots = std::max(slots, lhsStreamKTail(tiles, static_cast<int32_t>(sms)) * 128 *
+                                  d->tile.bn * 4);
+  }
+  return slots > 0 ? kChainFlagBytes + slots : 0;
+}
+
 RunSchedule chooseRunSchedule(const Program &p, int64_t n, bool outputFree) {
   RunSchedule s = chooseBlocksAndChunks(p, n);
   if (outputFree)
-    if (std::optional<RunSchedule> slab = chooseSlabs(p, s))
+    if (std::optional<RunSchedule> slab = chooseSlabs(p, s)) {
       s = *slab;
+      // [Note: dA stream-K chains]: the slots on top of the schedule chosen without them,
+      // where the budget (without one, the ordinary schedule's workspace) still holds it.
+      if (const int64_t chain = lhsChainScheduleBytes(p, s); chain > 0) {
+        RunSchedule c = s;
+        c.lhsChainBytes = chain;
+        int64_t total = 0;
+        p.workspaceOffsets(c, &total);
+        const int64_t limit = p.schedule.budgetBytes > 0 ? p.schedule.budgetBytes
+                                                         : s.slabOrdinaryWorkspaceBytes;
+        if (total <= std::max(limit, s.workspaceBytes)) {
+          c.workspaceBytes = std::max(total, s.workspaceBytes);
+          s = c;
+        }
+      }
+    }
   s.splits = chooseColumnSplits(p, s.rowsPerBlock);
   return s;
 }

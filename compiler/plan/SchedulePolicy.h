@@ -209,6 +209,41 @@ int64_t lhsStreamKTail(int64_t tiles, int32_t numSMs);
 int64_t lhsStreamKBytes(int32_t bn, int32_t numSMs);
 inline constexpr int64_t kStreamKFlagBytes = 1024; ///< lcejit_sm90.cuh STREAM_K_FLAG_BYTES
 
+/// [Note: dA stream-K chains] The 3-on-4 groups above need a tail that is a multiple of 3
+/// of at most 3 SMs / 4 and end at 3/4 of a round whatever the tail. A chain runs a group of q tail tiles on q + 1 CTAs, each over q / (q + 1) of K: CTA r of
+/// the group first takes the end of tile r - 1 (a helper: it hands its partial to the
+/// tile's own slot and goes on) and then the start of tile r (the owner: it ends last,
+/// adds the helper's partial, which is long written, and runs the epilogue), so no CTA
+/// waits for another; the split points move along the chain (tile j's owner part is
+/// (q - j) / (q + 1) of K) so that every CTA runs the same k-blocks. The last group takes
+/// the T mod q tiles left on one CTA more, and ends sooner. q is the smallest that fits
+/// T + ceil(T / q) CTAs on the SMs, and a CTA's shortest part is at least 4 k-blocks.
+/// Every tail tile needs its own slot (a helper writes early, the owner reads at the end):
+/// 128 x bn floats, so the chain runs only where a schedule has that memory without giving
+/// anything up: the slab block's launches, the slots after the slab union's other buffers
+/// where the budget leaves room (RunSchedule::lhsChainBytes). StreamKChain in
+/// lcejit_sm90.cuh walks it.
+/// Measured (docs/performance.md, session 23, each alternating with LCEJIT_DA_CHAIN=0):
+/// Gemma-2's slab block (84 tail tiles, q = 2 instead of the 3-on-4 groups) B 46.9-47.4 →
+/// 46.5-46.8 ms; Llama-3's (100 tiles, q = 4) the same either way (39.2-39.4 ms); N = 4096
+/// at Llama-3's head (116 tiles, q = 8) 20.0-20.1 → 20.7-20.9 ms, slower. Long chains lose
+/// more than the idle SMs cost: under the power cap a partial last round runs its busy SMs
+/// at a higher clock, and a chain's CTAs read K at different offsets, where a round of whole
+/// tiles reads it in step (L2 reuse; not measured apart). So q is at most kChainMaxQ (3:
+/// the 3-on-4 groups' balance, measured a gain since session 20). Pure; a table test pins
+/// it. 0: no chain for this launch.
+int32_t lhsChainQ(int64_t tiles, int64_t kblocks, int32_t numSMs);
+/// The grid of a chained launch: all SMs when it has whole rounds, else T + ceil(T / q).
+int64_t lhsChainCtas(int64_t tiles, int64_t kblocks, int32_t numSMs);
+/// Bytes of the chain's buffer for tiles `bn` wide: the flags (kChainFlagBytes, zeroed per
+/// call) and a slot of 128 x bn floats for each of at most numSMs - 1 tail tiles.
+int64_t lhsChainBytes(int32_t bn, int32_t numSMs);
+/// The chain's flags and slots that run schedule `s` needs (its slab block's dA launch, the
+/// tiles of its last round), 0 when that launch does not chain.
+int64_t lhsChainScheduleBytes(const Program &p, const RunSchedule &s);
+inline constexpr int64_t kChainFlagBytes = 4096; ///< lcejit_sm90.cuh StreamKChain::FLAG_BYTES
+inline constexpr int32_t kChainMaxQ = 3;         ///< lcejit_sm90.cuh StreamKChain::MAX_Q
+
 /// Bytes of one workspace buffer for `n` rows, blocks of `rowsPerBlock` rows and chunks of
 /// `chunkCols` columns, before alignment.
 int64_t bufferBytes(const BufferSpec &b, int64_t n, int64_t rowsPerBlock, int64_t chunkCols);

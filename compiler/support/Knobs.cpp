@@ -44,6 +44,7 @@ constexpr std::string_view kMulticast = "LCEJIT_MULTICAST";
 constexpr std::string_view kRowScaled = "LCEJIT_ROW_SCALED";
 constexpr std::string_view kSplitK = "LCEJIT_SPLIT_K";
 constexpr std::string_view kDaStreamK = "LCEJIT_DA_STREAMK";
+constexpr std::string_view kDaChain = "LCEJIT_DA_CHAIN";
 constexpr std::string_view kStoreInOutput = "LCEJIT_STORE_IN_OUTPUT";
 constexpr std::string_view kDaTile = "LCEJIT_DA_TILE";
 
@@ -76,6 +77,7 @@ struct Values {
   bool rowScaled = true;
   bool splitK = true;
   bool daStreamK = true;
+  bool daChain = true;
   bool storeInOutput = true;
 };
 
@@ -258,6 +260,7 @@ std::unique_ptr<Values> readAll() {
   v->rowScaled = parseBool(kRowScaled, readEnv(kRowScaled), true);
   v->splitK = parseBool(kSplitK, readEnv(kSplitK), true);
   v->daStreamK = parseBool(kDaStreamK, readEnv(kDaStreamK), true);
+  v->daChain = parseBool(kDaChain, readEnv(kDaChain), true);
   v->storeInOutput = parseBool(kStoreInOutput, readEnv(kStoreInOutput), true);
   return v;
 }
@@ -333,6 +336,10 @@ const std::vector<KnobInfo> &allKnobs() {
        "wgmma dA: a launch of 3k tiles that would fill fewer than three quarters of the SMs "
        "runs 3 tiles on each group of 4 CTAs, each over 3/4 of K, the parts summed in a fixed "
        "order (0: never, to measure what it buys; part of the cache key)."},
+      {kDaChain, "bool", "1",
+       "wgmma dA: the slab block's last round of tiles runs in chains of q tiles on q + 1 "
+       "CTAs, each over q/(q+1) of K, where the budget holds a slot per tile (0: never, to "
+       "measure what it buys; part of the cache key)."},
       {kStoreInOutput, "bool", "1",
        "Materialized schedule: a call that overwrites an f32 dW may keep the forward's stored "
        "values of its first 2*D rows in dW's memory, in one block (0: never, to measure what it "
@@ -386,6 +393,7 @@ bool multicast() { return current().multicast; }
 bool rowScaled() { return current().rowScaled; }
 bool splitK() { return current().splitK; }
 bool daStreamK() { return current().daStreamK; }
+bool daChain() { return current().daChain; }
 bool storeInOutput() { return current().storeInOutput; }
 
 namespace {

@@ -138,6 +138,11 @@ bool splitK();
 /// ([Note: dA stream-K] in plan/SchedulePolicy.h); off only to measure what that buys.
 bool daStreamK();
 
+/// LCEJIT_DA_CHAIN (boolean, default on): the slab block's wgmma dA launches run their last
+/// round of tiles in chains of q tiles on q + 1 CTAs where the budget holds their slots
+/// ([Note: dA stream-K chains] in plan/SchedulePolicy.h); off only to measure what that buys.
+bool daChain();
+
 /// LCEJIT_STORE_IN_OUTPUT (boolean, default on): the materialized schedule may keep a
 /// call's stored values in the memory of the f32 dW it overwrites ([Note: stored values in
 /// dW] in plan/SchedulePolicy.h); off only to measure what that buys.

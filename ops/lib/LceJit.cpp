@@ -104,6 +104,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.rowScaled = knobs::rowScaled();
   p.splitK = knobs::splitK();
   p.daStreamK = knobs::daStreamK();
+  p.daChain = knobs::daChain();
   p.storeInOutput = knobs::storeInOutput();
   p.blockRows = knobs::blockRows().value_or(0);
   p.lhsTileWidth = static_cast<int32_t>(knobs::daTile().value_or(0));
@@ -144,6 +145,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += "|no-split-k";
   if (!knobs::daStreamK())
     tile += "|no-da-stream-k";
+  if (!knobs::daChain())
+    tile += "|no-da-chain";
   if (!knobs::storeInOutput())
     tile += "|no-store-in-output";
   if (auto r = knobs::blockRows())

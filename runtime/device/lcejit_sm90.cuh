@@ -726,6 +726,132 @@ struct StreamKTiles {
   }
 };
 
+/// [Note: dA stream-K chains] (plan/SchedulePolicy.h) A launch whose last round of T tiles
+/// runs in chains: groups of q tiles on q + 1 CTAs (the last group T mod q tiles on one CTA
+/// more), every CTA over q / (q + 1) of K. Tile j of a group of n tiles is split at
+/// sp(j) = K (n - j) / (n + 1): its owner, CTA j of the group, runs [0, sp(j)) last; its
+/// helper, CTA j + 1, runs [sp(j), K) first and hands the partial to the tile's own slot:
+///   CTA 0:          tile 0 [0, sp(0))                              (owner)
+///   CTA r, 0<r<n:   tile r - 1 [sp(r - 1), K) (helper), then tile r [0, sp(r)) (owner)
+///   CTA n:          tile n - 1 [sp(n - 1), K)                      (helper)
+/// so a helper's partial is written long before its owner needs it (the last one as the
+/// owner ends) and no CTA waits on another's mainloop. One `ready` flag per tail tile and
+/// consumer: the helper sets it after its slot is written, the owner adds the slot to its
+/// own sum (owner + helper: the same bits every run), then sets it back to 0 for the next
+/// launch (the executor zeroes the flags once per call). Every CTA is resident at once (a
+/// cooperative launch).
+struct StreamKChain {
+  static constexpr bool STREAM = true;
+  /// plan::kChainFlagBytes, plan::kChainMaxQ.
+  static constexpr int FLAG_BYTES = 4096;
+  static constexpr int MAX_Q = 3;
+  // Little state, 32-bit (a launch has at most 512 CTAs, plan::lhsChainQ): the walker lives
+  // in the consumers' registers next to 128 accumulators and the epilogue's, so this CTA's
+  // place in the chain is derived from blockIdx where it is needed.
+  int tiles_m, tiles_n; ///< TileOrder's, groups of 8 row tiles, in 32 bits
+  int rounds; ///< whole rounds of gridDim.x tiles before the tail
+  int q;      ///< tiles a group
+  int tail;   ///< tiles of the last round
+  u32 *flags; ///< per tail tile: ready[2]; the slots after FLAG_BYTES, per tail tile
+              ///< 2 consumers x 128 threads x ACC floats
+
+  __device__ __forceinline__ static int cta() { return static_cast<int>(blockIdx.x); }
+  /// This CTA's place in its group (0..n) and the group's first tail tile.
+  __device__ __forceinline__ int r() const { return cta() % (q + 1); }
+  __device__ __forceinline__ int first_tile() const { return cta() / (q + 1) * q; }
+  /// Tiles in this CTA's group; 0 when the CTA has no tail segment.
+  __device__ __forceinline__ int n() const {
+    const int left = tail - first_tile(), gn = left <= 0 ? 0 : left < q ? left : q;
+    return r() <= gn ? gn : 0;
+  }
+
+  /// The smallest q that fits a tail of `tail` tiles on `ctas` CTAs, or 0 (plan::lhsChainQ).
+  __device__ __forceinline__ static int chain_q(i64 tail, i64 ctas, i64 kblocks) {
+    if (tail <= 0 || kblocks < 16 || ctas > FLAG_BYTES / 8)
+      return 0;
+    for (int q = 1; q <= (tail < MAX_Q ? static_cast<int>(tail) : MAX_Q); ++q)
+      if (tail + (tail + q - 1) / q <= ctas)
+        return kblocks >= 4 * (q + 1) ? q : 0;
+    return 0;
+  }
+  __device__ __forceinline__ i64 first() const { return 0; }
+  __device__ __forceinline__ i64 stride() const { return 1; }
+  __device__ __forceinline__ i64 end() const {
+    const int gn = n(), rr = r();
+    return rounds + (gn == 0 ? 0 : (rr == 0 || rr == gn) ? 1 : 2);
+  }
+  __device__ __forceinline__ bool helper(i64 s) const { return s == rounds && r() > 0; }
+  /// The group's tile of tail segment s.
+  __device__ __forceinline__ int which(i64 s) const { return helper(s) ? r() - 1 : r(); }
+  __device__ __forceinline__ void tile(i64 s, i64 &tm, i64 &tn) const {
+    const int ctas = static_cast<int>(gridDim.x);
+    const int t = s < rounds ? static_cast<int>(s) * ctas + cta()
+                             : rounds * ctas + first_tile() + which(s);
+    // TileOrder::tile with group 8.
+    const int per_group = 8 * tiles_n, g = t / per_group, first = g * 8;
+    const int size = tiles_m - first < 8 ? tiles_m - first : 8, r = t - g * per_group;
+    tm = first + r % size;
+    tn = r / size;
+  }
+  __device__ __forceinline__ u32 splits() const { return 1; }
+  __device__ __forceinline__ u32 split_rank() const { return 0; }
+  __device__ __forceinline__ void k_range(i64 s, i64 kblocks, i64 &b, i64 &e) const {
+    if (s < rounds) {
+      b = 0;
+      e = kblocks;
+      return;
+    }
+    // 32-bit (the producer runs this at 40 registers): k-blocks x 17 fit easily.
+    const int j = which(s), gn = n();
+    const i64 sp = static_cast<u32>(kblocks) * static_cast<u32>(gn - j) / static_cast<u32>(gn + 1);
+    b = helper(s) ? sp : 0;
+    e = helper(s) ? kblocks : sp;
+  }
+  /// After segment s's k-blocks: a helper hands its partial over, an owner takes it; true
+  /// when this consumer then runs the tile's epilogue (the owner).
+  template <int R>
+  __device__ __forceinline__ bool exchange(i64 s, float (&acc)[R], int g, int t) const {
+    if (s < rounds)
+      return true; // a whole tile of the rounds
+    const int tail_tile = first_tile() + which(s);
+    float4 *slot = reinterpret_cast<float4 *>(reinterpret_cast<char *>(flags) + FLAG_BYTES) +
+                   static_cast<i64>(tail_tile * 2 + g) * 32 * R;
+    u32 *ready = flags + tail_tile * 2 + g;
+    if (helper(s)) {
+#pragma unroll
+      for (int q = 0; q < R / 4; ++q)
+        __stcg(slot + q * 128 + t, make_float4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2],
+                                               acc[4 * q + 3]));
+      __threadfence();
+      named_bar_sync(7 + g, 128);
+      if (t == 0)
+        st_release_u32(ready, 1u);
+      return false;
+    }
+    if (t == 0)
+      while (ld_acquire_u32(ready) == 0u)
+        __nanosleep(64);
+    named_bar_sync(7 + g, 128);
+    // Eight float4 loads in flight at a time: all R / 4 at once would hold R more registers
+    // next to the R accumulators (a 128 x 256 tile: 256, past the consumers' 232, spills).
+#pragma unroll
+    for (int q0 = 0; q0 < R / 4; q0 += 8) {
+#pragma unroll
+      for (int q = q0; q < q0 + 8 && q < R / 4; ++q) {
+        const float4 v = __ldcg(slot + q * 128 + t);
+        acc[4 * q] += v.x;
+        acc[4 * q + 1] += v.y;
+        acc[4 * q + 2] += v.z;
+        acc[4 * q + 3] += v.w;
+      }
+      asm volatile("" ::: "memory"); // the next eight loads stay after these adds
+    }
+    if (t == 0)
+      *ready = 0u; // the next launch's (kernel boundaries order it)
+    return true;
+  }
+};
+
 /// Persistent tiles of an m x n output, grouped `group` tile rows at a time.
 template <class Cfg>
 __device__ __forceinline__ PersistentTiles persistent_tiles(i64 m, i64 n,
@@ -1966,16 +2092,38 @@ dlhs_run(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, i6
 
 /// Runs the mainloop over the persistent tiles of an n x k output with `e`, wrapped in
 /// the residual epilogue when RESIDUAL.
-template <class Cfg, bool RESIDUAL, class TargetT, bool STREAM_K, class Epi>
+/// STREAM_K: a mask of the stream-K forms compiled in, kStreamKGroups ([Note: dA stream-K])
+/// and kStreamKChain ([Note: dA stream-K chains]); each is one more copy of the mainloop.
+inline constexpr int kStreamKGroups = 1, kStreamKChain = 2;
+
+template <class Cfg, bool RESIDUAL, class TargetT, int STREAM_K, class Epi>
 __device__ __forceinline__ void
 dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, i64 k,
            i64 chunk_cols, const void *residual, const void *target, const void *b,
-           i64 cols, bool last, const void *row_scale, SlabA slab_a, void *stream_k) {
+           i64 cols, bool last, const void *row_scale, SlabA slab_a, void *stream_k,
+           void *chain) {
   // [Note: dA stream-K]: a grid of 4 T / 3 CTAs without a cluster runs the T tiles 3 to a
   // group of 4 CTAs (the launch decides: plan::lhsStreamK).
-  if constexpr (STREAM_K && !Cfg::PINGPONG && Cfg::CLUSTER_M == 1) {
+  if constexpr (STREAM_K != 0 && !Cfg::PINGPONG && Cfg::CLUSTER_M == 1) {
     const TileOrder order{(n + Cfg::BM - 1) / Cfg::BM, (k + Cfg::BN - 1) / Cfg::BN, 8};
     const i64 nt = order.tiles_m * order.tiles_n;
+    // [Note: dA stream-K chains]: with the chain's slots (a slab-block launch), the last
+    // round in chains where plan::lhsChainQ takes it (the launch's grid is then
+    // plan::lhsChainCtas: all SMs with whole rounds, else T + ceil(T / q)).
+    if ((STREAM_K & kStreamKChain) && chain && cluster_nctarank() == 1) {
+      const i64 ctas = static_cast<i64>(gridDim.x);
+      const i64 rounds = nt > ctas ? nt / ctas : 0, tail = nt - rounds * ctas;
+      const int q = StreamKChain::chain_q(tail, ctas, (chunk_cols + Cfg::BK - 1) / Cfg::BK);
+      if (q > 0 && (rounds > 0 || ctas == tail + (tail + q - 1) / q)) {
+        dlhs_run<Cfg, RESIDUAL, TargetT>(
+            map_a, map_b, e, n, k, chunk_cols, residual, target, b, cols, last, row_scale,
+            slab_a,
+            StreamKChain{static_cast<int>(order.tiles_m), static_cast<int>(order.tiles_n),
+                         static_cast<int>(rounds), q, static_cast<int>(tail),
+                         static_cast<u32 *>(chain)});
+        return;
+      }
+    }
     // plan::lhsStreamK's launches: one round on 4 T / 3 CTAs, or whole rounds of P CTAs
     // and a tail of a multiple of 3 tiles, at most 3 P / 4 (k-blocks: at least 16 either way).
     const i64 ctas = static_cast<i64>(gridDim.x);
@@ -1983,7 +2131,7 @@ dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, 
     const bool stream = tail > 0 && tail % 3 == 0 && tail / 3 * 4 <= ctas &&
                         (rounds > 0 || ctas == tail / 3 * 4) &&
                         (chunk_cols + Cfg::BK - 1) / Cfg::BK >= 16;
-    if (stream_k && stream && cluster_nctarank() == 1) {
+    if ((STREAM_K & kStreamKGroups) && stream_k && stream && cluster_nctarank() == 1) {
       char *scratch = static_cast<char *>(stream_k);
       const i64 cta = static_cast<i64>(blockIdx.x);
       dlhs_run<Cfg, RESIDUAL, TargetT>(
@@ -2016,22 +2164,22 @@ dlhs_tiles(const TensorMap &map_a, const TensorMap &map_b, const Epi &e, i64 n, 
 /// update (ResidualEpilogue; b = the raw W, target of TargetT), after multiplying
 /// each row by row_scale[row] when that is given.
 template <class Cfg, class OutElem = elem_f32, bool RESIDUAL = false,
-          class TargetT = long long, bool STREAM_K = false>
+          class TargetT = long long, int STREAM_K = 0>
 __device__ __forceinline__ void
 gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
                  i64 n, i64 k, i64 chunk_cols, bool accumulate,
                  const void *residual = nullptr, const void *target = nullptr,
                  const void *b = nullptr, i64 cols = 0, bool last = false,
                  const void *row_scale = nullptr, SlabA slab_a = {},
-                 void *stream_k = nullptr) {
+                 void *stream_k = nullptr, void *chain = nullptr) {
   if constexpr (OutElem::BYTES == 4) {
     const F32OutEpilogue e{static_cast<float *>(out), n, k, k, 0, accumulate};
     dlhs_tiles<Cfg, RESIDUAL, TargetT, STREAM_K>(map_a, map_b, e, n, k, chunk_cols, residual, target,
-                                       b, cols, last, row_scale, slab_a, stream_k);
+                                       b, cols, last, row_scale, slab_a, stream_k, chain);
   } else {
     const RoundedOutEpilogue<OutElem> e{out, n, k, 0, accumulate};
     dlhs_tiles<Cfg, RESIDUAL, TargetT, STREAM_K>(map_a, map_b, e, n, k, chunk_cols, residual, target,
-                                       b, cols, last, row_scale, slab_a, stream_k);
+                                       b, cols, last, row_scale, slab_a, stream_k, chain);
   }
 }
 

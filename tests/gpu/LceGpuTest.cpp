@@ -439,9 +439,12 @@ public:
     std::vector<uint32_t> dW;
     std::string plan;
   };
-  KnobRuns(int64_t n, int64_t hidden, uint64_t seed, int64_t ignoreEvery)
+  /// budgetMb > 0: the op's workspace budget (the default otherwise).
+  KnobRuns(int64_t n, int64_t hidden, uint64_t seed, int64_t ignoreEvery, int64_t budgetMb = 0)
       : n_(n), h_(n * hidden * 2), w_(kVocab * hidden * 2), y_(n * 8), dH_(n * hidden * 2),
         dW_(kVocab * hidden * 4) {
+    if (budgetMb > 0)
+      o_.workspaceBudgetBytes = budgetMb << 20;
     o_.hidden = hidden;
     o_.vocab = kVocab;
     o_.dtype = DType::BF16;
@@ -469,6 +472,23 @@ public:
     r.dW = dW_.download<uint32_t>();
     r.plan = op.inspect(n_, "plan");
     return r;
+  }
+  /// A call that overwrites dW, then one that adds to it (its own run schedule: ordinary
+  /// blocks where the first had slabs), with the knob set; dW after both.
+  std::vector<float> runTwiceAdding(const char *name, const char *value) {
+    lcejit::testing::ScopedEnv knob;
+    knob.set(name, value);
+    LinearCrossEntropy op(o_);
+    dH_.poison();
+    dW_.poison();
+    for (bool add : {false, true})
+      op.forwardBackward(TensorRef{h_.data(), o_.dtype, {n_, o_.hidden}, {}},
+                         TensorRef{w_.data(), o_.dtype, {kVocab, o_.hidden}, {}},
+                         TensorRef{y_.data(), DType::I64, {n_}, {}},
+                         MutableTensorRef{dH_.data(), o_.dtype, {n_, o_.hidden}, {}},
+                         MutableTensorRef{dW_.data(), DType::F32, {kVocab, o_.hidden}, {}},
+                         nullptr, GradScale{}, Accumulate{false, add});
+    return dW_.download<float>();
   }
 
 private:
@@ -596,6 +616,57 @@ TEST(LceGpuClusters, StreamKIsDeterministicAndChangesOnlyTheSumOrder) {
     ASSERT_NE(stream.plan.find("\"stream_k\""), std::string::npos) << "dA may run stream-K";
     ASSERT_EQ(whole.plan.find("\"stream_k\""), std::string::npos) << "LCEJIT_DA_STREAMK=0";
     expectOnlyDhSumOrderChanged(stream, again, whole, "the stream-K hand-over");
+  }
+}
+
+/// [Note: dA stream-K chains]: under a small budget, calls at D = 2304 keep their stored
+/// values in dW's memory (one slab block) with room for the chain's slots, and the slab
+/// block's dA runs its last round in chains (Planner.LhsChains pins plan::lhsChainQ): at
+/// 100 MiB with tiles of 128 x 192 (12 a row tile), N = 3000: 2 rounds, then 24 tiles in
+/// pairs (q = 1); N = 3500: 2 rounds, then 72 in chains of 2; N = 2380: a round, then 96 in
+/// chains of 3; at 24 MiB with tiles of 128 x 256 (LCEJIT_DA_TILE=256, 9 a row tile), N =
+/// 1100: one round of 81 tiles, 40 chains of 2 and one of 1. Every N has a partial last
+/// row tile. It must give the same bits on every run (the owner adds the helper's part in a
+/// fixed order), change nothing but dH (loss and dW bit for bit), and move each dH element
+/// by at most one bf16 ulp from one CTA per tile. That some elements do move shows the
+/// hand-over ran; a helper that wrote the wrong slot or an owner that read it early would
+/// move them much further (or leave poison). At N = 3500 the same op then adds to dW
+/// (ordinary blocks, no slots: the chain's pointer null).
+TEST(LceGpuClusters, ChainsAreDeterministicAndChangeOnlyTheSumOrder) {
+  struct Case {
+    int64_t n, budgetMb;
+    const char *tile;
+  };
+  for (const Case &c : {Case{3000, 100, nullptr}, Case{3500, 100, nullptr},
+                        Case{2380, 100, nullptr}, Case{1100, 24, "256"}}) {
+    SCOPED_TRACE(fmt::format("N = {}, {} MiB{}", c.n, c.budgetMb,
+                             c.tile ? fmt::format(", dA tiles 128x{}", c.tile) : ""));
+    lcejit::testing::ScopedEnv tile;
+    if (c.tile)
+      tile.set("LCEJIT_DA_TILE", c.tile);
+    KnobRuns runs(c.n, 2304, 97, 13, c.budgetMb);
+    using Result = KnobRuns::Result;
+    auto run = [&](bool on) { return runs.run("LCEJIT_DA_CHAIN", on ? "1" : "0"); };
+    const Result chain = run(true), again = run(true), whole = run(false);
+    ASSERT_NE(chain.plan.find("\"chain\":"), std::string::npos) << "dA may chain";
+    ASSERT_NE(chain.plan.find("dA's last round in chains"), std::string::npos)
+        << "this call's schedule has the slots";
+    ASSERT_EQ(whole.plan.find("\"chain\":"), std::string::npos) << "LCEJIT_DA_CHAIN=0";
+    expectOnlyDhSumOrderChanged(chain, again, whole, "the chain's hand-over");
+    if (c.n == 3500) {
+      // The same op adding to dW: its ordinary blocks' dA gets no slots (a null pointer);
+      // dW ends at twice the first call's within f32 sums of another order.
+      const std::vector<float> twice = runs.runTwiceAdding("LCEJIT_DA_CHAIN", "1");
+      double e2 = 0, r2 = 0;
+      for (size_t i = 0; i < twice.size(); ++i) {
+        float once;
+        std::memcpy(&once, &chain.dW[i], 4);
+        ASSERT_TRUE(std::isfinite(twice[i])) << "dW element " << i;
+        e2 += (double(twice[i]) - 2.0 * once) * (double(twice[i]) - 2.0 * once);
+        r2 += 4.0 * double(once) * once;
+      }
+      EXPECT_LE(std::sqrt(e2 / r2), 1e-3) << "dW after a call that adds to it";
+    }
   }
 }
 

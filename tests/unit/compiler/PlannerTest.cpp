@@ -1350,6 +1350,143 @@ TEST(Planner, LhsStreamK) {
   EXPECT_FALSE(off.launchDims(k1, 5120, 256000).cooperative);
 }
 
+/// [Note: dA stream-K chains] as a table (plan::lhsChainQ, lhsChainCtas), then what the
+/// planner and the run schedules do with it: Gemma-2's head chains its slab block's dA (3
+/// rounds, then 84 tiles in chains of 2 on 126 CTAs) with a slot for each of those 84
+/// tiles on top of the schedule it had without, which stays as it was; the call that adds
+/// to dW (ordinary blocks) and the lean budget (no room) have no slots; Llama-3's head would
+/// need chains of 4 (100 tiles), longer than kChainMaxQ, and plans none; LCEJIT_DA_CHAIN off
+/// plans none.
+TEST(Planner, LhsChains) {
+  struct Row {
+    int64_t tiles, kblocks;
+    int32_t sms;
+    int32_t q;
+    int64_t ctas;
+    const char *why;
+  };
+  const std::vector<Row> table = {
+      {480, 4000, 132, 2, 132, "Gemma-2's slab block: 3 rounds, then 84 tiles on 126 CTAs"},
+      {1024, 2004, 132, 0, 0, "Llama-3's slab block: 100 tiles need chains of 4"},
+      {512, 2004, 132, 0, 0, "N = 4096 at Llama-3's head: 116 tiles need chains of 8"},
+      {132 + 99, 2004, 132, 3, 132, "a round, then 99 tiles in chains of 3 on every SM"},
+      {264, 2004, 132, 0, 0, "whole rounds: no tail"},
+      {100, 2004, 132, 0, 0, "one round of 100 tiles: chains of 4"},
+      {96, 16, 132, 3, 128, "one round of 96: chains of 3, 16 k-blocks (quarters of 4)"},
+      {96, 15, 132, 0, 0, "15 k-blocks"},
+      {32, 2004, 132, 1, 64, "one round of 32: pairs, 64 CTAs"},
+      {66, 2004, 132, 1, 132, "one round of 66: pairs on every SM"},
+      {67, 2004, 132, 2, 101, "one round of 67: 33 chains of 2 and one of 1"},
+      {0, 2004, 132, 0, 0, "no tiles"},
+      {1, 2004, 2, 1, 2, "one tile on 2 SMs"},
+      {1, 2004, 1, 0, 0, "one tile on 1 SM"},
+      {480, 4000, 600, 0, 0, "more SMs than the flags hold"},
+  };
+  for (const Row &r : table) {
+    EXPECT_EQ(plan::lhsChainQ(r.tiles, r.kblocks, r.sms), r.q)
+        << r.tiles << " tiles, " << r.kblocks << " k-blocks, " << r.sms << " SMs: " << r.why;
+    EXPECT_EQ(plan::lhsChainCtas(r.tiles, r.kblocks, r.sms), r.ctas)
+        << r.tiles << " tiles, " << r.kblocks << " k-blocks, " << r.sms << " SMs: " << r.why;
+  }
+  // The chain's q is the smallest that fits the SMs: q - 1 does not.
+  for (int64_t tiles = 1; tiles <= 600; ++tiles)
+    if (const int32_t q = plan::lhsChainQ(tiles, 4000, 132); q > 1) {
+      const int64_t tail = plan::lhsStreamKTail(tiles, 132);
+      EXPECT_LE(tail + (tail + q - 1) / q, 132) << tiles;
+      EXPECT_GT(tail + (tail + q - 2) / (q - 1), 132) << tiles;
+      EXPECT_LE(q, plan::kChainMaxQ) << tiles;
+    }
+
+  plan::PlanOptions o = wgmmaOptions(8192);
+  o.workspaceBudgetBytes = int64_t(512) << 20;
+  plan::Program gemma = lceFused(2304, 256000, DType::BF16, 30.0)->plan(o);
+  ASSERT_GE(gemma.schedule.lhsChain, 0);
+  const plan::BufferSpec &buf = gemma.workspace[static_cast<size_t>(gemma.schedule.lhsChain)];
+  EXPECT_EQ(buf.bytesPerRow + buf.bytesFixed + buf.bytesPerRowCol, 0)
+      << "no bytes of its own: the slab union holds the slots";
+  int32_t k = -1;
+  for (int32_t i = 0; i < static_cast<int32_t>(gemma.kernels.size()); ++i)
+    if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&gemma.kernels[static_cast<size_t>(i)].body)) {
+      EXPECT_TRUE(d->chain.valid()) << gemma.kernels[static_cast<size_t>(i)].name;
+      if (k < 0)
+        k = i;
+    }
+  ASSERT_GE(k, 0);
+  const int32_t bn = std::get<plan::GemmDLhsKernel>(gemma.kernels[static_cast<size_t>(k)].body).tile.bn;
+  EXPECT_EQ(bn, 192);
+  EXPECT_NE(decision(gemma, "3 whole rounds, then 84 tiles in chains of 2 on 126 CTAs"), "");
+  const plan::RunSchedule over = plan::chooseRunSchedule(gemma, 8192, true);
+  EXPECT_EQ(over.slabRows, 5120);
+  EXPECT_EQ(over.lhsChainBytes, plan::kChainFlagBytes + 84 * 128 * 192 * 4);
+  EXPECT_LE(over.workspaceBytes, int64_t(512) << 20);
+  EXPECT_EQ(gemma.slabUnionOffset(over, gemma.schedule.lhsChain) +
+                (over.lhsChainBytes + 255) / 256 * 256,
+            gemma.slabUnionBytes(over))
+      << "the slots last in the union";
+  const plan::LaunchDims chained = gemma.launchDims(k, 5120, 256000, 0, true);
+  EXPECT_EQ(chained.grid[0], 132);
+  EXPECT_TRUE(chained.cooperative);
+  EXPECT_EQ(chained.cluster, 1);
+  // One round of 72 tiles (768 rows; too many to split K): chains of 2 on 108 CTAs with the
+  // slots, the 3-on-4 groups (96 CTAs) without.
+  const plan::LaunchDims round = gemma.launchDims(k, 768, 256000, 0, true);
+  EXPECT_EQ(round.grid[0], 108);
+  EXPECT_TRUE(round.cooperative);
+  EXPECT_EQ(round.cluster, 1);
+  EXPECT_EQ(gemma.launchDims(k, 768, 256000, 0, false).grid[0], 96);
+  const plan::RunSchedule adds = plan::chooseRunSchedule(gemma, 8192, false);
+  EXPECT_EQ(adds.lhsChainBytes, 0) << "ordinary blocks: no slots";
+
+  // Llama-3's head: N = 8192's slab block would need chains of 4 and has no slots; other
+  // calls of the bucket chain (N = 4864: 80 tail tiles in chains of 2), so the kernel can.
+  plan::Program llama = lceFused(4096, 128256, DType::BF16, std::nullopt)->plan(o);
+  EXPECT_GE(llama.schedule.lhsChain, 0);
+  EXPECT_EQ(plan::chooseRunSchedule(llama, 8192, true).lhsChainBytes, 0);
+  EXPECT_GT(plan::chooseRunSchedule(llama, 4864, true).lhsChainBytes, 0);
+  EXPECT_NE(decision(llama, "N = 4864: its 4864 rows make 608 tiles of 128x256 on 132 SMs: 4 "
+                            "whole rounds, then 80 tiles in chains of 2 on 120 CTAs"),
+            "");
+  // The lean Llama-3 A (64 MiB) has no room for slots.
+  plan::PlanOptions leanLlama = wgmmaOptions(8192);
+  leanLlama.workspaceBudgetBytes = int64_t(64) << 20;
+  plan::Program leanL = lceFused(4096, 128256, DType::BF16, std::nullopt)->plan(leanLlama);
+  EXPECT_EQ(plan::chooseRunSchedule(leanL, 8192, true).lhsChainBytes, 0);
+  // A budget no call of the bucket has room in: the planner says so and plans no chain
+  // (D = 1024, V = 32000 at 24 MiB, N up to 4096).
+  plan::PlanOptions tiny = wgmmaOptions(4096);
+  tiny.workspaceBudgetBytes = int64_t(24) << 20;
+  plan::Program none = lceFused(1024, 32000, DType::BF16, std::nullopt)->plan(tiny);
+  EXPECT_EQ(none.schedule.lhsChain, -1);
+  EXPECT_NE(decision(none, "dA stream-K chains ([Note: dA stream-K chains]): not taken"), "");
+
+  o.daChain = false;
+  plan::Program off = lceFused(2304, 256000, DType::BF16, 30.0)->plan(o);
+  EXPECT_EQ(off.schedule.lhsChain, -1);
+  for (const plan::Kernel &kk : off.kernels)
+    if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&kk.body))
+      EXPECT_FALSE(d->chain.valid());
+  // The schedules with the slots are the ones without them, plus the slots.
+  for (int64_t n : {4097, 6000, 8192, 12000, 16384})
+    for (bool free : {true, false}) {
+      plan::RunSchedule with = plan::chooseRunSchedule(gemma, n, free);
+      const plan::RunSchedule without = plan::chooseRunSchedule(off, n, free);
+      EXPECT_LE(with.workspaceBytes, int64_t(512) << 20) << n;
+      // At most the slots more (the slab union may still fit the ordinary blocks' values).
+      EXPECT_GE(with.workspaceBytes, without.workspaceBytes) << n;
+      EXPECT_LE(with.workspaceBytes - without.workspaceBytes, (with.lhsChainBytes + 255) / 256 * 256)
+          << n << (free ? " overwriting" : " adding");
+      with.lhsChainBytes = 0;
+      with.workspaceBytes = without.workspaceBytes;
+      EXPECT_EQ(with.describe(), without.describe()) << n;
+    }
+
+  // The lean budget: no slab schedule has room for the slots.
+  plan::PlanOptions lean = wgmmaOptions(8192);
+  lean.workspaceBudgetBytes = int64_t(64) << 20;
+  plan::Program small = lceFused(2304, 256000, DType::BF16, 30.0)->plan(lean);
+  EXPECT_EQ(plan::chooseRunSchedule(small, 8192, true).lhsChainBytes, 0);
+}
+
 /// [Note: column splits per call] as a table: the Llama-3 head on the wgmma path (ping-
 /// pong forward reduce: two partial entries per CTA split; the plan sizes the partials for
 /// 66 entries: 33 CTA splits, a quarter of the SMs), rows of a block -> partial entries.

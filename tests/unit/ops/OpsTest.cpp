@@ -1501,6 +1501,10 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
     // SlabHead and values pointer).
     std::vector<CUdeviceptr> at, tailAt;
     int fwd = -1, dA = -1, firstDb = -1, scale = -1;
+    CUdeviceptr chainAt = 0;
+    size_t chainLaunch = 0;
+    std::vector<std::pair<size_t, CUdeviceptr>> slabBlockPointers;
+    std::vector<std::pair<CUdeviceptr, CUdeviceptr>> dbOperands; // [lo, hi) of dB's B
     std::vector<std::pair<size_t, std::vector<std::pair<CUdeviceptr, int64_t>>>> writes;
     std::map<int64_t, std::vector<size_t>> readers; // slab -> launches reading it
     std::map<int64_t, int64_t> coverage;            // part column 0 -> rows of dW covered
@@ -1516,6 +1520,24 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
         return r.args[0];
       };
       const bool ordinaryBlock = r.rowBlock > 0;
+      // [Note: dA stream-K chains]: the chain's slots reach the slab block's dA alone.
+      if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&k.body); d && d->chain.valid()) {
+        CUdeviceptr chain = 0;
+        for (size_t i = 0; i < params.size(); ++i)
+          if (params[i].kind == plan::Param::Kind::Pointer && params[i].buf == d->chain)
+            chain = r.args[i].value.pointer;
+        if (ordinaryBlock || sched.lhsChainBytes == 0) {
+          EXPECT_EQ(chain, 0u) << k.name << " in row block " << r.rowBlock;
+        } else {
+          EXPECT_NE(chain, 0u) << k.name;
+          chainAt = chain;
+          chainLaunch = li;
+        }
+      }
+      if (!ordinaryBlock)
+        for (size_t i = 0; i < params.size(); ++i)
+          if (params[i].kind == plan::Param::Kind::Pointer)
+            slabBlockPointers.push_back({li, r.args[i].value.pointer});
       if (ordinaryBlock)
         firstOrdinary = std::min(firstOrdinary, li);
       else if (plan::isGemmKind(k.kind()))
@@ -1656,6 +1678,7 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
         // tails, or the input) overlaps no slab of the workspace and no tail.
         const runtime::Sm90Operand &bop = r.maps[1];
         const CUdeviceptr bLo = bop.data, bHi = bop.data + static_cast<CUdeviceptr>(bop.k * bop.ld * 2);
+        dbOperands.push_back({bLo, bHi});
         for (int64_t i = 0; i < sched.slabs; ++i) {
           const CUdeviceptr hs = at[static_cast<size_t>(i)], ts = tailAt[static_cast<size_t>(i)];
           EXPECT_FALSE(bLo < hs + static_cast<CUdeviceptr>(slabBytes) && hs < bHi) << "slab " << i;
@@ -1702,9 +1725,90 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
             ASSERT_LT(reader, li) << "launch " << li << " overwrites slab " << i
                                   << " that launch " << reader << " reads";
         }
+    // [Note: dA stream-K chains]: where the schedule has the slots, the slab block's dA runs
+    // the chain (cooperative, plan::lhsChainCtas CTAs) with them after every other byte the
+    // slab block uses, inside the workspace, their flags zeroed by the call's memsets.
+    if (sched.lhsChainBytes > 0) {
+      ASSERT_NE(chainAt, 0u);
+      const CUdeviceptr chainEnd = chainAt + static_cast<CUdeviceptr>(sched.lhsChainBytes);
+      EXPECT_LE(chainEnd, b.workspace + static_cast<CUdeviceptr>(sched.workspaceBytes));
+      EXPECT_GE(chainAt, b.workspace);
+      EXPECT_EQ(static_cast<int>(chainLaunch), dA);
+      const runtime::LaunchRecord &r = ep.launches[chainLaunch];
+      const plan::Kernel &k = p.kernels[static_cast<size_t>(r.kernel)];
+      const auto &d = std::get<plan::GemmDLhsKernel>(k.body);
+      const int64_t tiles = (sched.slabRows + 127) / 128 * ((d.k + d.tile.bn - 1) / d.tile.bn);
+      EXPECT_EQ(r.dims.grid[0], plan::lhsChainCtas(tiles, (s.v + 63) / 64, 132));
+      EXPECT_TRUE(r.dims.cooperative);
+      EXPECT_GE(sched.lhsChainBytes, plan::kChainFlagBytes +
+                                         plan::lhsStreamKTail(tiles, 132) * 128 * d.tile.bn * 4)
+          << "a slot for every tile of the last round";
+      for (int64_t i = 0; i < sched.slabs; ++i) {
+        const CUdeviceptr hs = at[static_cast<size_t>(i)], ts = tailAt[static_cast<size_t>(i)];
+        EXPECT_FALSE(chainAt < hs + static_cast<CUdeviceptr>(slabBytes) && hs < chainEnd) << "slab " << i;
+        if (tailBytes > 0)
+          EXPECT_FALSE(chainAt < ts + static_cast<CUdeviceptr>(tailBytes) && ts < chainEnd)
+              << "tail " << i;
+      }
+      for (const auto &[lo, hi] : dbOperands)
+        EXPECT_FALSE(chainAt < hi && lo < chainEnd) << "dB's scaled A";
+      for (const auto &[li, ptr] : slabBlockPointers)
+        if (ptr != chainAt)
+          EXPECT_FALSE(ptr >= chainAt && ptr < chainEnd)
+              << "launch " << li << "'s buffer at 0x" << std::hex << ptr << " in the slots";
+      bool zeroed = false;
+      for (const runtime::MemsetRecord &m : ep.memsets)
+        zeroed = zeroed || (m.pointer <= chainAt &&
+                            chainAt + plan::kChainFlagBytes <=
+                                m.pointer + static_cast<CUdeviceptr>(m.bytes));
+      EXPECT_TRUE(zeroed) << "the flags are zeroed before the call";
+    } else {
+      EXPECT_EQ(chainAt, 0u);
+    }
     // [Note: slab tails]: the shapes meant to take them do.
     if (s.n == 8193 || s.n == 2500 || s.v == 256000)
       EXPECT_GT(sched.slabRows, head) << sched.describe();
+    if (s.budgetMb == 512 && s.v == 256000)
+      EXPECT_GT(sched.lhsChainBytes, 0) << "Gemma-2's head chains: " << sched.describe();
+  }
+}
+
+/// [Note: dA stream-K chains]: a prepared run (the op's warm path) of Gemma-2's head: the
+/// ordinary blocks' dA (all of a call that adds to dW, the blocks after the slab block of
+/// one that overwrites it) gets a null chain pointer, which stays null through the
+/// relocation (not a buffer to re-point); the slab block's is relocated into the workspace
+/// like any buffer.
+TEST(OpsSlabs, PreparedRunsKeepTheChainsNullPointer) {
+  const SlabShape a{8192, 2304, 256000, 512, 30.0};
+  ops::LceJit jit(slabOptions(a));
+  const plan::Program &p = slabLookup(jit, a.n).compiled->program;
+  ASSERT_GE(p.schedule.lhsChain, 0);
+  for (bool free : {false, true}) {
+    SCOPED_TRACE(free ? "overwrites dW" : "adds to dW");
+    const runtime::PreparedRun r = runtime::prepareRun(p, a.n, free);
+    EXPECT_EQ(r.schedule.lhsChainBytes > 0, free);
+    int chained = 0;
+    for (const runtime::PreparedRun::Launch &l : r.launches) {
+      const plan::Kernel &k = p.kernels[static_cast<size_t>(l.kernel)];
+      const auto *d = std::get_if<plan::GemmDLhsKernel>(&k.body);
+      if (!d)
+        continue;
+      ASSERT_TRUE(d->chain.valid());
+      const std::vector<plan::Param> params = plan::kernelParams(k);
+      for (size_t i = 0; i < params.size(); ++i)
+        if (params[i].kind == plan::Param::Kind::Pointer && params[i].buf == d->chain) {
+          if (free && l.rowBlock == 0) {
+            EXPECT_EQ(l.argRelocs[i].base, r.numInputs + r.numOutputs) << "the workspace";
+            ++chained;
+          } else {
+            EXPECT_EQ(l.args[i].value.pointer, 0u);
+            EXPECT_EQ(l.argRelocs[i].base, -1) << "null: nothing to re-point";
+          }
+        }
+      if (free && l.rowBlock == 0)
+        EXPECT_TRUE(l.dims.cooperative) << k.name;
+    }
+    EXPECT_EQ(chained, free ? 1 : 0) << "the slab block's dA";
   }
 }
 

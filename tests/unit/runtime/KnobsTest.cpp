@@ -227,6 +227,7 @@ TEST_F(KnobsTest, DefaultOnSwitches) {
                              {"LCEJIT_ROW_SCALED", knobs::rowScaled},
                              {"LCEJIT_SPLIT_K", knobs::splitK},
                              {"LCEJIT_DA_STREAMK", knobs::daStreamK},
+                             {"LCEJIT_DA_CHAIN", knobs::daChain},
                              {"LCEJIT_STORE_IN_OUTPUT", knobs::storeInOutput}};
   for (const Switch &sw : switches) {
     SCOPED_TRACE(sw.name);
@@ -296,7 +297,8 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_LOG",            "LCEJIT_CUDA_INCLUDE", "LCEJIT_WORKSPACE_MB",
       "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP",     "LCEJIT_BACKWARD",
       "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K",     "LCEJIT_BLOCK_ROWS",
-      "LCEJIT_STORE_IN_OUTPUT", "LCEJIT_DA_TILE",   "LCEJIT_DA_STREAMK"};
+      "LCEJIT_STORE_IN_OUTPUT", "LCEJIT_DA_TILE",   "LCEJIT_DA_STREAMK",
+      "LCEJIT_DA_CHAIN"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();
