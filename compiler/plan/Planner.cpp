@@ -1701,15 +1701,7 @@ private:
     }
     if (takers.empty())
       return;
-    auto schedules = [&] {
-      std::vector<std::array<int64_t, 10>> out;
-      for (int64_t n : ns) {
-        const RunSchedule r = prog_.runSchedule(n, true);
-        out.push_back({r.rowsPerBlock, r.rowBlocks, r.chunkCols, r.chunks, r.splits,
-                       r.slabGroup, r.slabRows, r.slabSplit, r.slabHead, r.overBudget});
-      }
-      return out;
-    };
+    auto schedules = [&] { return sampledSchedules(ns, true); };
     const auto before = schedules();
     const int64_t bytes = lhsChainBytes(widest, sms);
     // No bytes of its own: a schedule's slab union holds RunSchedule::lhsChainBytes.
@@ -1774,6 +1766,19 @@ private:
         bytes, example));
   }
 
+  /// What a scratch buffer must leave as it was: the run schedules of calls with N in `ns`
+  /// (overwriting dW when `free`), their blocks, chunks, splits and slabs.
+  std::vector<std::array<int64_t, 10>> sampledSchedules(const std::vector<int64_t> &ns,
+                                                        bool free) const {
+    std::vector<std::array<int64_t, 10>> out;
+    for (int64_t n : ns) {
+      const RunSchedule r = prog_.runSchedule(n, free);
+      out.push_back({r.rowsPerBlock, r.rowBlocks, r.chunkCols, r.chunks, r.splits, r.slabGroup,
+                     r.slabRows, r.slabSplit, r.slabHead, r.overBudget});
+    }
+    return out;
+  }
+
   /// [Note: dA stream-K] (SchedulePolicy.h): the scratch of the dA launches plan::lhsStreamK
   /// takes, where one of the sampled launches (`blocks`, of calls with N in `ns`) is one,
   /// and only where the scratch leaves every sampled run schedule as it was (the budget's
@@ -1806,15 +1811,7 @@ private:
     }
     if (widest == 0)
       return;
-    auto schedules = [&] {
-      std::vector<std::array<int64_t, 10>> out;
-      for (int64_t n : ns) {
-        const RunSchedule r = prog_.runSchedule(n, free);
-        out.push_back({r.rowsPerBlock, r.rowBlocks, r.chunkCols, r.chunks, r.splits,
-                       r.slabGroup, r.slabRows, r.slabSplit, r.slabHead, r.overBudget});
-      }
-      return out;
-    };
+    auto schedules = [&] { return sampledSchedules(ns, free); };
     const int64_t bytes = lhsStreamKBytes(widest, sms);
     // The schedules compared below are samples of the bucket: a scratch that is a visible
     // share of the budget can still take rows from a call between them (a 100 MiB budget
