@@ -227,11 +227,12 @@ inline constexpr int64_t kStreamKFlagBytes = 1024; ///< lcejit_sm90.cuh STREAM_K
 /// Gemma-2's slab block (84 tail tiles, q = 2 instead of the 3-on-4 groups) B 46.9-47.4 →
 /// 46.5-46.8 ms; Llama-3's (100 tiles, q = 4) the same either way (39.2-39.4 ms); N = 4096
 /// at Llama-3's head (116 tiles, q = 8) 20.0-20.1 → 20.7-20.9 ms, slower. Long chains lose
-/// more than the idle SMs cost: under the power cap a partial last round runs its busy SMs
-/// at a higher clock, and a chain's CTAs read K at different offsets, where a round of whole
-/// tiles reads it in step (L2 reuse; not measured apart). So q is at most kChainMaxQ (3:
-/// the 3-on-4 groups' balance, measured a gain since session 20). Pure; a table test pins
-/// it. 0: no chain for this launch.
+/// more than the idle SMs cost: a chain's CTAs read K at their own offsets, where a round of
+/// whole tiles reads each k-block in step from L2 (ncu, dA alone: chains of 4 read 22 GB
+/// from DRAM against 17 and ran 5 % slower, chains of 8 15 GB against 6.7 and 20 % slower),
+/// and under the power cap a partial last round runs its busy SMs at a higher clock. So q is
+/// at most kChainMaxQ (3: the 3-on-4 groups' balance, measured a gain since session 20).
+/// Pure; a table test pins it. 0: no chain for this launch.
 int32_t lhsChainQ(int64_t tiles, int64_t kblocks, int32_t numSMs);
 /// The grid of a chained launch: all SMs when it has whole rounds, else T + ceil(T / q).
 int64_t lhsChainCtas(int64_t tiles, int64_t kblocks, int32_t numSMs);
