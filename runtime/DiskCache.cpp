@@ -448,4 +448,72 @@ DiskCache::Stats DiskCache::stats() const {
                storeFailures_.load(), evictions_.load(), staleTemps_.load()};
 }
 
+//===----------------------------------------------------------------------===//
+// Memos ([Note: memos] in DiskCache.h)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A memo's name: lowercase letters, digits and '-' (it is part of a file name).
+bool isMemoName(std::string_view name) {
+  return !name.empty() && name.size() <= 32 &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+         });
+}
+
+} // namespace
+
+std::filesystem::path memoPath(const std::filesystem::path &root, std::string_view name,
+                               std::string_view identity) {
+  LCEJIT_CHECK_ARG(isMemoName(name),
+                   "memo name '{}' must be 1 to 32 of [a-z0-9-] (it names a file)", name);
+  return root / fmt::format("v{}", kDiskCacheFormatVersion) / "memo" /
+         fmt::format("{}-{}.json", name, contentHashHex(identity));
+}
+
+std::optional<std::string> loadMemo(const std::filesystem::path &root, std::string_view name,
+                                    std::string_view identity) {
+  const fs::path path = memoPath(root, name, identity);
+  std::vector<uint8_t> bytes;
+  int err = 0;
+  if (!readFile(path, &bytes, &err) || bytes.size() > kMemoMaxBytes)
+    return std::nullopt;
+  nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr,
+                                           /*allow_exceptions=*/false);
+  if (!j.is_object())
+    return std::nullopt;
+  auto text = [&](const char *field) -> const std::string * {
+    auto it = j.find(field);
+    return it != j.end() && it->is_string() ? it->get_ptr<const std::string *>() : nullptr;
+  };
+  const std::string *n = text("name"), *id = text("identity"), *value = text("value");
+  // The file name is a hash of the identity: the identity itself must match, byte for byte.
+  if (!n || !id || !value || *n != name || *id != identity || value->empty())
+    return std::nullopt;
+  return *value;
+}
+
+bool storeMemo(const std::filesystem::path &root, std::string_view name,
+               std::string_view identity, std::string_view value) {
+  const fs::path path = memoPath(root, name, identity);
+  LCEJIT_CHECK_ARG(!value.empty(), "memo '{}': the value must not be empty", name);
+  std::string text = nlohmann::json{{"name", std::string(name)},
+                                    {"identity", std::string(identity)},
+                                    {"value", std::string(value)},
+                                    {"created", nowIso8601()}}
+                         .dump(2) +
+                     "\n";
+  if (text.size() > kMemoMaxBytes)
+    return false;
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec)
+    return false;
+  return writeFileAtomically(path.parent_path(), path.filename().string(),
+                             std::span<const uint8_t>(
+                                 reinterpret_cast<const uint8_t *>(text.data()), text.size()))
+      .empty();
+}
+
 } // namespace lcejit::runtime

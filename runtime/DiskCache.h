@@ -186,4 +186,27 @@ private:
   std::atomic<bool> warnedWrite_{false}, warnedCorrupt_{false};
 };
 
+/// [Note: memos] A memo keeps one small fact that costs time to compute and is a pure
+/// function of an identity string, so that a process finds it on disk instead of
+/// computing it again: `<root>/v<v>/memo/<name>-<XXH3-128 of identity>.json`, an object
+/// {name, identity, value, created}. Used once today: NVRTC's PTX banner, which takes an
+/// NVRTC compile to read (10-30 ms, the largest part of a process's first call on a warm
+/// cache) and is a function of the libnvrtc file ([Note: NVRTC identity] in Nvrtc.h).
+/// A load returns the value only when the file parses and its name and identity equal
+/// the request's byte for byte (the file name alone is a hash); anything else is a miss,
+/// never an error. A store writes atomically ([Note: atomic writes]) and returns false
+/// when it cannot write. Memos are not swept ([Note: eviction] sweeps `v*/??/`): there is
+/// one a distinct identity, a few hundred bytes each.
+inline constexpr size_t kMemoMaxBytes = 16 * 1024;
+/// Where a memo lives. Throws Error(InvalidArgument) when `name` is not 1 to 32 of
+/// [a-z0-9-].
+std::filesystem::path memoPath(const std::filesystem::path &root, std::string_view name,
+                               std::string_view identity);
+/// The memo's value, or std::nullopt (absent, unreadable, malformed, another identity).
+std::optional<std::string> loadMemo(const std::filesystem::path &root, std::string_view name,
+                                    std::string_view identity);
+/// Writes the memo (an empty value is Error(InvalidArgument)); false when it could not.
+bool storeMemo(const std::filesystem::path &root, std::string_view name,
+               std::string_view identity, std::string_view value);
+
 } // namespace lcejit::runtime

@@ -1,6 +1,7 @@
 //===- Nvrtc.cpp - CUDA C++ source to cubin with NVRTC ---------------------===//
 
 #include "runtime/Nvrtc.h"
+#include "runtime/DiskCache.h"
 #include "compiler/support/Check.h"
 #include "compiler/support/Knobs.h"
 #include "compiler/support/ContentHash.h"
@@ -264,8 +265,8 @@ std::string ptxBanner() {
   return parts.empty() ? "no PTX banner (none in the PTX)" : fmt::format("{}", fmt::join(parts, ", "));
 }
 
-/// "<file name> <size> bytes" of the loaded libnvrtc, or "libnvrtc file unknown".
-std::string nvrtcLibraryFile() {
+/// The resolved path of the loaded libnvrtc (found with dl_iterate_phdr), or "".
+std::string loadedNvrtcPath() {
   std::string path;
   dl_iterate_phdr(
       [](struct dl_phdr_info *info, size_t, void *data) -> int {
@@ -281,12 +282,20 @@ std::string nvrtcLibraryFile() {
         return 0;
       },
       &path);
+  if (path.empty())
+    return "";
   std::error_code ec;
+  fs::path real = fs::canonical(path, ec);
+  return ec ? path : real.string();
+}
+
+/// "<file name> <size> bytes" of the loaded libnvrtc, or "libnvrtc file unknown".
+std::string nvrtcLibraryFile() {
+  const std::string path = loadedNvrtcPath();
   if (path.empty())
     return "libnvrtc file unknown (statically linked?)";
-  fs::path real = fs::canonical(path, ec);
-  if (ec)
-    real = path;
+  const fs::path real(path);
+  std::error_code ec;
   uintmax_t size = fs::file_size(real, ec);
   if (ec)
     return fmt::format("{} (size unknown)", real.filename().string());
@@ -295,9 +304,44 @@ std::string nvrtcLibraryFile() {
 
 } // namespace
 
+std::string nvrtcProbeFullVersion() {
+  return fmt::format("{} ({}; {})", nvrtcVersion(), ptxBanner(), nvrtcLibraryFile());
+}
+
+std::string nvrtcLibraryIdentity() {
+  const std::string path = loadedNvrtcPath();
+  struct stat st;
+  if (path.empty() || ::stat(path.c_str(), &st) != 0)
+    return "";
+  // ctime cannot be set from user space: a file rewritten in place, then given its old
+  // size and mtime back, still gets a new one.
+  return fmt::format("nvrtc {}; {}; size {}; mtime {}.{:09d}; ctime {}.{:09d}; dev {}; ino {}",
+                     nvrtcVersion(), path, int64_t(st.st_size), int64_t(st.st_mtim.tv_sec),
+                     st.st_mtim.tv_nsec, int64_t(st.st_ctim.tv_sec), st.st_ctim.tv_nsec,
+                     uint64_t(st.st_dev), uint64_t(st.st_ino));
+}
+
+NvrtcFullVersion resolveNvrtcFullVersion(const std::optional<fs::path> &memoRoot,
+                                         std::string_view libraryIdentity,
+                                         const std::function<std::string()> &probe) {
+  const bool memo = memoRoot.has_value() && !libraryIdentity.empty();
+  if (memo)
+    if (std::optional<std::string> v = loadMemo(*memoRoot, kNvrtcVersionMemo, libraryIdentity))
+      return {std::move(*v), /*fromMemo=*/true, /*stored=*/false};
+  NvrtcFullVersion out{probe(), false, false};
+  // A probe that failed ("no PTX banner (...)") may succeed next time: not kept.
+  if (memo && out.value.find("no PTX banner") == std::string::npos)
+    out.stored = storeMemo(*memoRoot, kNvrtcVersionMemo, libraryIdentity, out.value);
+  return out;
+}
+
 const std::string &nvrtcFullVersion() {
   static const std::string version =
-      fmt::format("{} ({}; {})", nvrtcVersion(), ptxBanner(), nvrtcLibraryFile());
+      resolveNvrtcFullVersion(knobs::cacheEnabled()
+                                  ? std::optional<fs::path>(knobs::cacheDir())
+                                  : std::nullopt,
+                              nvrtcLibraryIdentity(), nvrtcProbeFullVersion)
+          .value;
   return version;
 }
 

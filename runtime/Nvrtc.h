@@ -36,6 +36,9 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -90,7 +93,40 @@ const std::string &nvrtcVersion();
 
 /// Everything that identifies the NVRTC in use, for the disk cache key ([Note: NVRTC
 /// identity]), e.g. "13.0 (V13.0.88, CL-36424714, NVVM 7.0.1; libnvrtc.so.13 109338064 bytes)".
+/// Once per process: from the memo of the loaded library's identity in the disk cache when
+/// there is one ([Note: NVRTC identity memo]), else probed (and the memo written).
 const std::string &nvrtcFullVersion();
+
+/// nvrtcFullVersion() as the probe computes it: an NVRTC compile of an empty program for
+/// its PTX banner (10-30 ms), every time it is called.
+std::string nvrtcProbeFullVersion();
+
+/// The loaded libnvrtc file as the file system knows it: NVRTC's major.minor, the resolved
+/// path, size, mtime, ctime, device and inode; "" when the file is not found.
+std::string nvrtcLibraryIdentity();
+
+/// The memo of nvrtcFullVersion() ([Note: memos] in DiskCache.h).
+inline constexpr std::string_view kNvrtcVersionMemo = "nvrtc-version";
+
+/// [Note: NVRTC identity memo] The PTX banner in nvrtcFullVersion() costs an NVRTC compile
+/// of an empty program, 10-30 ms: most of a process's first call on a warm disk cache,
+/// where nothing else is compiled (measured: docs/performance.md, session 24). It is a
+/// function of the libnvrtc file, so the disk cache keeps it as a memo under that file's
+/// identity (nvrtcLibraryIdentity()): a library replaced, rewritten, touched or mounted
+/// elsewhere has another identity and is probed again. The probe's value is what the
+/// memo holds, so the disk key is the same either way. With the disk cache off
+/// (LCEJIT_CACHE=0), or the library not found, it is probed; a failed probe ("no PTX
+/// banner") is not kept.
+struct NvrtcFullVersion {
+  std::string value;
+  bool fromMemo = false; ///< read from the memo (the probe did not run)
+  bool stored = false;   ///< probed and written as the memo
+};
+/// nvrtcFullVersion()'s steps, for tests: the memo under `memoRoot` (none: probe only)
+/// for `libraryIdentity` (empty: probe only), else `probe()`.
+NvrtcFullVersion resolveNvrtcFullVersion(const std::optional<std::filesystem::path> &memoRoot,
+                                         std::string_view libraryIdentity,
+                                         const std::function<std::string()> &probe);
 
 /// The headers a CUDA source reaches through #include, resolved like NVRTC does (a quoted
 /// include first next to the including file, then each -I dir in order) and followed

@@ -447,6 +447,77 @@ TEST_F(DiskCacheTest, ReadOnlyEntryDirectoryFailsStoreGracefully) {
   fs::permissions(dir, fs::perms::owner_all);
 }
 
+//===----------------------------------------------------------------------===//
+// Memos ([Note: memos])
+//===----------------------------------------------------------------------===//
+
+TEST_F(DiskCacheTest, MemoRoundTripUnderItsIdentity) {
+  const std::string id = "lib 13.0; /x/libnvrtc.so.13; size 5; ino 7";
+  EXPECT_FALSE(loadMemo(tmp.path(), "nvrtc-version", id).has_value());
+  ASSERT_TRUE(storeMemo(tmp.path(), "nvrtc-version", id, "13.0 (V13.0.88; lib 5 bytes)"));
+  EXPECT_EQ(loadMemo(tmp.path(), "nvrtc-version", id), "13.0 (V13.0.88; lib 5 bytes)");
+  const fs::path path = memoPath(tmp.path(), "nvrtc-version", id);
+  EXPECT_EQ(path.parent_path(),
+            tmp.path() / ("v" + std::to_string(kDiskCacheFormatVersion)) / "memo");
+  EXPECT_EQ(path.filename().string(), "nvrtc-version-" + contentHashHex(id) + ".json");
+  EXPECT_EQ(filesIn(path.parent_path()), std::vector<std::string>{path.filename().string()})
+      << "no temporaries left";
+  // Another identity, another name: misses. A store over it replaces the value.
+  EXPECT_FALSE(loadMemo(tmp.path(), "nvrtc-version", id + " ").has_value());
+  EXPECT_FALSE(loadMemo(tmp.path(), "other", id).has_value());
+  ASSERT_TRUE(storeMemo(tmp.path(), "nvrtc-version", id, "second"));
+  EXPECT_EQ(loadMemo(tmp.path(), "nvrtc-version", id), "second");
+  // A sweep leaves memos alone (it only walks the entry directories).
+  DiskCache c(tmp.path(), DiskCache::Limits{1, std::chrono::seconds(0)});
+  storeOk(c);
+  EXPECT_TRUE(fs::exists(path));
+}
+
+TEST_F(DiskCacheTest, MemoFilesThatDoNotMatchAreMisses) {
+  const std::string id = "identity A";
+  const fs::path path = memoPath(tmp.path(), "nvrtc-version", id);
+  ASSERT_TRUE(storeMemo(tmp.path(), "nvrtc-version", id, "value"));
+  auto rewrite = [&](const std::string &text) {
+    writeBytes(path, std::vector<uint8_t>(text.begin(), text.end()));
+  };
+  // The file name is only a hash: the identity inside must be the request's.
+  rewrite(R"({"name": "nvrtc-version", "identity": "identity B", "value": "value"})");
+  EXPECT_FALSE(loadMemo(tmp.path(), "nvrtc-version", id).has_value());
+  rewrite(R"({"name": "other", "identity": "identity A", "value": "value"})");
+  EXPECT_FALSE(loadMemo(tmp.path(), "nvrtc-version", id).has_value());
+  rewrite(R"({"name": "nvrtc-version", "identity": "identity A", "value": ""})");
+  EXPECT_FALSE(loadMemo(tmp.path(), "nvrtc-version", id).has_value());
+  rewrite(R"({"name": "nvrtc-version", "identity": "identity A", "value": 13})");
+  EXPECT_FALSE(loadMemo(tmp.path(), "nvrtc-version", id).has_value());
+  rewrite(R"({"name": "nvrtc-version", "identity": "identity A", "val)"); // truncated
+  EXPECT_FALSE(loadMemo(tmp.path(), "nvrtc-version", id).has_value());
+  rewrite("");
+  EXPECT_FALSE(loadMemo(tmp.path(), "nvrtc-version", id).has_value());
+  rewrite(std::string(kMemoMaxBytes + 1, ' '));
+  EXPECT_FALSE(loadMemo(tmp.path(), "nvrtc-version", id).has_value());
+  rewrite(R"({"name": "nvrtc-version", "identity": "identity A", "value": "v2"})");
+  EXPECT_EQ(loadMemo(tmp.path(), "nvrtc-version", id), "v2") << "the same file, well formed";
+}
+
+TEST_F(DiskCacheTest, MemoStoreFailsQuietlyAndNamesAreChecked) {
+  fs::path blocker = tmp.path() / "not-a-dir";
+  writeBytes(blocker, {1, 2, 3});
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(storeMemo(blocker / "cache", "nvrtc-version", "id", "value"));
+  EXPECT_FALSE(loadMemo(blocker / "cache", "nvrtc-version", "id").has_value());
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "") << "a memo is an optimization";
+  EXPECT_FALSE(storeMemo(tmp.path(), "nvrtc-version", "id", std::string(kMemoMaxBytes, 'x')));
+  std::string msg =
+      expectError(ErrorKind::InvalidArgument, [&] { memoPath(tmp.path(), "../x", "id"); });
+  EXPECT_NE(msg.find("memo name '../x'"), std::string::npos) << msg;
+  msg = expectError(ErrorKind::InvalidArgument, [&] { memoPath(tmp.path(), "", "id"); });
+  EXPECT_NE(msg.find("memo name ''"), std::string::npos) << msg;
+  msg = expectError(ErrorKind::InvalidArgument,
+                    [&] { storeMemo(tmp.path(), "nvrtc-version", "id", ""); });
+  EXPECT_NE(msg.find("memo 'nvrtc-version': the value must not be empty"), std::string::npos)
+      << msg;
+}
+
 TEST_F(DiskCacheTest, ConcurrentWritersAndReadersOfOneKey) {
   DiskCache c(tmp.path());
   std::atomic<int> wrongBytes{0}, failedStores{0};

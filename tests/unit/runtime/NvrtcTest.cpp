@@ -3,6 +3,7 @@
 #include "TestSupport.h"
 
 #include "runtime/Nvrtc.h"
+#include "runtime/DiskCache.h"
 
 #include <fstream>
 #include <regex>
@@ -224,6 +225,61 @@ TEST(NvrtcIdentityTest, FullVersionHasReleaseBuildAndLibraryFile) {
   EXPECT_NE(v.find("V" + nvrtcVersion() + "."), std::string::npos)
       << "the patch release belongs to the same major.minor: " << v;
   EXPECT_EQ(&v, &nvrtcFullVersion()) << "computed once per process";
+}
+
+TEST(NvrtcIdentityTest, LibraryIdentityNamesTheLoadedFile) {
+  const std::string id = nvrtcLibraryIdentity();
+  // e.g. "nvrtc 13.0; /usr/.../libnvrtc.so.13.0.88; size 109338064; mtime ...; ctime ...;
+  // dev ...; ino ..."
+  std::regex re(R"(nvrtc \d+\.\d+; (/\S*libnvrtc\S*); size (\d+); mtime \d+\.\d{9}; )"
+                R"(ctime \d+\.\d{9}; dev \d+; ino (\d+))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(id, m, re)) << id;
+  EXPECT_EQ(std::to_string(fs::file_size(m[1].str())), m[2].str()) << id;
+  EXPECT_NE(nvrtcFullVersion().find(" " + m[2].str() + " bytes"), std::string::npos)
+      << "the version names the same file: " << nvrtcFullVersion() << " / " << id;
+  EXPECT_EQ(nvrtcLibraryIdentity(), id) << "stable while the file is";
+}
+
+TEST(NvrtcIdentityTest, TheProbeIsWhatTheMemoKeeps) {
+  // The process's value, from a memo or probed, is the probe's: the disk key does not
+  // depend on which.
+  EXPECT_EQ(nvrtcProbeFullVersion(), nvrtcFullVersion());
+}
+
+TEST(NvrtcIdentityTest, TheMemoSavesTheProbeAndFollowsTheIdentity) {
+  TempDir dir;
+  int probes = 0;
+  auto probe = [&] {
+    ++probes;
+    return std::string("13.0 (V13.0.88, CL-1, NVVM 7.0.1; libnvrtc.so.13 5 bytes)");
+  };
+  NvrtcFullVersion first = resolveNvrtcFullVersion(dir.path(), "identity 1", probe);
+  EXPECT_EQ(probes, 1);
+  EXPECT_FALSE(first.fromMemo);
+  EXPECT_TRUE(first.stored);
+  NvrtcFullVersion second = resolveNvrtcFullVersion(dir.path(), "identity 1", probe);
+  EXPECT_EQ(probes, 1) << "the memo answered";
+  EXPECT_TRUE(second.fromMemo);
+  EXPECT_EQ(second.value, first.value);
+  // Another file (replaced, touched, elsewhere): probed again.
+  NvrtcFullVersion other = resolveNvrtcFullVersion(dir.path(), "identity 2", probe);
+  EXPECT_EQ(probes, 2);
+  EXPECT_FALSE(other.fromMemo);
+  // No cache directory (LCEJIT_CACHE=0) or no identity: always probed, nothing written.
+  TempDir empty;
+  EXPECT_FALSE(resolveNvrtcFullVersion(std::nullopt, "identity 1", probe).fromMemo);
+  EXPECT_FALSE(resolveNvrtcFullVersion(empty.path(), "", probe).stored);
+  EXPECT_EQ(probes, 4);
+  EXPECT_TRUE(fs::is_empty(empty.path()));
+  // A failed probe is not kept: the next process tries again.
+  auto failing = [&] {
+    ++probes;
+    return std::string("13.0 (no PTX banner (nvrtcCompileProgram failed); lib 5 bytes)");
+  };
+  EXPECT_FALSE(resolveNvrtcFullVersion(dir.path(), "identity 3", failing).stored);
+  EXPECT_FALSE(resolveNvrtcFullVersion(dir.path(), "identity 3", failing).fromMemo);
+  EXPECT_EQ(probes, 6);
 }
 
 struct IncludedHeadersTest : ::testing::Test {
