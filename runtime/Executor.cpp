@@ -92,13 +92,19 @@ public:
   int64_t slabHead(const plan::LaunchItem &item) const {
     return std::min(sched_.slabHead, item.rows);
   }
-  /// [Note: dA stream-K chains]: whether a launch has the chain's slots, and where they are.
-  bool chainLaunch(const plan::LaunchItem &item) const {
-    return slabLaunch(item) && sched_.lhsChainBytes > 0 && program_.schedule.lhsChain >= 0;
+  /// [Note: dA stream-K chains]: whether the schedule's slab block has the chain's flags
+  /// and slots, whether a launch gets them, and where they are (the flags first).
+  bool hasChain() const {
+    return sched_.slabGroup > 0 && sched_.lhsChainBytes > 0 && program_.schedule.lhsChain >= 0;
   }
-  CUdeviceptr chainBase(const plan::Kernel &kernel) const {
-    return slabBase2(kernel) +
-           static_cast<CUdeviceptr>(program_.slabUnionOffset(sched_, program_.schedule.lhsChain));
+  bool chainLaunch(const plan::LaunchItem &item) const {
+    return hasChain() && slabLaunch(item);
+  }
+  CUdeviceptr chainBase() const {
+    return buffers_.workspace +
+           static_cast<CUdeviceptr>(
+               offsets_[static_cast<size_t>(program_.schedule.slabValues)] +
+               program_.slabUnionOffset(sched_, program_.schedule.lhsChain));
   }
   /// Slab 0's tail: after the workspace's slabs (slabHead rows each).
   CUdeviceptr slabTails(const plan::Kernel &kernel, const plan::LaunchItem &item) const {
@@ -115,7 +121,7 @@ public:
     // [Note: dA stream-K chains]: the chain's slots exist in the slab block of a schedule
     // that has them, after the slab union's other buffers; null for every other launch.
     if (ref.space == Space::Workspace && ref.index == program_.schedule.lhsChain)
-      return chainLaunch(item) ? chainBase(kernel) : CUdeviceptr{0};
+      return chainLaunch(item) ? chainBase() : CUdeviceptr{0};
     const int64_t inUnion = slabLaunch(item) && ref.space == Space::Workspace
                                 ? program_.slabUnionOffset(sched_, ref.index)
                                 : -1;
@@ -464,12 +470,8 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
   BufferResolver resolver(program, buffers, sched);
   // [Note: dA stream-K chains]: the chain's flags start at 0 in every call (the slab
   // union's memory is another schedule's in other calls).
-  if (sched.lhsChainBytes > 0 && program.schedule.lhsChain >= 0 && sched.slabGroup > 0)
-    plan.memsets.push_back(MemsetRecord{
-        buffers.workspace + static_cast<CUdeviceptr>(
-                                offsets[static_cast<size_t>(program.schedule.slabValues)] +
-                                program.slabUnionOffset(sched, program.schedule.lhsChain)),
-        plan::kChainFlagBytes});
+  if (resolver.hasChain())
+    plan.memsets.push_back(MemsetRecord{resolver.chainBase(), plan::kChainFlagBytes});
   for (const plan::LaunchItem &item : program.expand(sched))
     appendLaunch(program, resolver, item, n, buffers.accumulateOutputs, plan);
   return plan;
