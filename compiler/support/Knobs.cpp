@@ -50,7 +50,7 @@ constexpr std::string_view kDaTile = "LCEJIT_DA_TILE";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
-constexpr std::array<std::string_view, kNumLogTopics> kLogTopicNames = {"compile"};
+constexpr std::array<std::string_view, kNumLogTopics> kLogTopicNames = {"compile", "prepare"};
 
 /// The parsed snapshot of every knob.
 struct Values {
@@ -302,8 +302,10 @@ const std::vector<KnobInfo> &allKnobs() {
        "Compile with NVRTC even on a cache hit (keeps dumps complete; counts as a compile)."},
       {kAssertNoCompile, "bool", "0",
        "Any compile that is needed throws Error(Cache) naming the kernel and the reason."},
-      {kLog, "list of compile,all", "(none)",
-       "compile: one line per NVRTC compile on stderr (label, key, bucket, time, why)."},
+      {kLog, "list of compile,prepare,all", "(none)",
+       "compile: one line per NVRTC compile on stderr (label, key, bucket, time, why); "
+       "prepare: one line per first-time host step of a call (Program lookup and module "
+       "load, prepared run, workspace, tensor maps) with its time."},
       {kCudaInclude, "path list (colon-separated)", LCEJIT_DEFAULT_CUDA_INCLUDE,
        "Include directories for NVRTC (it has no built-in headers)."},
       {kWorkspaceMB, "positive int (MiB)", "512",

@@ -48,9 +48,11 @@ inline constexpr int kNumDumpStages = 7;
 /// "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass".
 std::string_view dumpStageName(DumpStage stage);
 
-/// Topics LCEJIT_LOG can select.
-enum class LogTopic : uint8_t { Compile };
-inline constexpr int kNumLogTopics = 1;
+/// Topics LCEJIT_LOG can select: "compile" (one line per NVRTC compile,
+/// runtime/KernelCache.h) and "prepare" (one line per piece of host work a call does only
+/// the first time, [Note: prepare log] in ops/lib/LinearCrossEntropy.cpp).
+enum class LogTopic : uint8_t { Compile, Prepare };
+inline constexpr int kNumLogTopics = 2;
 std::string_view logTopicName(LogTopic topic);
 
 /// LCEJIT_CACHE_DIR: root of the disk kernel cache.

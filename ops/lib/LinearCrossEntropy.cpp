@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <initializer_list>
 #include <map>
@@ -28,6 +29,22 @@ namespace {
 std::string shapeStr(const std::vector<int64_t> &s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
 std::string pointerStr(const void *p) { return fmt::format("{}", p); }
+
+// [Note: prepare log] LCEJIT_LOG=prepare prints one line on stderr for each piece of host
+// work that a call does only the first time: the Program looked up (for its bucket) and
+// its modules loaded, a run prepared (for its N and for whether it overwrites dW), the
+// workspace allocated or grown, and a bind that encoded tensor maps (new pointers). Each
+// line has its wall time, so a first call's host cost reads as their sum (the process's
+// first call on a warm disk cache: docs/performance.md, session 24). A steady call does
+// none of them; its only addition is the knob's read in the bind.
+using PrepareClock = std::chrono::steady_clock;
+double msSince(PrepareClock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(PrepareClock::now() - t0).count();
+}
+bool prepareLogOn() { return knobs::logEnabled(knobs::LogTopic::Prepare); }
+std::string bucketStr(const plan::Program &p) {
+  return p.bucket > 0 ? fmt::format("[{}, {}]", p.bucketLow, p.bucket) : std::string("any N");
+}
 
 std::string shapeStr(std::initializer_list<int64_t> s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
@@ -366,9 +383,22 @@ struct LinearCrossEntropy::Impl {
                      "first (for forward() or a GradScale other than 1, one call of that kind)",
                      n, n);
     ops::LceJit &j = jitOf(kind);
+    const PrepareClock::time_point t0 = PrepareClock::now();
     ops::ProgramLookup l = j.lookup(n, target);
+    const double lookupMs = msSince(t0);
+    const bool wasLoaded = loaded.count(l.compiled.get()) > 0;
+    const PrepareClock::time_point t1 = PrepareClock::now();
     LoadedProgram &lp = load(l.compiled);
     const plan::Program &prog = l.compiled->program;
+    if (prepareLogOn()) // [Note: prepare log]
+      fmt::print(stderr,
+                 "lcejit: prepare N={}: Program '{}' of bucket {} {} in {:.2f} ms (lookup "
+                 "{:.2f} ms: {}, binaries from {})\n",
+                 n, prog.name, bucketStr(prog),
+                 wasLoaded ? "already loaded"
+                           : fmt::format("loaded, {} modules,", lp.modules.size()),
+                 msSince(t1), lookupMs, l.planned ? "planned" : "cached",
+                 runtime::cacheOriginName(l.binaryOrigin));
     CallPlan p;
     p.lo = prog.bucket > 0 ? prog.bucketLow : 0;
     p.hi = prog.bucket > 0 ? prog.bucket : 0;
@@ -419,9 +449,16 @@ struct LinearCrossEntropy::Impl {
         return *r;
     if (lp.runs.size() >= LoadedProgram::kRunsPerProgram)
       lp.runs.erase(lp.runs.begin());
+    const PrepareClock::time_point t0 = PrepareClock::now();
     lp.runs.push_back(
         std::make_unique<runtime::PreparedRun>(lp.executor->prepare(n, outputFree)));
     ops::callPathCounters().runBuilds.fetch_add(1, std::memory_order_relaxed);
+    if (prepareLogOn()) // [Note: prepare log]
+      fmt::print(stderr,
+                 "lcejit: prepare N={}: run of Program '{}' ({} the gradients) prepared in "
+                 "{:.2f} ms: {} launches, {} bytes of workspace\n",
+                 n, lp.executor->program().name, outputFree ? "overwrites" : "adds to",
+                 msSince(t0), lp.runs.back()->launches.size(), lp.runs.back()->workspaceBytes);
     return *lp.runs.back();
   }
 
@@ -479,9 +516,15 @@ struct LinearCrossEntropy::Impl {
       workspaceBytes = 0;
     }
     const int64_t grown = ops::grownWorkspaceBytes(held, bytes, budget);
+    const PrepareClock::time_point t0 = PrepareClock::now();
     LCEJIT_CU(d.memAlloc(&workspace, static_cast<size_t>(grown)));
     workspaceBytes = grown;
     ops::callPathCounters().workspaceAllocs.fetch_add(1, std::memory_order_relaxed);
+    if (prepareLogOn()) // [Note: prepare log]
+      fmt::print(stderr,
+                 "lcejit: prepare: workspace of {} bytes allocated in {:.2f} ms ({} needed, "
+                 "{} held before)\n",
+                 grown, msSince(t0), bytes, held);
   }
 };
 
@@ -504,7 +547,14 @@ int64_t LinearCrossEntropy::compileCount() { return ops::LceJit::programCompileC
 bool LinearCrossEntropy::prepare(int64_t n) {
   LCEJIT_CHECK_ARG(n >= 0, "N must be >= 0, got {}", n);
   const plan::Target target = impl_->callTarget(options().device);
+  const PrepareClock::time_point t0 = PrepareClock::now();
   const ops::ProgramLookup l = impl_->jit->lookup(n, target);
+  if (prepareLogOn()) // [Note: prepare log]
+    fmt::print(stderr,
+               "lcejit: prepare N={}: Program '{}' of bucket {} looked up in {:.2f} ms ({}, "
+               "binaries from {})\n",
+               n, l.compiled->program.name, bucketStr(l.compiled->program), msSince(t0),
+               l.planned ? "planned" : "cached", runtime::cacheOriginName(l.binaryOrigin));
   bool compiled = l.binaryOrigin == runtime::CacheOrigin::Compiled;
   // [Note: values scaled in place]: the recompute Program of the calls it does not serve.
   const plan::Program &p = l.compiled->program;
@@ -727,8 +777,14 @@ void enqueueLocked(LinearCrossEntropy::Impl &im, const LinearCrossEntropyOptions
       gradients ? (accumulate.gradHidden ? uint64_t(1) << 1 : 0) |
                       (accumulate.gradWeight ? uint64_t(1) << 2 : 0)
                 : 0;
+  const bool logOn = prepareLogOn(); // [Note: prepare log]
+  const int64_t encodes = run.mapEncodes;
+  const PrepareClock::time_point t0 = logOn ? PrepareClock::now() : PrepareClock::time_point{};
   runtime::bindRun(run, program, inputs, numInputs, outputs, numOutputs, ws, wsBytes,
                    accumulateMask);
+  if (logOn && run.mapEncodes != encodes)
+    fmt::print(stderr, "lcejit: prepare N={}: run bound, {} tensor maps encoded in {:.2f} ms\n",
+               n, run.mapEncodes - encodes, msSince(t0));
   lp.executor->launch(run, s);
   if (!capturing)
     std::memset(im.hostError, 0, plan::kErrorWordBytes);

@@ -19,6 +19,7 @@
 #include "tests/gpu/Tolerances.h"
 
 #include "tests/support/AllocationCounter.h"
+#include "tests/support/ScopedEnv.h"
 
 #include <gtest/gtest.h>
 
@@ -29,6 +30,7 @@
 #include <cstring>
 #include <functional>
 #include <new>
+#include <regex>
 #include <vector>
 
 using lcejit::testsupport::allocationsOf;
@@ -334,6 +336,45 @@ TEST(LceGpuHardening, WarmCallAllocatesNothingAndTakesNoSlowPath) {
     EXPECT_EQ(allocationsOf([&] { op.forwardBackward(sH, sW, sY, sDH, sDW); }), 0)
         << "warm forwardBackward, second N of the bucket";
   }
+}
+
+/// [Note: prepare log] LCEJIT_LOG=prepare on the device: a first call without prepare()
+/// reports each first-time step (the Program loaded with its modules, the run prepared,
+/// the workspace allocated, the run bound with its tensor maps encoded) with its time; the
+/// same call again reports nothing; a call on another H re-encodes the maps of H only.
+TEST(LceGpuHardening, PrepareLogReportsEachFirstTimeStepOnce) {
+  lcejit::testing::ScopedEnv knob{{"LCEJIT_LOG", "prepare"}};
+  Problem pr(options(32000), 3000, 951); // wgmma on sm_90: operands through tensor maps
+  LinearCrossEntropy op(pr.o);
+  ::testing::internal::CaptureStderr();
+  float loss = op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW());
+  const std::string first = ::testing::internal::GetCapturedStderr();
+  const std::string ms = R"([0-9]+\.[0-9]{2} ms)";
+  for (const std::string &line :
+       {R"(lcejit: prepare N=3000: Program '\S+' of bucket \[1025, 4096\] loaded, [0-9]+ modules, in )" +
+            ms + R"( \(lookup )" + ms + R"(: (planned|cached), binaries from (compiled|disk|memory)\)\n)",
+        R"(lcejit: prepare N=3000: run of Program '\S+' \(overwrites the gradients\) prepared in )" +
+            ms + R"(: [0-9]+ launches, [0-9]+ bytes of workspace\n)",
+        R"(lcejit: prepare: workspace of [0-9]+ bytes allocated in )" + ms +
+            R"( \([0-9]+ needed, 0 held before\)\n)",
+        R"(lcejit: prepare N=3000: run bound, [1-9][0-9]* tensor maps encoded in )" + ms + "\n"})
+    EXPECT_TRUE(std::regex_search(first, std::regex(line))) << line << "\nnot in:\n" << first;
+  pr.expectMatchesReference(loss, "first call");
+  ::testing::internal::CaptureStderr();
+  op.forwardBackward(pr.H(), pr.W(), pr.Y(), pr.DH(), pr.DW());
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "") << "a steady call logs nothing";
+  DeviceBuffer h2(pr.h.bytes());
+  std::vector<uint8_t> hostH(static_cast<size_t>(pr.h.bytes()));
+  pr.h.downloadTo(hostH.data(), pr.h.bytes());
+  upload(h2, hostH.data(), pr.h.bytes());
+  ::testing::internal::CaptureStderr();
+  op.forwardBackward({h2.data(), pr.o.dtype, {pr.n, pr.o.hidden}, {}}, pr.W(), pr.Y(), pr.DH(),
+                     pr.DW());
+  const std::string moved = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(std::regex_match(
+      moved, std::regex(R"(lcejit: prepare N=3000: run bound, [1-9][0-9]* tensor maps encoded in )" +
+                        ms + "\n")))
+      << "another H: its maps only\n" << moved;
 }
 
 /// prepare(N), then enqueue captured into a CUDA graph on a non-default stream; three

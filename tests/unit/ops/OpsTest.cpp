@@ -19,6 +19,8 @@
 #include "runtime/Nvrtc.h"
 #include "tests/support/ScopedEnv.h"
 
+#include <regex>
+
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -654,6 +656,37 @@ TEST(OpsCacheKey, BucketsThatPlanTheSameKernelsCompileThemOnce) {
         EXPECT_EQ(next.compiled->parts[i].source, first.compiled->parts[i].source) << i;
       EXPECT_EQ(next.binaryOrigin, runtime::CacheOrigin::Memory) << "nothing compiled";
     }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+/// [Note: prepare log] LCEJIT_LOG=prepare: prepare(N) says what its lookup did and how long
+/// it took (here, without a GPU, the lookup is all it does): planned and compiled in an
+/// empty cache, then for another N of the bucket cached with its binaries from memory;
+/// without the knob, nothing.
+TEST(OpsCacheKey, PrepareLogSaysWhatTheLookupDid) {
+  char dir[] = "/tmp/lcejit-ops-prepare-log-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  {
+    lcejit::testing::ScopedEnv env{{"LCEJIT_CACHE_DIR", dir}, {"LCEJIT_LOG", "prepare"}};
+    LinearCrossEntropyOptions o;
+    o.hidden = 64;
+    o.vocab = 1000;
+    LinearCrossEntropy op(o);
+    ::testing::internal::CaptureStderr();
+    op.prepare(300);
+    op.prepare(301);
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    std::regex first(R"(lcejit: prepare N=300: Program '\S+' of bucket \[257, 1024\] looked up )"
+                     R"(in [0-9]+\.[0-9]{2} ms \(planned, binaries from compiled\)\n)");
+    std::regex second(R"(lcejit: prepare N=301: Program '\S+' of bucket \[257, 1024\] looked up )"
+                      R"(in [0-9]+\.[0-9]{2} ms \(cached, binaries from memory\)\n)");
+    EXPECT_TRUE(std::regex_search(log, first)) << log;
+    EXPECT_TRUE(std::regex_search(log, second)) << log;
+    env.set("LCEJIT_LOG", std::nullopt);
+    ::testing::internal::CaptureStderr();
+    op.prepare(302);
+    EXPECT_EQ(::testing::internal::GetCapturedStderr(), "") << "the knob is off";
   }
   std::filesystem::remove_all(dir);
 }

@@ -110,8 +110,13 @@ TEST_F(KnobsTest, DumpDir) {
 TEST_F(KnobsTest, LogList) {
   env.set("LCEJIT_LOG", "compile");
   EXPECT_TRUE(knobs::logEnabled(knobs::LogTopic::Compile));
+  EXPECT_FALSE(knobs::logEnabled(knobs::LogTopic::Prepare));
+  env.set("LCEJIT_LOG", "prepare");
+  EXPECT_FALSE(knobs::logEnabled(knobs::LogTopic::Compile));
+  EXPECT_TRUE(knobs::logEnabled(knobs::LogTopic::Prepare));
   env.set("LCEJIT_LOG", "all");
   EXPECT_TRUE(knobs::logEnabled(knobs::LogTopic::Compile));
+  EXPECT_TRUE(knobs::logEnabled(knobs::LogTopic::Prepare));
   env.set("LCEJIT_LOG", "compiles");
   std::string msg = expectError(ErrorKind::InvalidArgument, [] {
     knobs::logEnabled(knobs::LogTopic::Compile);
