@@ -310,9 +310,28 @@ std::vector<Sm90Operand> wgmmaOperands(const Program &program, const BufferResol
   return {};
 }
 
+/// plan::kernelParams() of each kernel of a Program, built on first use: a run has up to
+/// a few hundred launches of about ten kernels, and each list formats its parameters'
+/// names (building one a launch was half of prepareRun's time).
+class KernelParamCache {
+public:
+  explicit KernelParamCache(const Program &program)
+      : program_(program), lists_(program.kernels.size()) {}
+  const std::vector<Param> &of(int32_t kernel) {
+    std::optional<std::vector<Param>> &l = lists_[static_cast<size_t>(kernel)];
+    if (!l)
+      l = plan::kernelParams(program_.kernels[static_cast<size_t>(kernel)]);
+    return *l;
+  }
+
+private:
+  const Program &program_;
+  std::vector<std::optional<std::vector<Param>>> lists_;
+};
+
 void appendLaunch(const Program &program, const BufferResolver &resolver,
                   const plan::LaunchItem &item, int64_t n, uint64_t accumulateOutputs,
-                  ExecutionPlan &plan) {
+                  KernelParamCache &params, ExecutionPlan &plan) {
   const int32_t k = item.kernel;
   LCEJIT_CHECK(k >= 0 && k < static_cast<int32_t>(program.kernels.size()), "kernel index {}",
                k);
@@ -344,7 +363,7 @@ void appendLaunch(const Program &program, const BufferResolver &resolver,
                      plan::gemmMath(kernel) == plan::MathMode::WgmmaBF16;
   if (wgmma)
     rec.maps = wgmmaOperands(program, resolver, kernel, item);
-  for (const Param &p : plan::kernelParams(kernel)) {
+  for (const Param &p : params.of(k)) {
     switch (p.kind) {
     case Param::Kind::TensorMapA: rec.args.push_back(KernelArg::makeTensorMap(0)); break;
     case Param::Kind::TensorMapB: rec.args.push_back(KernelArg::makeTensorMap(1)); break;
@@ -472,8 +491,9 @@ ExecutionPlan planExecution(const Program &program, const ProgramBuffers &buffer
   // union's memory is another schedule's in other calls).
   if (resolver.hasChain())
     plan.memsets.push_back(MemsetRecord{resolver.chainBase(), plan::kChainFlagBytes});
+  KernelParamCache params(program);
   for (const plan::LaunchItem &item : program.expand(sched))
-    appendLaunch(program, resolver, item, n, buffers.accumulateOutputs, plan);
+    appendLaunch(program, resolver, item, n, buffers.accumulateOutputs, params, plan);
   return plan;
 }
 
@@ -623,6 +643,7 @@ PreparedRun prepareRun(const Program &program, int64_t n, bool outputFree) {
   };
   for (const MemsetRecord &m : plan.memsets)
     r.memsets.push_back(PreparedRun::Memset{use(m.pointer), m.bytes});
+  KernelParamCache paramCache(program);
   for (LaunchRecord &rec : plan.launches) {
     PreparedRun::Launch l;
     l.kernel = rec.kernel;
@@ -642,8 +663,7 @@ PreparedRun prepareRun(const Program &program, int64_t n, bool outputFree) {
       l.operandRelocs.push_back(use(op.data));
     l.operands = std::move(rec.maps);
     l.maps.resize(l.operands.size());
-    const std::vector<Param> params =
-        plan::kernelParams(program.kernels[static_cast<size_t>(l.kernel)]);
+    const std::vector<Param> &params = paramCache.of(l.kernel);
     for (size_t i = 0; i < params.size(); ++i)
       if (params[i].kind == Param::Kind::AccumulateOutputs)
         l.accumulateArg = static_cast<int32_t>(i);
