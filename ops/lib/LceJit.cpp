@@ -218,12 +218,11 @@ ProgramLookup LceJit::lookup(int64_t n, const plan::Target &target, bool compile
   if (!entry) {
     auto fresh = std::make_shared<CompiledProgram>();
     fresh->program = fused_->plan(planOptions(n, target));
-    fresh->source = codegen::emitCuda(fresh->program).source;
     fresh->parts = codegen::emitCudaParts(fresh->program);
     fresh->cacheKey = key;
     if (trace_) {
       trace_.emit(pipeline::Stage::Plan, fmt::format("plan for N = {}", n), fresh->program.toJson(2));
-      trace_.emit(pipeline::Stage::Cuda, "CUDA source", fresh->source);
+      trace_.emit(pipeline::Stage::Cuda, "CUDA source", fresh->source());
     }
     std::lock_guard<std::mutex> lock(cache.mu);
     auto [it, inserted] = cache.programs.emplace(key, fresh);

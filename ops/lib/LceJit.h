@@ -42,12 +42,22 @@ namespace lcejit::ops {
 /// A planned, emitted and compiled Program for one bucket.
 struct CompiledProgram {
   plan::Program program;
-  std::string source;   ///< the whole CUDA module (device headers included), for dumps
+  /// The whole CUDA module (device headers included), for dumps and inspect(): emitted on
+  /// first use, not by the lookup (what is compiled is `parts`; emitting the whole module
+  /// too was about a third of a first call's lookup on a warm cache). Thread-safe.
+  const std::string &source() const {
+    std::call_once(sourceOnce_, [this] { source_ = codegen::emitCuda(program).source; });
+    return source_;
+  }
   std::string cacheKey; ///< plan-level key (see [Note: cache keys])
   /// What is compiled: the module parts ([Note: module parts] in codegen/Emitter.h) and,
   /// once compiled, one binary per part.
   std::vector<codegen::EmittedPart> parts;
   std::vector<std::shared_ptr<const runtime::CompiledBinary>> binaries;
+
+private:
+  mutable std::once_flag sourceOnce_;
+  mutable std::string source_;
 };
 
 /// What a lookup did, for logs and `lcejit-dump --n-series`.

@@ -644,7 +644,7 @@ std::string LinearCrossEntropy::inspect(int64_t n, const std::string &what) {
       impl_->jit->lookup(n, impl_->callTarget(options().device), /*compile=*/false);
   const plan::Program &p = l.compiled->program;
   if (what == "cuda")
-    return l.compiled->source;
+    return l.compiled->source();
   std::string text;
   for (const std::string &d : p.decisions)
     text += "// decision: " + d + "\n";

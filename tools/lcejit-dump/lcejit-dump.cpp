@@ -362,11 +362,11 @@ int runDump(const Args &a) {
     planText += fmt::format("// decision: {}\n", d);
   planText += p.toJson(2) + "\n";
   out.emit(pipeline::Stage::Plan, "Program (plan)", planText, ".json");
-  out.emit(pipeline::Stage::Cuda, "CUDA source", cp.source, ".cu");
+  out.emit(pipeline::Stage::Cuda, "CUDA source", cp.source(), ".cu");
 
   if (out.wants(pipeline::Stage::Ptx) || out.wants(pipeline::Stage::Sass)) {
     runtime::NvrtcRequest req;
-    req.source = cp.source;
+    req.source = cp.source();
     req.arch = target.archName();
     req.label = p.name;
     runtime::NvrtcOutput nv = runtime::compileCuda(req);

@@ -650,7 +650,7 @@ TEST(OpsCacheKey, BucketsThatPlanTheSameKernelsCompileThemOnce) {
       ops::ProgramLookup next = jit.lookup(n, t, true);
       EXPECT_TRUE(next.planned) << "a bucket of its own";
       EXPECT_NE(next.compiled->program.bucket, first.compiled->program.bucket);
-      EXPECT_NE(next.compiled->source, first.compiled->source) << "the dump names the bucket";
+      EXPECT_NE(next.compiled->source(), first.compiled->source()) << "the dump names the bucket";
       ASSERT_EQ(next.compiled->parts.size(), first.compiled->parts.size());
       for (size_t i = 0; i < next.compiled->parts.size(); ++i)
         EXPECT_EQ(next.compiled->parts[i].source, first.compiled->parts[i].source) << i;
@@ -835,7 +835,7 @@ TEST_P(OpsNvrtc, EveryGeneratedKernelCompilesForSm90aAndSm80) {
     t.smVersion = sm;
     ops::ProgramLookup l = jit.lookup(c.n, t, /*compile=*/false);
     runtime::NvrtcRequest req;
-    req.source = l.compiled->source;
+    req.source = l.compiled->source();
     req.arch = t.archName();
     req.label = c.name;
     runtime::NvrtcOutput out = runtime::compileCuda(req);
@@ -1264,7 +1264,7 @@ TEST(OpsAccumulate, TheMaskReachesEveryKernelThatWritesAGradient) {
       writers += writesOutput;
     }
     EXPECT_GT(writers, 0);
-    const std::string cuda = l.compiled->source;
+    const std::string cuda = l.compiled->source();
     EXPECT_NE(cuda.find("(((accumulate_outputs >> 2) & 1) != 0)"), std::string::npos)
         << "the dW GEMM reads bit 2";
     EXPECT_NE(cuda.find("(((accumulate_outputs >> 1) & 1) != 0)"), std::string::npos)
