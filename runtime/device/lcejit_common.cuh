@@ -13,8 +13,9 @@
 // host (tests/unit/codegen/emu/lcejit_emu.h, [Note: host emulation]). The only
 // code that differs there is inline PTX: %dynamic_smem_size here, mma.sync and
 // ldmatrix (and the shared-window address ldmatrix takes) in lcejit_mma.cuh and
-// cp.async in lcejit_gemm.cuh call lcejit_emu:: instead. NVRTC never defines
-// it.
+// cp.async in lcejit_gemm.cuh call lcejit_emu:: instead; with LCEJIT_EMU_SM90 too,
+// every PTX wrapper of lcejit_sm90.cuh ([Note: sm90 host emulation]). NVRTC never
+// defines either.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

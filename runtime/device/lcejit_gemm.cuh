@@ -336,7 +336,9 @@ load_tile(typename Elem::raw_t *dst, const TileSource &src, i64 o0, i64 i0) {
 // The mainloop. See [Note: pipeline] and [Note: accumulator layout].
 //===----------------------------------------------------------------------===//
 
+#ifndef lcejit_dynamic_smem // the sm90 host emulation: one array per CTA ([Note: sm90 host emulation])
 extern __shared__ __align__(16) unsigned char lcejit_dynamic_smem[];
+#endif
 
 template <class Cfg> struct GemmMainloop {
   typedef typename Cfg::ElemA ElemA;

@@ -2,8 +2,9 @@
 //
 // The sm_90a mainloop (issue 6; facts in shared/HOPPER-KERNELS.md, design in
 // docs/hopper.md). Everything here is compiled only for sm_90a
-// (__CUDA_ARCH_FEAT_SM90_ALL): the prelude of other targets skips it, and
-// LCEJIT_SM90 tells generated code whether it is there.
+// (__CUDA_ARCH_FEAT_SM90_ALL), or as host C++ under the codegen tests' emulation
+// (LCEJIT_EMU_SM90, [Note: sm90 host emulation]): the prelude of other targets skips
+// it, and LCEJIT_SM90 tells generated code whether it is there.
 //
 //   acc[BM x BN] = sum over k of A(m0 + m, k) * B(n0 + n, k)      f32 accumulate
 //
@@ -54,7 +55,7 @@
 #include "lcejit_kernels.cuh"
 #include "lcejit_reduce.cuh"
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(LCEJIT_EMU_SM90)
 #define LCEJIT_SM90 1
 
 namespace lcejit {
@@ -66,6 +67,11 @@ struct alignas(64) TensorMap {
   unsigned char bytes[128];
 };
 
+// Under LCEJIT_EMU_SM90 (the codegen unit tests, never NVRTC; [Note: sm90 host
+// emulation] in tests/unit/codegen/emu/lcejit_emu_sm90.h) every function of inline PTX
+// below, up to wgmma_bf16, comes from that header under the same name and signature; the
+// rest of this file is the same code on both.
+#if !defined(LCEJIT_EMU_SM90)
 __device__ __forceinline__ u32 smem_addr(const void *p) {
   return static_cast<u32>(__cvta_generic_to_shared(p));
 }
@@ -238,6 +244,7 @@ __device__ __forceinline__ float4 ld_cluster_f32x4(u32 addr, u32 rank) {
                : "memory");
   return v;
 }
+#endif // !LCEJIT_EMU_SM90
 /// The 1024-byte aligned base of the dynamic shared memory ([Note: sm90 shared memory]).
 __device__ __forceinline__ u32 smem_base() {
   return (smem_addr(lcejit_dynamic_smem) + 1023u) & ~1023u;
@@ -263,6 +270,7 @@ __device__ __forceinline__ u64 desc_advance(u64 desc, u32 units16) {
   return (static_cast<u64>(hi) << 32) | lo;
 }
 
+#if !defined(LCEJIT_EMU_SM90) // [Note: sm90 host emulation]
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
@@ -445,7 +453,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], u64 desc_a, u6
         "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
 }
-
+#endif // !LCEJIT_EMU_SM90
 
 template <int BN, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_bf16(float (&d)[BN / 2], u64 desc_a,
@@ -1931,7 +1939,11 @@ template <class OutElem> struct RoundedOutEpilogue {
       // Opaque to the optimizer: with `accumulate` known invariant it versions the whole
       // store loop (both copies compiled: +0.5 s of NVRTC for dA's module).
       u32 add_old;
+#if defined(LCEJIT_EMU_SM90)
+      add_old = static_cast<u32>(accumulate);
+#else
       asm volatile("mov.b32 %0, %1;" : "=r"(add_old) : "r"(static_cast<u32>(accumulate)));
+#endif
       const i64 idx = (row_offset + row) * cols + col;
       if (col + 1 < cols) {
         float x = acc[i], y = acc[i + 1];

@@ -203,12 +203,13 @@ void expectClose(const char *what, DType t, const void *got,
 /// a 256-byte boundary (not 16-byte aligned: their tiles take the element path
 /// of the loader).
 struct LceRun {
+  /// `outputFree`: the workspace of a call that overwrites its outputs (HostModule::run).
   LceRun(const Program &p, const LceOptions &o, int64_t n,
-         size_t misalignBytes = 0)
+         size_t misalignBytes = 0, bool outputFree = false)
       : n(n), hb(bytes(n * o.d, o.abType)), wb(bytes(o.v * o.d, o.abType)),
         yb(bytes(n, DType::I64)), loss(4), dh(bytes(n * o.d, o.dhType)),
         dw(bytes(o.v * o.d, o.dwType)),
-        ws(static_cast<size_t>(runtime::workspaceBytes(p, n))) {
+        ws(static_cast<size_t>(runtime::prepareRun(p, n, outputFree).workspaceBytes)) {
     std::mt19937_64 rng(1234 + static_cast<uint64_t>(n));
     std::normal_distribution<double> normal;
     h.resize(static_cast<size_t>(n * o.d));
@@ -232,15 +233,15 @@ struct LceRun {
                       reinterpret_cast<CUdeviceptr>(wp), yb.ptr()};
     buffers.outputs = {loss.ptr(), dh.ptr(), dw.ptr()};
     buffers.workspace = ws.ptr();
-    buffers.workspaceBytes = runtime::workspaceBytes(p, n);
+    buffers.workspaceBytes = runtime::prepareRun(p, n, outputFree).workspaceBytes;
   }
   static size_t bytes(int64_t elems, DType t) {
     return static_cast<size_t>(elems * dtypeSize(t)) + 16;
   }
-  void run(HostModule &m) {
+  void run(HostModule &m, bool outputFree = false) {
     if (!y.empty()) // memcpy from a null y.data() (N = 0) is undefined (UBSan)
       std::memcpy(yb.p, y.data(), y.size() * 8);
-    m.run(buffers, n);
+    m.run(buffers, n, outputFree);
   }
   const int64_t *errorWord(const Program &p) const {
     return reinterpret_cast<const int64_t *>(ws.as<char>() +
@@ -492,6 +493,24 @@ TEST(Emulation, LaunchContractViolationsAreRecordedNotTrapped) {
   EXPECT_NEAR(r.loss.as<float>()[0], ref.loss, 1e-5 * std::max(1.0, std::fabs(ref.loss)));
 }
 
+/// A gradient of a fast-precision run (dZ one bf16 operand): every element within 2^-8
+/// of the largest (about one bf16 ulp of it; small elements carry the rounding of the
+/// large dZ entries they sum), and something rounded.
+namespace {
+void expectBf16DzBound(const char *what, DType t, const void *got,
+                       const std::vector<double> &want) {
+  double maxRef = 0, maxErr = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    maxRef = std::max(maxRef, std::fabs(want[i]));
+    maxErr = std::max(maxErr, std::fabs(loadAs(t, got, i) - want[i]));
+  }
+  std::cout << fmt::format("      {:<12} max |ref| {:.3e}, max |error| {:.3e}\n", what, maxRef,
+                           maxErr);
+  EXPECT_LE(maxErr, 0x1p-8 * maxRef) << what;
+  EXPECT_GT(maxErr, 0.0) << what << ": a bf16 dZ must round something";
+}
+} // namespace
+
 /// A Program the planner produced (not a hand-built one) from the LCE graph, in the
 /// default fast precision (dZ one bf16 operand) and in exact mode, with a run schedule
 /// that cuts the rows into blocks (dW accumulated over them) and the vocabulary into
@@ -528,22 +547,8 @@ TEST(Emulation, PlannedProgramRowBlocksAndChunks) {
       expectClose("grad_hidden", o.dhType, r.dh.p, ref.dh);
       expectClose("grad_weight", o.dwType, r.dw.p, ref.dw);
     } else {
-      // A bf16 dZ: every element within 2^-8 of the largest (about one bf16 ulp of it;
-      // small elements carry the rounding of the large dZ entries they sum).
-      auto check = [&](const char *what, DType t, const void *got,
-                       const std::vector<double> &want) {
-        double maxRef = 0, maxErr = 0;
-        for (size_t i = 0; i < want.size(); ++i) {
-          maxRef = std::max(maxRef, std::fabs(want[i]));
-          maxErr = std::max(maxErr, std::fabs(loadAs(t, got, i) - want[i]));
-        }
-        std::cout << fmt::format("    {:<12} max |ref| {:.3e}, max |error| {:.3e}\n", what,
-                                 maxRef, maxErr);
-        EXPECT_LE(maxErr, 0x1p-8 * maxRef) << what;
-        EXPECT_GT(maxErr, 0.0) << what << ": a bf16 dZ must round something";
-      };
-      check("grad_hidden", o.dhType, r.dh.p, ref.dh);
-      check("grad_weight", o.dwType, r.dw.p, ref.dw);
+      expectBf16DzBound("grad_hidden", o.dhType, r.dh.p, ref.dh);
+      expectBf16DzBound("grad_weight", o.dwType, r.dw.p, ref.dw);
     }
   }
 }
@@ -919,3 +924,85 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto &info) { return info.param.name; });
 
 } // namespace
+
+/// [Note: sm90 host emulation] The Hopper path on the CPU: the Programs the planner makes
+/// for an H200 (WgmmaBF16 GEMMs through TMA: the forward's reduce on ping-pong consumers in
+/// cluster pairs, dA and dB on cooperative ones, dB's f32 output through TMA), planned for
+/// a device of 4 SMs so that persistent CTAs walk several tiles, their generated CUDA run
+/// under the sm90 emulation against fp64 on the schedules a call can take. A vocabulary
+/// of 296 (a column tail) takes the recompute backward (the dZ GEMM recomputes the
+/// logits), in one block and in blocks and chunks cut by a small budget; one of 384 (whole
+/// 128-column tiles) the materialized backward, with budgets that keep the stored values
+/// in dW's memory as slabs ([Note: stored values in dW]: N <= 2 D = 144), then ordinary
+/// blocks after such a block, then a block whose slabs have tails in the workspace
+/// ([Note: slab tails]).
+TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  struct Sm90Case {
+    int64_t v;
+    double softcap;
+    int64_t n;
+    int64_t align = 0;    ///< > 0: rows a block in multiples of this, at least this many
+    int64_t budgetKb = 0; ///< > 0: the workspace budget
+    bool smallChunks = false;
+    const char *expect;   ///< in the schedule's description
+  };
+  const Sm90Case cases[] = {
+      {296, 0.0, 77, 0, 0, false, "one block, one chunk"},
+      {296, 5.0, 200, 32, 0, true, "row blocks of 32 rows, 2 chunks of 256 columns"},
+      {384, 5.0, 140, 32, 72, false, "its stored values in the gradient's memory"},
+      {384, 0.0, 200, 32, 116, false, "then 1 row block of 96 rows"},
+      {384, 5.0, 300, 128, 244, false, "in the workspace's tails"},
+  };
+  bool sawPairs = false, sawTmaStore = false;
+  for (const Sm90Case &c : cases) {
+    LceOptions o = smallLce();
+    o.v = c.v;
+    o.softcap = c.softcap;
+    o.dwType = DType::F32;
+    o.dhType = DType::BF16;
+    const std::string name = fmt::format("sm90_v{}_n{}", c.v, c.n);
+    Program q = plannedLce(o, DType::BF16, [&](plan::PlanOptions &po) {
+      po.name = name;
+      po.tokens = c.n;
+      po.mainloop = plan::Mainloop::Wgmma;
+      po.target.numSMs = 4;
+    });
+    if (c.align > 0) {
+      q.schedule.minBlockRows = c.align;
+      q.schedule.rowAlign = c.align;
+    }
+    if (c.smallChunks) {
+      q.schedule.goodChunkCols = 128;
+      q.schedule.budgetBytes = plan::workspaceBytesFor(q, c.n, 64, 128);
+    }
+    if (c.budgetKb > 0)
+      q.schedule.budgetBytes = c.budgetKb * 1024;
+    HostModule module(q);
+    ASSERT_TRUE(module.sm90()) << "the planner took no WgmmaBF16 GEMM";
+    LceRun r(q, o, c.n, 0, /*outputFree=*/true);
+    // The schedule of this call (it overwrites dW: its memory is free for the values).
+    const runtime::ExecutionPlan ep =
+        runtime::planExecution(q, r.buffers, q.runSchedule(c.n, /*outputFree=*/true));
+    const std::string schedule = ep.schedule.describe();
+    SCOPED_TRACE(fmt::format("{} softcap {}: {}", name, c.softcap, schedule));
+    std::cout << fmt::format("    {} softcap {}: {}\n", name, c.softcap, schedule);
+    EXPECT_NE(schedule.find(c.expect), std::string::npos) << "this case is meant to run '"
+                                                          << c.expect << "'";
+    EXPECT_EQ(schedule.find("OVER BUDGET"), std::string::npos);
+    for (const runtime::LaunchRecord &l : ep.launches) {
+      sawPairs |= l.dims.cluster == 2;
+      sawTmaStore |= l.maps.size() == 3;
+    }
+    r.run(module, /*outputFree=*/true);
+    const runtime::PreparedRun prepared = runtime::prepareRun(q, c.n, /*outputFree=*/true);
+    EXPECT_EQ(reinterpret_cast<const int64_t *>(r.ws.as<char>() + prepared.errorWordOffset)[0],
+              0);
+    Reference ref = reference(o, c.n, r.h, r.w, r.y);
+    EXPECT_NEAR(r.loss.as<float>()[0], ref.loss, 1e-5 * std::max(1.0, std::fabs(ref.loss)));
+    expectBf16DzBound("grad_hidden", o.dhType, r.dh.p, ref.dh);
+    expectBf16DzBound("grad_weight", o.dwType, r.dw.p, ref.dw);
+  }
+  EXPECT_TRUE(sawPairs) << "no forward ran in cluster pairs";
+  EXPECT_TRUE(sawTmaStore) << "no dB wrote through a TMA output map";
+}

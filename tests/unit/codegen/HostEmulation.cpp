@@ -12,6 +12,8 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,22 +27,46 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// [Note: sm90 host emulation]: a Program with WgmmaBF16 GEMMs compiles with
+/// LCEJIT_EMU_SM90, and then every kernel of it runs under lcejit_emu::sm90::launch (each
+/// CTA its own shared memory).
+bool usesSm90(const plan::Program &program) {
+  for (const plan::Kernel &k : program.kernels)
+    if (plan::isGemmKind(k.kind()) && plan::gemmMath(k) == plan::MathMode::WgmmaBF16)
+      return true;
+  return false;
+}
+
 std::string trampolines(const plan::Program &program) {
+  const bool sm90 = usesSm90(program);
   codegen::CodeWriter w;
   w.comment("Host launchers (tests/unit/codegen/HostEmulation.cpp).");
-  w.line("namespace lcejit {{ alignas(16) unsigned char "
-         "lcejit_dynamic_smem[{}]; }}",
-         program.target.maxSharedPerBlock);
+  if (!sm90)
+    w.line("namespace lcejit {{ alignas(16) unsigned char "
+           "lcejit_dynamic_smem[{}]; }}",
+           program.target.maxSharedPerBlock);
   w.line("extern \"C\" void emu_set_async_mode(int late) {{");
   w.line("  lcejit_emu::async_mode = late ? lcejit_emu::AsyncMode::Late : "
          "lcejit_emu::AsyncMode::Early;");
+  if (sm90)
+    w.line("  lcejit_emu::sm90::mode = late ? lcejit_emu::sm90::Mode::Late : "
+           "lcejit_emu::sm90::Mode::Early;");
   w.line("}}");
+  if (sm90) {
+    w.line("extern \"C\" void emu_sm90_encode(void *bytes, const void *global, unsigned rank,");
+    w.line("    const unsigned long long *dims, const unsigned long long *strides,");
+    w.line("    const unsigned *box, unsigned elem_bytes, unsigned swizzle) {{");
+    w.line("  lcejit_emu::sm90::encode_tensor_map(bytes, global, rank, dims, strides, box,");
+    w.line("                                      elem_bytes, swizzle);");
+    w.line("}}");
+  }
   for (const plan::Kernel &k : program.kernels) {
     std::vector<std::string> args;
     std::vector<plan::Param> params = plan::kernelParams(k);
     for (size_t i = 0; i < params.size(); ++i) {
       switch (params[i].kind) {
       case plan::Param::Kind::Pointer:
+      case plan::Param::Kind::SlabBase:
         args.push_back(
             fmt::format("reinterpret_cast<void *>(*static_cast<unsigned long "
                         "long *>(args[{}]))",
@@ -49,42 +75,58 @@ std::string trampolines(const plan::Program &program) {
       case plan::Param::Kind::Splits:
         args.push_back(fmt::format("*static_cast<int *>(args[{}])", i));
         break;
+      case plan::Param::Kind::TensorMapA:
+      case plan::Param::Kind::TensorMapB:
+      case plan::Param::Kind::TensorMapOut:
+      case plan::Param::Kind::TensorMapA2:
+      case plan::Param::Kind::TensorMapTail:
+        // HostModule::run passes the 128 bytes of the emulated map.
+        args.push_back(
+            fmt::format("*static_cast<const lcejit::sm90::TensorMap *>(args[{}])", i));
+        break;
       default:
         args.push_back(fmt::format("*static_cast<long long *>(args[{}])", i));
       }
     }
     auto b = w.block(fmt::format(
         "extern \"C\" void emu_launch_{}(void **args, const long long "
-        "*grid, int block, int smem)",
+        "*grid, int block, int smem, int cluster, int cooperative)",
         k.name));
-    w.line("lcejit_emu::shared_base = lcejit::lcejit_dynamic_smem;");
-    w.line("lcejit_emu::launch(grid, block, smem, [&] {{ {}({}); }});", k.name,
-           fmt::join(args, ", "));
+    if (sm90) {
+      w.line("lcejit_emu::sm90::launch(grid, block, smem, cluster, cooperative != 0, [&] {{ "
+             "{}({}); }});",
+             k.name, fmt::join(args, ", "));
+    } else {
+      w.line("lcejit_emu::shared_base = lcejit::lcejit_dynamic_smem;");
+      w.line("lcejit_emu::launch(grid, block, smem, [&] {{ {}({}); }});", k.name,
+             fmt::join(args, ", "));
+    }
   }
   return w.take();
 }
 
 } // namespace
 
-HostModule::HostModule(const plan::Program &program) : program_(program) {
-  static int counter = 0;
-  dir_ =
-      (fs::temp_directory_path() /
-       fmt::format("lcejit-emu-{}-{}-{}", ::getpid(), program.name, counter++))
-          .string();
+HostLibrary::HostLibrary(const std::string &label, const std::string &source,
+                         const std::vector<std::string> &defines) {
+  static std::atomic<int> counter{0};
+  dir_ = (fs::temp_directory_path() /
+          fmt::format("lcejit-emu-{}-{}-{}", ::getpid(), label, counter++))
+             .string();
   fs::create_directories(dir_);
   const std::string src = dir_ + "/module.cpp", lib = dir_ + "/module.so";
   {
     std::ofstream out(src);
-    out << "#include \"lcejit_emu.h\"\n"
-        << codegen::emitCuda(program).source << "\n"
-        << trampolines(program);
+    out << source;
   }
+  std::string flags;
+  for (const std::string &d : defines)
+    flags += " -D" + d;
   const std::string cmd =
-      fmt::format("{} -std=c++17 -O1 -fPIC -shared -w -DLCEJIT_HOST_EMULATION "
+      fmt::format("{} -std=c++17 -O1 -fPIC -shared -w -DLCEJIT_HOST_EMULATION{} "
                   "-I{} -I{} {} -o {} "
                   "-lpthread > {}/compile.log 2>&1",
-                  LCEJIT_TEST_HOST_CXX, LCEJIT_TEST_EMU_DIR,
+                  LCEJIT_TEST_HOST_CXX, flags, LCEJIT_TEST_EMU_DIR,
                   LCEJIT_TEST_CUDA_INCLUDE, src, lib, dir_);
   if (std::system(cmd.c_str()) != 0) {
     std::ifstream log(dir_ + "/compile.log");
@@ -95,48 +137,104 @@ HostModule::HostModule(const plan::Program &program) : program_(program) {
   handle_ = ::dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle_)
     throw std::runtime_error(std::string("dlopen: ") + ::dlerror());
-  for (const plan::Kernel &k : program.kernels) {
-    void *f = ::dlsym(handle_, ("emu_launch_" + k.name).c_str());
-    if (!f)
-      throw std::runtime_error("no launcher for " + k.name);
-    launchers_.push_back(reinterpret_cast<LaunchFn>(f));
-  }
-  setMode_ =
-      reinterpret_cast<void (*)(int)>(::dlsym(handle_, "emu_set_async_mode"));
 }
 
-HostModule::~HostModule() {
+HostLibrary::~HostLibrary() {
   if (handle_)
     ::dlclose(handle_);
   std::error_code ec;
   fs::remove_all(dir_, ec);
 }
 
+void *HostLibrary::symbol(const std::string &name) const {
+  void *f = ::dlsym(handle_, name.c_str());
+  if (!f)
+    throw std::runtime_error("no symbol " + name + " in the emulated module");
+  return f;
+}
+
+HostModule::HostModule(const plan::Program &program) : program_(program) {
+  sm90_ = usesSm90(program);
+  library_ = std::make_unique<HostLibrary>(
+      program.name, "#include \"lcejit_emu.h\"\n" + codegen::emitCuda(program).source + "\n" +
+                        trampolines(program),
+      sm90_ ? std::vector<std::string>{"LCEJIT_EMU_SM90"} : std::vector<std::string>{});
+  for (const plan::Kernel &k : program.kernels)
+    launchers_.push_back(
+        reinterpret_cast<LaunchFn>(library_->symbol("emu_launch_" + k.name)));
+  setMode_ = reinterpret_cast<void (*)(int)>(library_->symbol("emu_set_async_mode"));
+  if (sm90_)
+    encode_ = reinterpret_cast<EncodeFn>(library_->symbol("emu_sm90_encode"));
+}
+
+HostModule::~HostModule() = default;
+
 void HostModule::setLateAsyncCopies(bool late) { setMode_(late ? 1 : 0); }
 
-void HostModule::run(const runtime::ProgramBuffers &buffers, int64_t n) {
-  runtime::ExecutionPlan plan = runtime::planExecution(program_, buffers, n);
+namespace {
+/// The emulated map of `op`, as runtime/TensorMap.cpp's encodeSm90Operand builds the
+/// driver's (the same dims, strides and boxes; bf16, or f32 for the output map; the
+/// 128-byte swizzle; out-of-bounds elements read as zero).
+std::array<unsigned char, 128> emulatedMap(const runtime::Sm90Operand &op,
+                                           void (*encode)(void *, const void *, unsigned,
+                                                          const unsigned long long *,
+                                                          const unsigned long long *,
+                                                          const unsigned *, unsigned,
+                                                          unsigned)) {
+  std::array<unsigned char, 128> bytes{};
+  using U64 = unsigned long long;
+  const void *data = reinterpret_cast<const void *>(static_cast<uintptr_t>(op.data));
+  const U64 rows = static_cast<U64>(std::max<int64_t>(op.rows, 1));
+  const U64 k = static_cast<U64>(std::max<int64_t>(op.k, 1));
+  if (op.f32Out) {
+    const U64 dims[2] = {k, rows};
+    const U64 strides[1] = {static_cast<U64>(op.ld) * 4};
+    const unsigned box[2] = {32, 64};
+    encode(bytes.data(), data, 2, dims, strides, box, 4, 128);
+  } else if (op.slabs > 0) {
+    const U64 slabRows = static_cast<U64>(std::max<int64_t>(op.kMajor ? op.rows : op.k, 1));
+    const U64 dims[3] = {128, slabRows, static_cast<U64>(op.slabs)};
+    const U64 strides[2] = {256, static_cast<U64>(op.slabStride) * 2};
+    const unsigned box[3] = {64, op.kMajor ? static_cast<unsigned>(op.boxRows) : 64u, 1};
+    encode(bytes.data(), data, 3, dims, strides, box, 2, 128);
+  } else {
+    const U64 dims[2] = {op.kMajor ? k : rows, op.kMajor ? rows : k};
+    const U64 strides[1] = {static_cast<U64>(op.ld) * 2};
+    const unsigned box[2] = {64, op.kMajor ? static_cast<unsigned>(op.boxRows) : 64u};
+    encode(bytes.data(), data, 2, dims, strides, box, 2, 128);
+  }
+  return bytes;
+}
+} // namespace
+
+void HostModule::launch(runtime::LaunchRecord &rec, int block, long long gridX, int smem) {
+  std::vector<std::array<unsigned char, 128>> maps;
+  for (const runtime::Sm90Operand &op : rec.maps)
+    maps.push_back(emulatedMap(op, encode_));
+  std::vector<void *> args;
+  for (runtime::KernelArg &a : rec.args)
+    args.push_back(a.type == runtime::KernelArg::Type::TensorMap
+                       ? static_cast<void *>(maps.at(static_cast<size_t>(a.value.i64)).data())
+                       : a.address());
+  long long grid[3] = {gridX, rec.dims.grid[1], rec.dims.grid[2]};
+  launchers_[static_cast<size_t>(rec.kernel)](args.data(), grid, block, smem, rec.dims.cluster,
+                                              rec.dims.cooperative ? 1 : 0);
+}
+
+void HostModule::run(const runtime::ProgramBuffers &buffers, int64_t n, bool outputFree) {
+  runtime::ExecutionPlan plan =
+      runtime::planExecution(program_, buffers, program_.runSchedule(n, outputFree));
   for (const runtime::MemsetRecord &m : plan.memsets)
     std::memset(reinterpret_cast<void *>(m.pointer), 0,
                 static_cast<size_t>(m.bytes));
-  for (runtime::LaunchRecord &rec : plan.launches) {
-    std::vector<void *> args;
-    for (runtime::KernelArg &a : rec.args)
-      args.push_back(a.address());
-    long long grid[3] = {rec.dims.grid[0], rec.dims.grid[1], rec.dims.grid[2]};
-    launchers_[static_cast<size_t>(rec.kernel)](
-        args.data(), grid, rec.dims.block, rec.dims.sharedBytes);
-  }
+  for (runtime::LaunchRecord &rec : plan.launches)
+    launch(rec, rec.dims.block, rec.dims.grid[0], rec.dims.sharedBytes);
 }
 
 void HostModule::launchWith(const runtime::LaunchRecord &rec, int block, long long gridX,
                             int smem) {
-  std::vector<void *> args;
-  std::vector<runtime::KernelArg> copy = rec.args;
-  for (runtime::KernelArg &a : copy)
-    args.push_back(a.address());
-  long long grid[3] = {gridX, rec.dims.grid[1], rec.dims.grid[2]};
-  launchers_[static_cast<size_t>(rec.kernel)](args.data(), grid, block, smem);
+  runtime::LaunchRecord copy = rec;
+  launch(copy, block, gridX, smem);
 }
 
 } // namespace lcejit::testing

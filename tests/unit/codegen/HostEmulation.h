@@ -13,10 +13,29 @@
 #include "compiler/plan/Program.h"
 #include "runtime/Executor.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace lcejit::testing {
+
+/// `source` (which includes "lcejit_emu.h" first) built by the system C++ compiler as a
+/// shared library with -DLCEJIT_HOST_EMULATION and `defines`, and loaded; its directory is
+/// removed with it. Throws with the compiler's log when the build fails.
+class HostLibrary {
+public:
+  HostLibrary(const std::string &label, const std::string &source,
+              const std::vector<std::string> &defines = {});
+  ~HostLibrary();
+  HostLibrary(const HostLibrary &) = delete;
+  HostLibrary &operator=(const HostLibrary &) = delete;
+  /// The address of an extern "C" symbol; throws when it is missing.
+  void *symbol(const std::string &name) const;
+
+private:
+  std::string dir_;
+  void *handle_ = nullptr;
+};
 
 class HostModule {
 public:
@@ -27,18 +46,29 @@ public:
 
   /// cp.async copies land when waited for (true) or when issued (false).
   void setLateAsyncCopies(bool late);
-  /// Runs every step for N rows, like runtime::Executor::run.
-  void run(const runtime::ProgramBuffers &buffers, int64_t n);
+  /// Runs every step for N rows, like runtime::Executor::run (memsets, then the launches in
+  /// order; a WgmmaBF16 GEMM's operands as emulated tensor maps).
+  /// `outputFree`: the call overwrites its outputs, so the schedule may keep its stored
+  /// values in dW's memory ([Note: stored values in dW]), as the op's prepared runs do.
+  void run(const runtime::ProgramBuffers &buffers, int64_t n, bool outputFree = false);
   /// One launch of a planned run with its geometry changed (launch-contract tests): block
   /// threads, grid x and dynamic shared bytes instead of the record's.
   void launchWith(const runtime::LaunchRecord &rec, int block, long long gridX, int smem);
 
+  /// Whether the Program runs WgmmaBF16 GEMMs, under [Note: sm90 host emulation].
+  bool sm90() const { return sm90_; }
+
 private:
-  using LaunchFn = void (*)(void **args, const long long *grid, int block,
-                            int smem);
+  using LaunchFn = void (*)(void **args, const long long *grid, int block, int smem,
+                            int cluster, int cooperative);
+  using EncodeFn = void (*)(void *, const void *, unsigned, const unsigned long long *,
+                            const unsigned long long *, const unsigned *, unsigned, unsigned);
+  /// One launch of `rec` with that geometry; tensor-map arguments get emulated maps.
+  void launch(runtime::LaunchRecord &rec, int block, long long gridX, int smem);
   plan::Program program_;
-  std::string dir_;
-  void *handle_ = nullptr;
+  bool sm90_ = false;
+  EncodeFn encode_ = nullptr;
+  std::unique_ptr<HostLibrary> library_;
   std::vector<LaunchFn> launchers_;
   void (*setMode_)(int) = nullptr;
 };

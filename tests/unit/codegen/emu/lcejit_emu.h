@@ -450,3 +450,7 @@ inline void launch(const long long grid[3], int block, int smem_bytes,
 }
 
 } // namespace lcejit_emu
+
+#ifdef LCEJIT_EMU_SM90
+#include "lcejit_emu_sm90.h"
+#endif

@@ -1,0 +1,341 @@
+//===- Sm90EmulationTest.cpp - The sm_90a GEMMs run on the host ------------------===//
+//
+// The plain GEMMs of the Hopper path (compiler/codegen/Sm90GemmEmitter.h), the module
+// text NVRTC compiles for the H200, built as host C++ under [Note: sm90 host emulation]
+// and run on this machine (no GPU): every tile shape and consumer arrangement the bench
+// and the fused kernels use, each operand layout, pairs sharing B by multicast, tails in
+// m, n and k, k = 0, and grids of a few CTAs walking many tiles (the ring's phases run on
+// across tiles; ping-pong consumers hand tiles to each other). The reference is the
+// fp64 product of the same bf16 inputs; outputs are poisoned with NaN first.
+//
+// The launch geometry mirrors runtime/Sm90Launch.cpp (grid, pairs, block of 384) and the
+// tensor maps mirror runtime/TensorMap.cpp's encodeSm90Operand (dims, box, 128-byte
+// swizzle), in the emulation's own map format.
+//
+//===----------------------------------------------------------------------===//
+
+#include "HostEmulation.h"
+
+#include "compiler/codegen/DeviceHeaders.h"
+#include "compiler/codegen/Sm90GemmEmitter.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+namespace lcejit {
+namespace {
+
+using codegen::Sm90GemmSpec;
+
+struct Layout {
+  bool aKMajor, bKMajor;
+  const char *name;
+};
+// Z = H Wt (both K-major), dH = G W (B MN-major), dW = Gt H (both MN-major).
+const Layout kLayouts[] = {{true, true, "fwd"}, {true, false, "dh"}, {false, false, "dw"}};
+
+struct Config {
+  int bn, stages;
+  DType out;
+  bool pingpong = false;
+  int bm = 128;
+  int clusterM = 1;
+};
+
+std::string kernelName(const Layout &l, const Config &c) {
+  return fmt::format("e_{}_{}x{}_{}_{}{}{}", l.name, c.bm, c.bn, c.stages, dtypeName(c.out),
+                     c.pingpong ? "_pp" : "", c.clusterM > 1 ? "_pairs" : "");
+}
+
+std::string trampolines(const std::vector<Sm90GemmSpec> &specs) {
+  std::string t = R"(
+extern "C" void emu_sm90_set_mode(int late) {
+  lcejit_emu::sm90::mode = late ? lcejit_emu::sm90::Mode::Late : lcejit_emu::sm90::Mode::Early;
+}
+extern "C" void emu_sm90_encode(void *bytes, const void *global, unsigned rank,
+                                const unsigned long long *dims,
+                                const unsigned long long *strides, const unsigned *box,
+                                unsigned elem_bytes, unsigned swizzle) {
+  lcejit_emu::sm90::encode_tensor_map(bytes, global, rank, dims, strides, box, elem_bytes,
+                                      swizzle);
+}
+)";
+  for (const Sm90GemmSpec &s : specs)
+    t += fmt::format(R"(
+extern "C" void emu_launch_{0}(const void *map_a, const void *map_b, void *out, long long ld,
+                              long long m, long long n, long long k, int group,
+                              long long grid, int block, int smem, int cluster) {{
+  lcejit::sm90::TensorMap a, b;
+  std::memcpy(&a, map_a, 128);
+  std::memcpy(&b, map_b, 128);
+  const long long g[3] = {{grid, 1, 1}};
+  lcejit_emu::sm90::launch(g, block, smem, cluster, false,
+                           [&] {{ {0}(a, b, out, ld, m, n, k, group); }});
+}}
+)",
+                     s.name);
+  return t;
+}
+
+using LaunchFn = void (*)(const void *, const void *, void *, long long, long long, long long,
+                          long long, int, long long, int, int, int);
+using EncodeFn = void (*)(void *, const void *, unsigned, const unsigned long long *,
+                          const unsigned long long *, const unsigned *, unsigned, unsigned);
+
+/// One emulated module with every kernel of the suite, built once (about a minute of the
+/// host compiler).
+struct Sm90HostModule {
+  std::vector<Sm90GemmSpec> specs;
+  std::unique_ptr<testing::HostLibrary> lib;
+  EncodeFn encode = nullptr;
+  void (*setMode)(int) = nullptr;
+};
+
+const Config kConfigs[] = {
+    {256, 4, DType::BF16},           // dA, dB and the plain GEMMs: cooperative 128 x 256
+    {256, 4, DType::F32},            //   with an f32 output
+    {192, 4, DType::BF16},           // B's dA width
+    {128, 6, DType::F32},            //
+    {64, 2, DType::BF16},            // the smallest tile, a 2-stage ring
+    {128, 6, DType::BF16, true},     // the forward's ping-pong 128 x 128
+    {64, 3, DType::F32, true},       //   narrower, 3 stages: many ring wraps a tile
+    {256, 5, DType::BF16, true, 64}, // 64-row ping-pong ([Note: sm90 64-row ping-pong])
+};
+// Pairs sharing B by TMA multicast ([Note: sm90 multicast]); the fwd layout only.
+const Config kPairConfigs[] = {{128, 6, DType::BF16, true, 128, 2},
+                               {256, 4, DType::F32, false, 128, 2}};
+
+Sm90HostModule &hostModule() {
+  static std::unique_ptr<Sm90HostModule> m = [] {
+    auto mm = std::make_unique<Sm90HostModule>();
+    auto add = [&](const Layout &l, const Config &c) {
+      mm->specs.push_back({kernelName(l, c), c.bn, c.stages, l.aKMajor, l.bKMajor, c.out,
+                           c.pingpong, c.bm, c.clusterM});
+    };
+    for (const Layout &l : kLayouts)
+      for (const Config &c : kConfigs)
+        add(l, c);
+    for (const Config &c : kPairConfigs)
+      add(kLayouts[0], c);
+    const std::string source = "#include \"lcejit_emu.h\"\n" +
+                               codegen::emitSm90GemmModule(mm->specs).source +
+                               trampolines(mm->specs);
+    mm->lib = std::make_unique<testing::HostLibrary>("sm90-gemm", source,
+                                                     std::vector<std::string>{"LCEJIT_EMU_SM90"});
+    mm->encode = reinterpret_cast<EncodeFn>(mm->lib->symbol("emu_sm90_encode"));
+    mm->setMode = reinterpret_cast<void (*)(int)>(mm->lib->symbol("emu_sm90_set_mode"));
+    return mm;
+  }();
+  return *m;
+}
+
+uint16_t toBf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+double fromBf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Shape {
+  int64_t m, n, k;
+  int32_t grid; ///< 0: min(tiles, kSms)
+};
+/// "SMs" of the emulated device: few, so that every CTA walks several tiles.
+constexpr int64_t kSms = 4;
+
+/// An operand map as encodeSm90Operand builds it: bf16, K-major {k, rows} with a box of
+/// 64 x boxRows, MN-major {rows, k} with 64 x 64; rows `ld` elements apart.
+void encodeOperand(const Sm90HostModule &mod, unsigned char (&map)[128], const void *data,
+                   bool kMajor, int64_t rows, int64_t k, int64_t ld, int boxRows) {
+  const unsigned long long r = static_cast<unsigned long long>(std::max<int64_t>(rows, 1));
+  const unsigned long long kk = static_cast<unsigned long long>(std::max<int64_t>(k, 1));
+  const unsigned long long dims[2] = {kMajor ? kk : r, kMajor ? r : kk};
+  const unsigned box[2] = {64, kMajor ? static_cast<unsigned>(boxRows) : 64u};
+  const unsigned long long strides[1] = {static_cast<unsigned long long>(ld) * 2};
+  mod.encode(map, data, 2, dims, strides, box, 2, 128);
+}
+
+/// Runs one GEMM in emulation and checks it against fp64; returns the relative error.
+void runOne(const Layout &l, const Config &c, const Shape &s, int group, bool late = true) {
+  SCOPED_TRACE(fmt::format("{} m={} n={} k={} grid={} group={} {}", kernelName(l, c), s.m, s.n,
+                           s.k, s.grid, group, late ? "late" : "early"));
+  Sm90HostModule &mod = hostModule();
+  const Sm90GemmSpec *spec = nullptr;
+  for (const Sm90GemmSpec &sp : mod.specs)
+    if (sp.name == kernelName(l, c))
+      spec = &sp;
+  ASSERT_NE(spec, nullptr);
+  mod.setMode(late ? 1 : 0);
+
+  // A stored [m, k] (K-major) or [k, m]; B [n, k] or [k, n].
+  std::mt19937 rng(static_cast<unsigned>(s.m * 131 + s.n * 7 + s.k));
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<uint16_t> a(static_cast<size_t>(std::max<int64_t>(s.m * s.k, 1))),
+      b(static_cast<size_t>(std::max<int64_t>(s.n * s.k, 1)));
+  for (uint16_t &x : a)
+    x = toBf16(u(rng));
+  for (uint16_t &x : b)
+    x = toBf16(u(rng));
+  const size_t outBytes = static_cast<size_t>(s.m * s.n) * dtypeSize(c.out);
+  std::vector<unsigned char> out(outBytes, 0xFF); // NaN in bf16 and f32
+
+  unsigned char mapA[128], mapB[128];
+  encodeOperand(mod, mapA, a.data(), l.aKMajor, s.m, s.k, l.aKMajor ? s.k : s.m, c.bm);
+  encodeOperand(mod, mapB, b.data(), l.bKMajor, s.n, s.k, l.bKMajor ? s.k : s.n,
+                c.bn / c.clusterM);
+
+  // runtime/Sm90Launch.cpp: the grid, and pairs only where CTAs 2i and 2i + 1 always hold
+  // row tiles 2r and 2r + 1 of one column.
+  const int64_t rowTiles = (s.m + c.bm - 1) / c.bm;
+  const int64_t tiles = rowTiles * ((s.n + c.bn - 1) / c.bn);
+  int64_t grid = s.grid > 0 ? s.grid : std::max<int64_t>(1, std::min(tiles, kSms));
+  if (c.clusterM == 2 && s.grid == 0 && grid > 1 && grid % 2 == 1)
+    --grid;
+  const bool pairs =
+      c.clusterM == 2 && s.k > 0 && rowTiles % 2 == 0 && group % 2 == 0 && grid % 2 == 0;
+  auto launch = reinterpret_cast<LaunchFn>(mod.lib->symbol("emu_launch_" + spec->name));
+  launch(mapA, mapB, out.data(), s.n, s.m, s.n, s.k, group, grid, 384,
+         codegen::sm90GemmSharedBytes(*spec), pairs ? 2 : 1);
+
+  double errSq = 0, refSq = 0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.n; ++j) {
+      double ref = 0;
+      for (int64_t kk = 0; kk < s.k; ++kk) {
+        const double x = fromBf16(a[static_cast<size_t>(l.aKMajor ? i * s.k + kk : kk * s.m + i)]);
+        const double y = fromBf16(b[static_cast<size_t>(l.bKMajor ? j * s.k + kk : kk * s.n + j)]);
+        ref += x * y;
+      }
+      double got;
+      if (c.out == DType::F32) {
+        float f;
+        std::memcpy(&f, out.data() + 4 * (i * s.n + j), 4);
+        got = f;
+      } else {
+        uint16_t h;
+        std::memcpy(&h, out.data() + 2 * (i * s.n + j), 2);
+        got = fromBf16(h);
+      }
+      if (!std::isfinite(got)) {
+        ++bad;
+        continue;
+      }
+      errSq += (got - ref) * (got - ref);
+      refSq += ref * ref;
+    }
+  EXPECT_EQ(bad, 0) << "elements left unwritten (NaN poison) or non-finite";
+  if (s.k == 0) {
+    EXPECT_EQ(errSq, 0.0) << "k = 0 must give exact zeros";
+    return;
+  }
+  const double rel = std::sqrt(errSq / std::max(refSq, 1e-300));
+  // bf16 output: its rounding (2^-9 relative, ~2^-9 / sqrt(3) in norm); f32: the
+  // accumulation order's few ulps.
+  EXPECT_LE(rel, c.out == DType::BF16 ? 3e-3 : 1e-5) << "relative error " << rel;
+}
+
+class Sm90Emulation : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(Sm90Emulation, PlainGemmMatchesFp64OnTailShapes) {
+  const Layout &l = kLayouts[std::get<0>(GetParam())];
+  const Config &c = kConfigs[std::get<1>(GetParam())];
+  // Tails in every dimension (contiguous extents multiples of 8, as TMA's 16-byte pitch
+  // needs), k over several ring wraps, k = 0, and 3 CTAs over many tiles.
+  const Shape shapes[] = {{200, 136, 264, 0}, {8, 8, 8, 0}, {264, 392, 520, 3}, {64, 64, 0, 0}};
+  for (const Shape &s : shapes)
+    runOne(l, c, s, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Sm90Emulation,
+    ::testing::Combine(::testing::Range(0, 3), ::testing::Range(0, int(std::size(kConfigs)))),
+    [](const ::testing::TestParamInfo<std::tuple<int, int>> &i) {
+      return kernelName(kLayouts[std::get<0>(i.param)], kConfigs[std::get<1>(i.param)]);
+    });
+
+/// Pairs: even row tiles and grids run as clusters of two CTAs at once (each loads half
+/// of B and multicasts it); an odd grid runs single CTAs that load both halves.
+class Sm90EmulationPairs : public ::testing::TestWithParam<int> {};
+
+TEST_P(Sm90EmulationPairs, MatchesFp64AsClustersAndAlone) {
+  const Config &c = kPairConfigs[GetParam()];
+  const Shape shapes[] = {{512, 264, 520, 4}, {256, 136, 264, 0}, {384, 200, 136, 3},
+                          {256, 256, 0, 0}};
+  for (const Shape &s : shapes)
+    runOne(kLayouts[0], c, s, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pairs, Sm90EmulationPairs,
+                         ::testing::Range(0, int(std::size(kPairConfigs))),
+                         [](const ::testing::TestParamInfo<int> &i) {
+                           return kernelName(kLayouts[0], kPairConfigs[i.param]);
+                         });
+
+/// With every async operation completed at issue (Early) the results are the same as in
+/// the default Late mode; Late is what catches a stage freed too soon (next test).
+TEST(Sm90EmulationModes, EarlyAndLateAgree) {
+  runOne(kLayouts[1], kConfigs[0], {200, 264, 392, 2}, 3, /*late=*/false);
+  runOne(kLayouts[0], kConfigs[5], {200, 264, 392, 2}, 3, /*late=*/false);
+}
+
+/// The emulator itself: in mode Late a wgmma reads its operands when its group retires,
+/// so shared memory overwritten between the commit and the wait (a stage freed before its
+/// wgmma retired) changes the result; in mode Early it does not. A warpgroup multiplies
+/// A (64 x 16 of ones) by B (64 x 16 of ones) and, when asked, zeroes A before waiting.
+TEST(Sm90EmulationModes, LateModeReadsOperandsWhenTheGroupRetires) {
+  const std::string probe = R"(
+extern "C" void emu_probe(float *out, int overwrite, int late) {
+  lcejit_emu::sm90::mode = late ? lcejit_emu::sm90::Mode::Late : lcejit_emu::sm90::Mode::Early;
+  const long long grid[3] = {1, 1, 1};
+  lcejit_emu::sm90::launch(grid, 128, 20480, 1, false, [&] {
+    using namespace lcejit::sm90;
+    const lcejit::u32 base = smem_base();
+    unsigned short *tile = reinterpret_cast<unsigned short *>(
+        lcejit_dynamic_smem + (base - smem_addr(lcejit_dynamic_smem)));
+    for (int i = threadIdx.x; i < 8192; i += 128)
+      tile[i] = 0x3F80; // bf16 1.0: A at base, B 8 KB on
+    __syncthreads();
+    float acc[32];
+    wgmma_fence();
+    wgmma_m64n64k16<0, 0>(acc, sw128_desc(base, 16, 1024), sw128_desc(base + 8192, 16, 1024), 0);
+    wgmma_commit();
+    if (overwrite) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < 4096; i += 128)
+        tile[i] = 0;
+      __syncthreads();
+    }
+    wgmma_wait<0>();
+    for (int i = 0; i < 32; ++i)
+      out[threadIdx.x * 32 + i] = acc[i];
+  });
+}
+)";
+  testing::HostLibrary lib("sm90-probe",
+                           "#include \"lcejit_emu.h\"\n" + codegen::deviceHeaderPrelude() + probe,
+                           {"LCEJIT_EMU_SM90"});
+  auto run = reinterpret_cast<void (*)(float *, int, int)>(lib.symbol("emu_probe"));
+  auto every = [&](int overwrite, int late, float want) {
+    std::vector<float> out(128 * 32, -1.f);
+    run(out.data(), overwrite, late);
+    for (float v : out)
+      ASSERT_EQ(v, want) << "overwrite " << overwrite << " late " << late;
+  };
+  every(0, 1, 16.f); // 16 products of ones
+  every(1, 0, 16.f); // Early: read at issue, before the zeros
+  every(1, 1, 0.f);  // Late: read at the wait, after them
+}
+
+} // namespace
+} // namespace lcejit
