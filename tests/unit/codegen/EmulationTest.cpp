@@ -752,32 +752,44 @@ TEST(Emulation, AccumulateAddsTheGradientsToWhatTheOutputsHold) {
     const char *name;
     DType ab, dh, dw;
     bool exact;
+    /// The Hopper path ([Note: sm90 host emulation]): V = 384 (whole 128-column tiles),
+    /// the materialized backward in row blocks of 32; dW added through TMA reduce-adds.
+    bool sm90 = false;
   };
   for (const Plan &pc : {Plan{"bf16 fast dW f32", DType::BF16, DType::BF16, DType::F32, false},
                          Plan{"bf16 fast dW bf16", DType::BF16, DType::BF16, DType::BF16, false},
                          Plan{"bf16 exact dW f32", DType::BF16, DType::BF16, DType::F32, true},
-                         Plan{"f32 simt", DType::F32, DType::F32, DType::F32, false}}) {
+                         Plan{"f32 simt", DType::F32, DType::F32, DType::F32, false},
+                         Plan{"bf16 fast dW f32 sm90", DType::BF16, DType::BF16, DType::F32,
+                              false, true}}) {
     LceOptions o = smallLce();
     o.abType = pc.ab;
     o.dhType = pc.dh;
     o.dwType = pc.dw;
+    if (pc.sm90)
+      o.v = 384;
     Program p = plannedLce(o, pc.ab, [&](plan::PlanOptions &po) {
-      po.name = "accumulate";
+      po.name = pc.sm90 ? "accumulate_sm90" : "accumulate";
       po.exactGradients = pc.exact;
+      if (pc.sm90) {
+        po.mainloop = plan::Mainloop::Wgmma;
+        po.target.numSMs = 4;
+      }
     });
     ASSERT_EQ(plan::accumulableOutputs(p), 6u) << pc.name;
     p.schedule.minBlockRows = 32;
     p.schedule.rowAlign = 32;
     p.schedule.goodChunkCols = 128;
     const int64_t n = 77;
-    p.schedule.budgetBytes = plan::workspaceBytesFor(p, n, 32, 128);
+    p.schedule.budgetBytes = plan::workspaceBytesFor(p, n, 32, pc.sm90 ? o.v : 128);
     if (p.schedule.firstBlockedStep < 0)
       p.schedule.fixedChunkCols = 128; // bf16 dW: rows never blocked, chunks anyway
     plan::RunSchedule s = p.runSchedule(n);
     SCOPED_TRACE(fmt::format("{}: {}", pc.name, s.describe()));
-    ASSERT_GT(s.chunks, 1);
+    ASSERT_GT(s.chunks, pc.sm90 ? 0 : 1); // the materialized backward: one chunk
     ASSERT_EQ(s.rowBlocks > 1, pc.dw == DType::F32) << "f32 dW blocks its rows, bf16 dW not";
     HostModule module(p);
+    ASSERT_EQ(module.sm90(), pc.sm90);
     LceRun r(p, o, n);
     r.run(module);
     const int64_t nh = n * o.d, nw = o.v * o.d;
@@ -935,7 +947,8 @@ INSTANTIATE_TEST_SUITE_P(
 /// 128-column tiles) the materialized backward, with budgets that keep the stored values
 /// in dW's memory as slabs ([Note: stored values in dW]: N <= 2 D = 144), then ordinary
 /// blocks after such a block, then a block whose slabs have tails in the workspace
-/// ([Note: slab tails]).
+/// ([Note: slab tails]); and one of 1024, where dA's 16 k-blocks split over a cluster
+/// pair (one tile) or run as stream-K groups (three tiles on four CTAs).
 TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
   SKIP_WITHOUT_HOST_TOOLCHAIN();
   struct Sm90Case {
@@ -953,8 +966,12 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
       {384, 5.0, 140, 32, 72, false, "its stored values in the gradient's memory"},
       {384, 0.0, 200, 32, 116, false, "then 1 row block of 96 rows"},
       {384, 5.0, 300, 128, 244, false, "in the workspace's tails"},
+      // dA over 16 k-blocks: one tile split over a cluster pair ([Note: sm90 split-K]);
+      // three tiles on four CTAs ([Note: dA stream-K]), a cooperative launch.
+      {1024, 0.0, 100, 0, 0, false, "one row block"},
+      {1024, 5.0, 300, 0, 0, false, "one row block"},
   };
-  bool sawPairs = false, sawTmaStore = false;
+  bool sawPairs = false, sawTmaStore = false, sawSplitK = false, sawStreamK = false;
   for (const Sm90Case &c : cases) {
     LceOptions o = smallLce();
     o.v = c.v;
@@ -991,7 +1008,11 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
                                                           << c.expect << "'";
     EXPECT_EQ(schedule.find("OVER BUDGET"), std::string::npos);
     for (const runtime::LaunchRecord &l : ep.launches) {
-      sawPairs |= l.dims.cluster == 2;
+      const bool dA = std::holds_alternative<plan::GemmDLhsKernel>(
+          q.kernels[static_cast<size_t>(l.kernel)].body);
+      sawPairs |= !dA && l.dims.cluster == 2;
+      sawSplitK |= dA && l.dims.cluster > 1;
+      sawStreamK |= dA && l.dims.cooperative;
       sawTmaStore |= l.maps.size() == 3;
     }
     r.run(module, /*outputFree=*/true);
@@ -1005,4 +1026,6 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
   }
   EXPECT_TRUE(sawPairs) << "no forward ran in cluster pairs";
   EXPECT_TRUE(sawTmaStore) << "no dB wrote through a TMA output map";
+  EXPECT_TRUE(sawSplitK) << "no dA split its k-blocks over a cluster";
+  EXPECT_TRUE(sawStreamK) << "no dA ran stream-K groups";
 }
