@@ -948,7 +948,8 @@ INSTANTIATE_TEST_SUITE_P(
 /// in dW's memory as slabs ([Note: stored values in dW]: N <= 2 D = 144), then ordinary
 /// blocks after such a block, then a block whose slabs have tails in the workspace
 /// ([Note: slab tails]); and one of 1024, where dA's 16 k-blocks split over a cluster
-/// pair (one tile) or run as stream-K groups (three tiles on four CTAs).
+/// pair (one tile), run as stream-K groups (three tiles on four CTAs) or, at D = 320, end
+/// in chains.
 TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
   SKIP_WITHOUT_HOST_TOOLCHAIN();
   struct Sm90Case {
@@ -959,6 +960,8 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
     int64_t budgetKb = 0; ///< > 0: the workspace budget
     bool smallChunks = false;
     const char *expect;   ///< in the schedule's description
+    int64_t d = 72;
+    int64_t planBudgetKb = 0; ///< > 0: the budget the planner plans for
   };
   const Sm90Case cases[] = {
       {296, 0.0, 77, 0, 0, false, "one block, one chunk"},
@@ -970,20 +973,26 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
       // three tiles on four CTAs ([Note: dA stream-K]), a cooperative launch.
       {1024, 0.0, 100, 0, 0, false, "one row block"},
       {1024, 5.0, 300, 0, 0, false, "one row block"},
+      // D = 320: 6 dA tiles of 128 x 256 on 4 SMs, a round and a tail of 2 in chains
+      // ([Note: dA stream-K chains]), their slots after the slab block's buffers.
+      {1024, 0.0, 257, 0, 0, false, "dA's last round in chains", 320, 256},
   };
   bool sawPairs = false, sawTmaStore = false, sawSplitK = false, sawStreamK = false;
   for (const Sm90Case &c : cases) {
     LceOptions o = smallLce();
     o.v = c.v;
+    o.d = c.d;
     o.softcap = c.softcap;
     o.dwType = DType::F32;
     o.dhType = DType::BF16;
-    const std::string name = fmt::format("sm90_v{}_n{}", c.v, c.n);
+    const std::string name = fmt::format("sm90_v{}_d{}_n{}", c.v, c.d, c.n);
     Program q = plannedLce(o, DType::BF16, [&](plan::PlanOptions &po) {
       po.name = name;
       po.tokens = c.n;
       po.mainloop = plan::Mainloop::Wgmma;
       po.target.numSMs = 4;
+      if (c.planBudgetKb > 0)
+        po.workspaceBudgetBytes = c.planBudgetKb * 1024;
     });
     if (c.align > 0) {
       q.schedule.minBlockRows = c.align;
@@ -1027,5 +1036,5 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
   EXPECT_TRUE(sawPairs) << "no forward ran in cluster pairs";
   EXPECT_TRUE(sawTmaStore) << "no dB wrote through a TMA output map";
   EXPECT_TRUE(sawSplitK) << "no dA split its k-blocks over a cluster";
-  EXPECT_TRUE(sawStreamK) << "no dA ran stream-K groups";
+  EXPECT_TRUE(sawStreamK) << "no dA ran stream-K groups or chains";
 }
