@@ -949,7 +949,7 @@ INSTANTIATE_TEST_SUITE_P(
 /// blocks after such a block, then a block whose slabs have tails in the workspace
 /// ([Note: slab tails]); and one of 1024, where dA's 16 k-blocks split over a cluster
 /// pair (one tile), run as stream-K groups (three tiles on four CTAs) or, at D = 320, end
-/// in chains.
+/// in chains; and the lean form, which scales the stored values in place.
 TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
   SKIP_WITHOUT_HOST_TOOLCHAIN();
   struct Sm90Case {
@@ -976,8 +976,12 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
       // D = 320: 6 dA tiles of 128 x 256 on 4 SMs, a round and a tail of 2 in chains
       // ([Note: dA stream-K chains]), their slots after the slab block's buffers.
       {1024, 0.0, 257, 0, 0, false, "dA's last round in chains", 320, 256},
+      // Planned for 56 KB, the lean form: no scaled copy of A, the values scaled in place
+      // by a DzForm pass ([Note: values scaled in place]).
+      {384, 5.0, 140, 0, 0, false, "its stored values in the gradient's memory", 72, 56},
   };
-  bool sawPairs = false, sawTmaStore = false, sawSplitK = false, sawStreamK = false;
+  bool sawPairs = false, sawTmaStore = false, sawSplitK = false, sawStreamK = false,
+       sawInPlace = false;
   for (const Sm90Case &c : cases) {
     LceOptions o = smallLce();
     o.v = c.v;
@@ -994,6 +998,9 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
       if (c.planBudgetKb > 0)
         po.workspaceBudgetBytes = c.planBudgetKb * 1024;
     });
+    for (const plan::Kernel &k : q.kernels)
+      if (const auto *f = std::get_if<plan::DzFormKernel>(&k.body); f && f->scaleValues)
+        sawInPlace = true;
     if (c.align > 0) {
       q.schedule.minBlockRows = c.align;
       q.schedule.rowAlign = c.align;
@@ -1037,4 +1044,5 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
   EXPECT_TRUE(sawTmaStore) << "no dB wrote through a TMA output map";
   EXPECT_TRUE(sawSplitK) << "no dA split its k-blocks over a cluster";
   EXPECT_TRUE(sawStreamK) << "no dA ran stream-K groups or chains";
+  EXPECT_TRUE(sawInPlace) << "no Program scaled its stored values in place";
 }
