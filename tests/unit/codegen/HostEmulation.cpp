@@ -49,17 +49,8 @@ std::string trampolines(const plan::Program &program) {
   w.line("  lcejit_emu::async_mode = late ? lcejit_emu::AsyncMode::Late : "
          "lcejit_emu::AsyncMode::Early;");
   if (sm90)
-    w.line("  lcejit_emu::sm90::mode = late ? lcejit_emu::sm90::Mode::Late : "
-           "lcejit_emu::sm90::Mode::Early;");
+    w.line("  lcejit_emu_sm90_set_mode(late);");
   w.line("}}");
-  if (sm90) {
-    w.line("extern \"C\" void emu_sm90_encode(void *bytes, const void *global, unsigned rank,");
-    w.line("    const unsigned long long *dims, const unsigned long long *strides,");
-    w.line("    const unsigned *box, unsigned elem_bytes, unsigned swizzle) {{");
-    w.line("  lcejit_emu::sm90::encode_tensor_map(bytes, global, rank, dims, strides, box,");
-    w.line("                                      elem_bytes, swizzle);");
-    w.line("}}");
-  }
   for (const plan::Kernel &k : program.kernels) {
     std::vector<std::string> args;
     std::vector<plan::Param> params = plan::kernelParams(k);
@@ -163,24 +154,17 @@ HostModule::HostModule(const plan::Program &program) : program_(program) {
     launchers_.push_back(
         reinterpret_cast<LaunchFn>(library_->symbol("emu_launch_" + k.name)));
   setMode_ = reinterpret_cast<void (*)(int)>(library_->symbol("emu_set_async_mode"));
-  if (sm90_)
-    encode_ = reinterpret_cast<EncodeFn>(library_->symbol("emu_sm90_encode"));
 }
 
 HostModule::~HostModule() = default;
 
 void HostModule::setLateAsyncCopies(bool late) { setMode_(late ? 1 : 0); }
 
-namespace {
-/// The emulated map of `op`, as runtime/TensorMap.cpp's encodeSm90Operand builds the
-/// driver's (the same dims, strides and boxes; bf16, or f32 for the output map; the
-/// 128-byte swizzle; out-of-bounds elements read as zero).
-std::array<unsigned char, 128> emulatedMap(const runtime::Sm90Operand &op,
-                                           void (*encode)(void *, const void *, unsigned,
-                                                          const unsigned long long *,
-                                                          const unsigned long long *,
-                                                          const unsigned *, unsigned,
-                                                          unsigned)) {
+std::array<unsigned char, 128> emulatedSm90Map(const HostLibrary &lib,
+                                               const runtime::Sm90Operand &op) {
+  using EncodeFn = void (*)(void *, const void *, unsigned, const unsigned long long *,
+                            const unsigned long long *, const unsigned *, unsigned, unsigned);
+  const auto encode = reinterpret_cast<EncodeFn>(lib.symbol("lcejit_emu_sm90_encode"));
   std::array<unsigned char, 128> bytes{};
   using U64 = unsigned long long;
   const void *data = reinterpret_cast<const void *>(static_cast<uintptr_t>(op.data));
@@ -205,12 +189,11 @@ std::array<unsigned char, 128> emulatedMap(const runtime::Sm90Operand &op,
   }
   return bytes;
 }
-} // namespace
 
 void HostModule::launch(runtime::LaunchRecord &rec, int block, long long gridX, int smem) {
   std::vector<std::array<unsigned char, 128>> maps;
   for (const runtime::Sm90Operand &op : rec.maps)
-    maps.push_back(emulatedMap(op, encode_));
+    maps.push_back(emulatedSm90Map(*library_, op));
   std::vector<void *> args;
   for (runtime::KernelArg &a : rec.args)
     args.push_back(a.type == runtime::KernelArg::Type::TensorMap

@@ -13,6 +13,7 @@
 #include "compiler/plan/Program.h"
 #include "runtime/Executor.h"
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,13 @@ private:
   std::string dir_;
   void *handle_ = nullptr;
 };
+
+/// [Note: sm90 host emulation] The emulated tensor map of `op`, as runtime/TensorMap.cpp's
+/// encodeSm90Operand builds the driver's (the same dims, strides and boxes; bf16, or f32 for
+/// the output map; the 128-byte swizzle; out-of-bounds elements read as zero), encoded by
+/// `lib`, a library built with LCEJIT_EMU_SM90.
+std::array<unsigned char, 128> emulatedSm90Map(const HostLibrary &lib,
+                                               const runtime::Sm90Operand &op);
 
 class HostModule {
 public:
@@ -61,13 +69,10 @@ public:
 private:
   using LaunchFn = void (*)(void **args, const long long *grid, int block, int smem,
                             int cluster, int cooperative);
-  using EncodeFn = void (*)(void *, const void *, unsigned, const unsigned long long *,
-                            const unsigned long long *, const unsigned *, unsigned, unsigned);
   /// One launch of `rec` with that geometry; tensor-map arguments get emulated maps.
   void launch(runtime::LaunchRecord &rec, int block, long long gridX, int smem);
   plan::Program program_;
   bool sm90_ = false;
-  EncodeFn encode_ = nullptr;
   std::unique_ptr<HostLibrary> library_;
   std::vector<LaunchFn> launchers_;
   void (*setMode_)(int) = nullptr;

@@ -8,9 +8,8 @@
 // across tiles; ping-pong consumers hand tiles to each other). The reference is the
 // fp64 product of the same bf16 inputs; outputs are poisoned with NaN first.
 //
-// The launch geometry mirrors runtime/Sm90Launch.cpp (grid, pairs, block of 384) and the
-// tensor maps mirror runtime/TensorMap.cpp's encodeSm90Operand (dims, box, 128-byte
-// swizzle), in the emulation's own map format.
+// The launch geometry mirrors runtime/Sm90Launch.cpp (grid, pairs, block of 384); the
+// tensor maps are HostEmulation's emulatedSm90Map of the operands Sm90Launch describes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -52,18 +51,7 @@ std::string kernelName(const Layout &l, const Config &c) {
 }
 
 std::string trampolines(const std::vector<Sm90GemmSpec> &specs) {
-  std::string t = R"(
-extern "C" void emu_sm90_set_mode(int late) {
-  lcejit_emu::sm90::mode = late ? lcejit_emu::sm90::Mode::Late : lcejit_emu::sm90::Mode::Early;
-}
-extern "C" void emu_sm90_encode(void *bytes, const void *global, unsigned rank,
-                                const unsigned long long *dims,
-                                const unsigned long long *strides, const unsigned *box,
-                                unsigned elem_bytes, unsigned swizzle) {
-  lcejit_emu::sm90::encode_tensor_map(bytes, global, rank, dims, strides, box, elem_bytes,
-                                      swizzle);
-}
-)";
+  std::string t;
   for (const Sm90GemmSpec &s : specs)
     t += fmt::format(R"(
 extern "C" void emu_launch_{0}(const void *map_a, const void *map_b, void *out, long long ld,
@@ -83,15 +71,12 @@ extern "C" void emu_launch_{0}(const void *map_a, const void *map_b, void *out, 
 
 using LaunchFn = void (*)(const void *, const void *, void *, long long, long long, long long,
                           long long, int, long long, int, int, int);
-using EncodeFn = void (*)(void *, const void *, unsigned, const unsigned long long *,
-                          const unsigned long long *, const unsigned *, unsigned, unsigned);
 
 /// One emulated module with every kernel of the suite, built once (about a minute of the
 /// host compiler).
 struct Sm90HostModule {
   std::vector<Sm90GemmSpec> specs;
   std::unique_ptr<testing::HostLibrary> lib;
-  EncodeFn encode = nullptr;
   void (*setMode)(int) = nullptr;
 };
 
@@ -126,8 +111,7 @@ Sm90HostModule &hostModule() {
                                trampolines(mm->specs);
     mm->lib = std::make_unique<testing::HostLibrary>("sm90-gemm", source,
                                                      std::vector<std::string>{"LCEJIT_EMU_SM90"});
-    mm->encode = reinterpret_cast<EncodeFn>(mm->lib->symbol("emu_sm90_encode"));
-    mm->setMode = reinterpret_cast<void (*)(int)>(mm->lib->symbol("emu_sm90_set_mode"));
+    mm->setMode = reinterpret_cast<void (*)(int)>(mm->lib->symbol("lcejit_emu_sm90_set_mode"));
     return mm;
   }();
   return *m;
@@ -153,18 +137,6 @@ struct Shape {
 /// "SMs" of the emulated device: few, so that every CTA walks several tiles.
 constexpr int64_t kSms = 4;
 
-/// An operand map as encodeSm90Operand builds it: bf16, K-major {k, rows} with a box of
-/// 64 x boxRows, MN-major {rows, k} with 64 x 64; rows `ld` elements apart.
-void encodeOperand(const Sm90HostModule &mod, unsigned char (&map)[128], const void *data,
-                   bool kMajor, int64_t rows, int64_t k, int64_t ld, int boxRows) {
-  const unsigned long long r = static_cast<unsigned long long>(std::max<int64_t>(rows, 1));
-  const unsigned long long kk = static_cast<unsigned long long>(std::max<int64_t>(k, 1));
-  const unsigned long long dims[2] = {kMajor ? kk : r, kMajor ? r : kk};
-  const unsigned box[2] = {64, kMajor ? static_cast<unsigned>(boxRows) : 64u};
-  const unsigned long long strides[1] = {static_cast<unsigned long long>(ld) * 2};
-  mod.encode(map, data, 2, dims, strides, box, 2, 128);
-}
-
 /// Runs one GEMM in emulation and checks it against fp64; returns the relative error.
 void runOne(const Layout &l, const Config &c, const Shape &s, int group, bool late = true) {
   SCOPED_TRACE(fmt::format("{} m={} n={} k={} grid={} group={} {}", kernelName(l, c), s.m, s.n,
@@ -189,10 +161,22 @@ void runOne(const Layout &l, const Config &c, const Shape &s, int group, bool la
   const size_t outBytes = static_cast<size_t>(s.m * s.n) * dtypeSize(c.out);
   std::vector<unsigned char> out(outBytes, 0xFF); // NaN in bf16 and f32
 
-  unsigned char mapA[128], mapB[128];
-  encodeOperand(mod, mapA, a.data(), l.aKMajor, s.m, s.k, l.aKMajor ? s.k : s.m, c.bm);
-  encodeOperand(mod, mapB, b.data(), l.bKMajor, s.n, s.k, l.bKMajor ? s.k : s.n,
-                c.bn / c.clusterM);
+  // The operands as the runtime describes them (runtime/Sm90Launch.cpp): A's box BM rows,
+  // B's BN / clusterM.
+  auto operand = [](const void *data, bool kMajor, int64_t rows, int64_t k, int boxRows) {
+    runtime::Sm90Operand op;
+    op.data = reinterpret_cast<CUdeviceptr>(data);
+    op.kMajor = kMajor;
+    op.rows = rows;
+    op.k = k;
+    op.ld = kMajor ? k : rows;
+    op.boxRows = boxRows;
+    return op;
+  };
+  const std::array<unsigned char, 128> mapA = testing::emulatedSm90Map(
+      *mod.lib, operand(a.data(), l.aKMajor, s.m, s.k, c.bm));
+  const std::array<unsigned char, 128> mapB = testing::emulatedSm90Map(
+      *mod.lib, operand(b.data(), l.bKMajor, s.n, s.k, c.bn / c.clusterM));
 
   // runtime/Sm90Launch.cpp: the grid, and pairs only where CTAs 2i and 2i + 1 always hold
   // row tiles 2r and 2r + 1 of one column.
@@ -204,7 +188,7 @@ void runOne(const Layout &l, const Config &c, const Shape &s, int group, bool la
   const bool pairs =
       c.clusterM == 2 && s.k > 0 && rowTiles % 2 == 0 && group % 2 == 0 && grid % 2 == 0;
   auto launch = reinterpret_cast<LaunchFn>(mod.lib->symbol("emu_launch_" + spec->name));
-  launch(mapA, mapB, out.data(), s.n, s.m, s.n, s.k, group, grid, 384,
+  launch(mapA.data(), mapB.data(), out.data(), s.n, s.m, s.n, s.k, group, grid, 384,
          codegen::sm90GemmSharedBytes(*spec), pairs ? 2 : 1);
 
   double errSq = 0, refSq = 0;

@@ -747,3 +747,17 @@ inline void launch(const long long grid[3], int block, int smem_bytes, int clust
 
 } // namespace sm90
 } // namespace lcejit_emu
+
+// The library's entry points for the test harness (tests/unit/codegen/HostEmulation.h):
+// every emulated module with LCEJIT_EMU_SM90 is one translation unit that has them once
+// (not inline: dlsym must find them).
+extern "C" void lcejit_emu_sm90_encode(void *bytes, const void *global, unsigned rank,
+                                       const unsigned long long *dims,
+                                       const unsigned long long *strides, const unsigned *box,
+                                       unsigned elem_bytes, unsigned swizzle) {
+  lcejit_emu::sm90::encode_tensor_map(bytes, global, rank, dims, strides, box, elem_bytes,
+                                      swizzle);
+}
+extern "C" void lcejit_emu_sm90_set_mode(int late) {
+  lcejit_emu::sm90::mode = late ? lcejit_emu::sm90::Mode::Late : lcejit_emu::sm90::Mode::Early;
+}
