@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -96,6 +97,23 @@ std::string trampolines(const plan::Program &program) {
   return w.take();
 }
 
+/// The directory of the precompiled emulation header for this variant (the build's
+/// lcejit-emu-pch target), or "" where it is missing or older than an emulation header:
+/// GCC would take a stale .gch without a word.
+std::string emulationPchDir(bool sm90) {
+  const fs::path dir = fs::path(LCEJIT_TEST_EMU_PCH_DIR) / (sm90 ? "sm90" : "plain");
+  std::error_code ec;
+  const auto built = fs::last_write_time(dir / "lcejit_emu.h.gch", ec);
+  if (ec)
+    return "";
+  for (const auto &entry : fs::directory_iterator(LCEJIT_TEST_EMU_DIR, ec)) {
+    const auto changed = fs::last_write_time(entry.path(), ec);
+    if (ec || changed > built)
+      return "";
+  }
+  return dir.string();
+}
+
 } // namespace
 
 HostLibrary::HostLibrary(const std::string &label, const std::string &source,
@@ -113,11 +131,12 @@ HostLibrary::HostLibrary(const std::string &label, const std::string &source,
   std::string flags;
   for (const std::string &d : defines)
     flags += " -D" + d;
+  const bool sm90 = std::find(defines.begin(), defines.end(), "LCEJIT_EMU_SM90") != defines.end();
+  const std::string pch = emulationPchDir(sm90);
   const std::string cmd =
-      fmt::format("{} -std=c++17 -O1 -fPIC -shared -w -DLCEJIT_HOST_EMULATION{} "
-                  "-I{} -I{} {} -o {} "
-                  "-lpthread > {}/compile.log 2>&1",
-                  LCEJIT_TEST_HOST_CXX, flags, LCEJIT_TEST_EMU_DIR,
+      fmt::format("{} {}{}{} -I{} -I{} -shared {} -o {} > {}/compile.log 2>&1",
+                  LCEJIT_TEST_HOST_CXX, LCEJIT_TEST_EMU_FLAGS, flags,
+                  pch.empty() ? "" : " -I" + pch, LCEJIT_TEST_EMU_DIR,
                   LCEJIT_TEST_CUDA_INCLUDE, src, lib, dir_);
   if (std::system(cmd.c_str()) != 0) {
     std::ifstream log(dir_ + "/compile.log");

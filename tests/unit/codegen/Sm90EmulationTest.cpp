@@ -273,11 +273,12 @@ TEST(Sm90EmulationModes, EarlyAndLateAgree) {
   runOne(kLayouts[0], kConfigs[5], {200, 264, 392, 2}, 3, /*late=*/false);
 }
 
-/// The emulator itself: in mode Late a wgmma reads its operands when its group retires,
-/// so shared memory overwritten between the commit and the wait (a stage freed before its
-/// wgmma retired) changes the result; in mode Early it does not. A warpgroup multiplies
-/// A (64 x 16 of ones) by B (64 x 16 of ones) and, when asked, zeroes A before waiting.
-TEST(Sm90EmulationModes, LateModeReadsOperandsWhenTheGroupRetires) {
+/// The emulator itself: in mode Late a wgmma reads its operands when its group retires
+/// and checks that they are what they were at issue, so shared memory overwritten between
+/// the commit and the wait (a stage freed before its wgmma retired) stops the test naming
+/// the race; in mode Early the operands are read at issue. A warpgroup multiplies A (64 x
+/// 16 of ones) by B (64 x 16 of ones) and, when asked, zeroes A before waiting.
+TEST(Sm90EmulationModes, LateModeNamesAStageWrittenBeforeItsWgmmaRetired) {
   const std::string probe = R"(
 extern "C" void emu_probe(float *out, int overwrite, int late) {
   lcejit_emu::sm90::mode = late ? lcejit_emu::sm90::Mode::Late : lcejit_emu::sm90::Mode::Early;
@@ -318,7 +319,74 @@ extern "C" void emu_probe(float *out, int overwrite, int late) {
   };
   every(0, 1, 16.f); // 16 products of ones
   every(1, 0, 16.f); // Early: read at issue, before the zeros
-  every(1, 1, 0.f);  // Late: read at the wait, after them
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<float> out(128 * 32);
+  EXPECT_DEATH(run(out.data(), 1, 1),
+               "the shared memory a wgmma reads changed between wgmma.mma_async and the "
+               "wait_group that retired it");
+}
+
+/// The emulator itself: in mode Late a TMA load lands rounds of the scheduler after its
+/// issue, so a wgmma issued without waiting on the load's mbarrier reads what the stage
+/// held before (zeros here); waiting, it reads the loaded ones. The delay is fixed at 50
+/// rounds for the test (the default draws 0-2 per box).
+TEST(Sm90EmulationModes, LateModeLandsTmaLoadsAfterTheIssue) {
+  const std::string probe = R"(
+extern "C" void emu_probe(float *out, int wait) {
+  lcejit_emu::sm90::mode = lcejit_emu::sm90::Mode::Late;
+  lcejit_emu::sm90::tma_delay_min = 50;
+  lcejit_emu::sm90::tma_delay_span = 1;
+  static unsigned short ones[64 * 64];
+  for (unsigned short &v : ones)
+    v = 0x3F80; // bf16 1.0
+  alignas(64) unsigned char map[128];
+  const unsigned long long dims[2] = {64, 64}, strides[1] = {128};
+  const unsigned box[2] = {64, 64};
+  lcejit_emu::sm90::encode_tensor_map(map, ones, 2, dims, strides, box, 2, 128);
+  const long long grid[3] = {1, 1, 1};
+  lcejit_emu::sm90::launch(grid, 128, 20480, 1, false, [&] {
+    using namespace lcejit::sm90;
+    const TensorMap *m = reinterpret_cast<const TensorMap *>(map);
+    const lcejit::u32 base = smem_base(), bar = base + 16384;
+    unsigned short *tile = reinterpret_cast<unsigned short *>(
+        lcejit_dynamic_smem + (base - smem_addr(lcejit_dynamic_smem)));
+    for (int i = threadIdx.x; i < 8192; i += 128)
+      tile[i] = 0;
+    if (threadIdx.x == 0) {
+      mbar_init(bar, 1);
+      mbar_fence_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      mbar_expect_tx(bar, 16384);
+      tma_load_2d(base, m, bar, 0, 0);        // A
+      tma_load_2d(base + 8192, m, bar, 0, 0); // B
+    }
+    if (wait)
+      mbar_wait(bar, 0);
+    float acc[32];
+    wgmma_fence();
+    wgmma_m64n64k16<0, 0>(acc, sw128_desc(base, 16, 1024), sw128_desc(base + 8192, 16, 1024), 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    for (int i = 0; i < 32; ++i)
+      out[threadIdx.x * 32 + i] = acc[i];
+  });
+  lcejit_emu::sm90::tma_delay_min = 0;
+  lcejit_emu::sm90::tma_delay_span = 3;
+}
+)";
+  testing::HostLibrary lib("sm90-tma-probe",
+                           "#include \"lcejit_emu.h\"\n" + codegen::deviceHeaderPrelude() + probe,
+                           {"LCEJIT_EMU_SM90"});
+  auto run = reinterpret_cast<void (*)(float *, int)>(lib.symbol("emu_probe"));
+  for (int wait : {1, 0}) {
+    std::vector<float> out(128 * 32, -1.f);
+    run(out.data(), wait);
+    const float want = wait ? 16.f : 0.f; // 16 products of ones, or of the zeros
+    for (float v : out)
+      ASSERT_EQ(v, want) << "wait " << wait;
+  }
 }
 
 } // namespace

@@ -6,9 +6,9 @@
 // unchanged) as host C++ with this header included first and
 // LCEJIT_HOST_EMULATION defined, and run it:
 //
-//  - a CTA is `blockDim.x` std::threads; __syncthreads is a CTA barrier; each
-//  warp has a
-//    barrier for its collective operations (shuffles, mma.sync),
+//  - a CTA is `blockDim.x` threads, each a fiber on one OS thread ([Note: emulated
+//    threads as fibers], lcejit_emu_fiber.h); __syncthreads is a CTA barrier; each
+//    warp has a barrier for its collective operations (shuffles, mma.sync),
 //    double-buffered so one rendezvous per operation suffices;
 //  - mma.sync.m16n8k16 is computed from the fragments of all 32 lanes, placed
 //  with the
@@ -29,7 +29,8 @@
 //    (Early: a copy into a stage other threads still read corrupts it). A
 //    thread that ends with copies pending aborts. The zero fill of a copy
 //    with src-size 0 lands with it, like the data;
-//  - atomics go through one mutex; __trap aborts (the device headers no longer
+//  - atomics are plain read-modify-writes (the fibers of a launch share one OS
+//    thread and switch only where they wait); __trap aborts (the device headers no longer
 //    trap: launch_ok records a contract violation in the error word).
 //
 // The only device-header code this does not exercise is the inline PTX itself
@@ -43,8 +44,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "lcejit_emu_fiber.h"
+
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,8 +54,6 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 // CUDA qualifiers as plain C++.
@@ -76,36 +76,30 @@ struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 
-[[noreturn]] inline void fail(const char *what) {
-  std::fprintf(stderr, "lcejit_emu: %s\n", what);
-  std::abort();
-}
-
+/// A barrier of `count` fibers (a CTA's, a warp's, a warpgroup's, a cluster's).
 class Barrier {
 public:
-  explicit Barrier(int count) : count_(count) {}
+  explicit Barrier(int count, const char *what = "a barrier") : count_(count), what_(what) {}
   void wait() {
-    std::unique_lock<std::mutex> lock(m_);
     const unsigned long gen = generation_;
+    fiber::progress();
     if (++arrived_ == count_) {
       arrived_ = 0;
       ++generation_;
-      cv_.notify_all();
       return;
     }
-    cv_.wait(lock, [&] { return generation_ != gen; });
+    fiber::wait_for([&] { return generation_ != gen; }, what_);
   }
 
 private:
-  std::mutex m_;
-  std::condition_variable cv_;
   int count_;
+  const char *what_;
   int arrived_ = 0;
   unsigned long generation_ = 0;
 };
 
 struct Warp {
-  Barrier bar{32};
+  Barrier bar{32, "a warp's lanes (shuffle, vote, mma.sync, ldmatrix or wgmma)"};
   float shfl[2][32];
   unsigned vote[2][32];
   long long shfl64[2][32];
@@ -117,7 +111,7 @@ struct Warp {
 
 struct Cta {
   explicit Cta(int threads)
-      : bar(threads), warps(static_cast<size_t>((threads + 31) / 32)) {
+      : bar(threads, "__syncthreads"), warps(static_cast<size_t>((threads + 31) / 32)) {
     for (auto &w : warps)
       w = std::make_unique<Warp>();
   }
@@ -139,15 +133,17 @@ struct ThreadState {
   unsigned shfl_phase = 0, mma_phase = 0, ldsm_phase = 0;
   std::vector<Copy> open;
   std::deque<std::vector<Copy>> groups;
+  void *ext = nullptr; ///< the sm90 emulation's per-thread state
 };
 
-inline thread_local ThreadState tls;
+/// The running fiber's state (set by the launch's scheduler before it resumes a fiber).
+inline thread_local ThreadState *tls_now = nullptr;
+inline ThreadState &tls() { return *tls_now; }
 inline AsyncMode async_mode = AsyncMode::Late;
 inline unsigned launch_smem_bytes = 0;
 /// The dynamic shared memory array of the module (set by its launchers; null:
 /// shared addresses are not checked).
 inline const unsigned char *shared_base = nullptr;
-inline std::mutex atomic_mutex;
 
 } // namespace lcejit_emu
 
@@ -160,7 +156,7 @@ inline lcejit_emu::Dim3 gridDim;
 // Intrinsics the device headers use.
 //===----------------------------------------------------------------------===//
 
-inline void __syncthreads() { lcejit_emu::tls.cta->bar.wait(); }
+inline void __syncthreads() { lcejit_emu::tls().cta->bar.wait(); }
 [[noreturn]] inline void __trap() { lcejit_emu::fail("__trap()"); }
 
 inline float __int_as_float(int x) {
@@ -201,7 +197,7 @@ namespace lcejit_emu {
 /// and, after the warp's barrier, reads the value of lane from(its lane).
 template <class T, class From>
 inline T warp_exchange(T (Warp::*slots)[2][32], T v, From from) {
-  ThreadState &t = tls;
+  ThreadState &t = tls();
   Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
   const unsigned p = t.shfl_phase++ & 1u;
   (w.*slots)[p][t.lane] = v;
@@ -222,7 +218,7 @@ inline double __shfl_xor_sync(unsigned, double v, int mask) {
 /// Warp votes and an indexed shuffle: every lane of the warp takes part (as the device
 /// headers call them).
 inline unsigned __ballot_sync(unsigned, bool pred) {
-  lcejit_emu::ThreadState &t = lcejit_emu::tls;
+  lcejit_emu::ThreadState &t = lcejit_emu::tls();
   lcejit_emu::Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
   const unsigned p = t.shfl_phase++ & 1u;
   w.vote[p][t.lane] = pred ? 1u : 0u;
@@ -239,21 +235,18 @@ inline long long __shfl_sync(unsigned, long long v, int src) {
 inline int __ffs(int x) { return x == 0 ? 0 : __builtin_ctz(static_cast<unsigned>(x)) + 1; }
 
 inline double atomicAdd(double *p, double v) {
-  std::lock_guard<std::mutex> lock(lcejit_emu::atomic_mutex);
   double old = *p;
   *p = old + v;
   return old;
 }
 inline unsigned long long
 atomicCAS(unsigned long long *p, unsigned long long cmp, unsigned long long v) {
-  std::lock_guard<std::mutex> lock(lcejit_emu::atomic_mutex);
   unsigned long long old = *p;
   if (old == cmp)
     *p = v;
   return old;
 }
 inline unsigned long long atomicMax(unsigned long long *p, unsigned long long v) {
-  std::lock_guard<std::mutex> lock(lcejit_emu::atomic_mutex);
   unsigned long long old = *p;
   if (v > old)
     *p = v;
@@ -295,17 +288,18 @@ inline void cp_async_16(void *dst, const void *src, unsigned src_bytes) {
   if (async_mode == AsyncMode::Early)
     complete(c);
   else
-    tls.open.push_back(c);
+    tls().open.push_back(c);
 }
 inline void cp_async_commit() {
-  tls.groups.push_back(std::move(tls.open));
-  tls.open.clear();
+  tls().groups.push_back(std::move(tls().open));
+  tls().open.clear();
 }
 inline void cp_async_wait(int pending) {
-  while (static_cast<int>(tls.groups.size()) > pending) {
-    for (const Copy &c : tls.groups.front())
+  ThreadState &t = tls();
+  while (static_cast<int>(t.groups.size()) > pending) {
+    for (const Copy &c : t.groups.front())
       complete(c);
-    tls.groups.pop_front();
+    t.groups.pop_front();
   }
 }
 
@@ -321,7 +315,7 @@ inline float half_bits_to_float(unsigned short bits, bool bf16) {
 template <bool BF16>
 inline void mma_16816(float &c0, float &c1, float &c2, float &c3,
                       const unsigned (&a)[4], const unsigned (&b)[2]) {
-  ThreadState &t = tls;
+  ThreadState &t = tls();
   Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
   const unsigned p = t.mma_phase++ & 1u;
   for (int i = 0; i < 4; ++i)
@@ -381,7 +375,7 @@ inline void mma_16816(float &c0, float &c1, float &c2, float &c3,
 template <int NUM, bool TRANS>
 inline void ldmatrix(unsigned (&r)[NUM], const unsigned char *row) {
   static_assert(NUM == 1 || NUM == 2 || NUM == 4, "ldmatrix .x1/.x2/.x4");
-  ThreadState &t = tls;
+  ThreadState &t = tls();
   Warp &w = *t.cta->warps[static_cast<size_t>(t.warp)];
   const unsigned p = t.ldsm_phase++ & 1u;
   w.ldsm[p][t.lane] = row;
@@ -420,32 +414,63 @@ inline void ldmatrix(unsigned (&r)[NUM], const unsigned char *row) {
 // Launch: CTAs one after another, each as blockDim.x threads.
 //===----------------------------------------------------------------------===//
 
+/// The fibers of `threads` CTA threads each (CTA ctas[i] of block index blocks[i]),
+/// resumed with their threadIdx, blockIdx and state installed; `check_end` runs at each
+/// thread's end. The scheduler is returned unstarted (the sm90 launch adds its hooks).
+struct FiberSet {
+  std::vector<ThreadState> states;
+  std::vector<Dim3> thread_ids, block_ids;
+  fiber::Scheduler sched;
+};
+inline void add_fibers(FiberSet &set, Cta &cta, Dim3 block_id, int threads,
+                       const std::function<void()> &kernel,
+                       const std::function<void()> &check_end) {
+  for (int tid = 0; tid < threads; ++tid) {
+    ThreadState st;
+    st.cta = &cta;
+    st.lane = tid & 31;
+    st.warp = tid >> 5;
+    set.states.push_back(std::move(st));
+    set.thread_ids.push_back(Dim3{static_cast<unsigned>(tid), 0, 0});
+    set.block_ids.push_back(block_id);
+    char label[64];
+    std::snprintf(label, sizeof label, "block (%u, %u, %u) thread %d", block_id.x, block_id.y,
+                  block_id.z, tid);
+    set.sched.add(
+        [&kernel, &check_end] {
+          kernel();
+          if (!tls().open.empty() || !tls().groups.empty())
+            fail("a thread ended with cp.async copies pending");
+          if (check_end)
+            check_end();
+        },
+        label);
+  }
+}
+inline void install_resume(FiberSet &set) {
+  set.sched.on_resume = [&set](size_t i) {
+    threadIdx = set.thread_ids[i];
+    blockIdx = set.block_ids[i];
+    tls_now = &set.states[i];
+  };
+}
+
 inline void launch(const long long grid[3], int block, int smem_bytes,
                    const std::function<void()> &kernel) {
   blockDim = Dim3{static_cast<unsigned>(block), 1, 1};
   gridDim = Dim3{static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
                  static_cast<unsigned>(grid[2])};
   launch_smem_bytes = static_cast<unsigned>(smem_bytes);
+  const std::function<void()> none;
   for (unsigned z = 0; z < gridDim.z; ++z)
     for (unsigned y = 0; y < gridDim.y; ++y)
       for (unsigned x = 0; x < gridDim.x; ++x) {
         Cta cta(block);
-        std::vector<std::thread> threads;
-        threads.reserve(static_cast<size_t>(block));
-        for (int tid = 0; tid < block; ++tid)
-          threads.emplace_back([&, tid] {
-            threadIdx = Dim3{static_cast<unsigned>(tid), 0, 0};
-            blockIdx = Dim3{x, y, z};
-            tls = ThreadState{};
-            tls.cta = &cta;
-            tls.lane = tid & 31;
-            tls.warp = tid >> 5;
-            kernel();
-            if (!tls.open.empty() || !tls.groups.empty())
-              fail("a thread ended with cp.async copies pending");
-          });
-        for (std::thread &th : threads)
-          th.join();
+        FiberSet set;
+        set.states.reserve(static_cast<size_t>(block));
+        add_fibers(set, cta, Dim3{x, y, z}, block, kernel, none);
+        install_resume(set);
+        set.sched.run();
       }
 }
 

@@ -15,15 +15,17 @@
 //  - mbarrier: expected arrivals, pending arrivals and a transaction count per phase; a
 //    phase completes when both reach zero; try_wait.parity P succeeds once the phase of
 //    parity P has completed (so a fresh barrier passes a wait on parity 1). Arrivals
-//    beyond the count, waits on a barrier never initialized, and any wait longer than
-//    `timeout_seconds` (LCEJIT_EMU_TIMEOUT, default 60 s: a deadlock) abort the test
-//    process with the CTA's barriers; LCEJIT_EMU_TRACE=1 prints every arrival and wait.
+//    beyond the count, waits on a barrier never initialized, and a deadlock (every
+//    thread waiting, [Note: emulated threads as fibers]) abort the test process with
+//    the CTAs' barriers; LCEJIT_EMU_TRACE=1 prints every arrival and wait.
 //  - TMA (cp.async.bulk.tensor 2D/3D, tile mode): the box is read element by element,
 //    out-of-bounds elements as zero, written with the map's 128-byte swizzle (the 16-byte
 //    chunk index XORed with bits 7-9 of the shared address), and its bytes complete the
-//    transaction on the barrier; multicast writes every CTA of the mask. Stores (plain
-//    and .add for f32) read shared memory when the thread waits on its bulk group
-//    (mode Late) or at issue (Early), so a buffer reused before bulk_wait_read shows.
+//    transaction on the barrier, at the end of the scheduler's round or of one of the
+//    next two in mode Late (at issue in Early); multicast writes every CTA of the mask.
+//    Stores (plain and .add for f32) read shared memory when the thread waits on its
+//    bulk group (mode Late) or at issue (Early), so a buffer reused before
+//    bulk_wait_read shows.
 //  - wgmma.mma_async m64nNk16 bf16 -> f32: the operands are decoded from the matrix
 //    descriptors (start, LBO, SBO, 128-byte swizzle; K-major, or MN-major with the
 //    transpose flag) and each thread computes its own accumulator fragment (warp w of
@@ -41,8 +43,6 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include <atomic>
-#include <chrono>
 #include <map>
 
 // The kernel-parameter qualifier of the sm90 kernels' tensor maps.
@@ -94,12 +94,6 @@ inline void encode_tensor_map(void *bytes128, const void *global, u32 rank,
   std::memcpy(bytes128, &m, sizeof m);
 }
 
-/// Any wait longer than this is a deadlock (LCEJIT_EMU_TIMEOUT, seconds, overrides it).
-inline double timeout_seconds = [] {
-  const char *v = std::getenv("LCEJIT_EMU_TIMEOUT");
-  return v ? std::atof(v) : 60.0;
-}();
-
 struct MBar {
   u32 expected = 0, pending = 0, phase = 0;
   long long tx = 0;
@@ -115,6 +109,7 @@ struct PendingWgmma {
   int n;
   u64 desc_a, desc_b;
   int scale_d, trans_a, trans_b;
+  u64 digest; ///< of the thread's operand bits at issue (mode Late)
 };
 
 struct PendingStore {
@@ -126,6 +121,9 @@ struct PendingStore {
 
 enum class Mode { Late, Early };
 inline Mode mode = Mode::Late;
+/// In mode Late a TMA load lands tma_delay_min + [0, tma_delay_span) scheduler rounds
+/// after the round it was issued in (the emulator's own test fixes it).
+inline unsigned tma_delay_min = 0, tma_delay_span = 3;
 
 struct Cluster;
 
@@ -140,20 +138,18 @@ struct CtaState {
   NamedBar named[16];
   Cluster *cluster = nullptr;
   u32 rank = 0;
-  std::atomic<int> any[3] = {0, 0, 0}; ///< __syncthreads_or, three calls in rotation
+  int any[3] = {0, 0, 0}; ///< __syncthreads_or, three calls in rotation
   /// wgmma.mma_async is a warpgroup-wide operation: its 128 threads meet at every one.
-  Barrier warpgroup[4] = {Barrier(128), Barrier(128), Barrier(128), Barrier(128)};
+  Barrier warpgroup[4] = {Barrier(128, "a warpgroup (wgmma.mma_async, wgmma.wait_group)"),
+                          Barrier(128, "a warpgroup (wgmma.mma_async, wgmma.wait_group)"),
+                          Barrier(128, "a warpgroup (wgmma.mma_async, wgmma.wait_group)"),
+                          Barrier(128, "a warpgroup (wgmma.mma_async, wgmma.wait_group)")};
 };
 
 struct Cluster {
   std::vector<CtaState *> ctas;
   std::unique_ptr<Barrier> bar; ///< barrier.cluster: every thread of every CTA
 };
-
-/// One mutex and condition variable for every barrier of the launch: simple, and the
-/// tests' launches are small.
-inline std::mutex sync_mutex;
-inline std::condition_variable sync_cv;
 
 struct ThreadSm90 {
   CtaState *cta = nullptr;
@@ -163,9 +159,9 @@ struct ThreadSm90 {
   std::vector<PendingStore> open_stores;
   std::deque<std::vector<PendingStore>> store_groups;
 };
-inline thread_local ThreadSm90 ts;
+inline ThreadSm90 &ts() { return *static_cast<ThreadSm90 *>(::lcejit_emu::tls().ext); }
 
-inline CtaState &cta() { return *ts.cta; }
+inline CtaState &cta() { return *ts().cta; }
 
 inline unsigned char *dynamic_smem() { return cta().window + CtaState::kDynamicStart; }
 
@@ -209,7 +205,6 @@ inline void mbar_complete_if_done(MBar &b) {
   if (b.pending == 0 && b.tx == 0) {
     b.phase ^= 1u;
     b.pending = b.expected;
-    sync_cv.notify_all();
   }
 }
 
@@ -217,7 +212,7 @@ inline void mbar_complete_if_done(MBar &b) {
 inline const bool trace = std::getenv("LCEJIT_EMU_TRACE") != nullptr;
 
 inline void mbar_arrive_on(CtaState &c, u32 bar, long long tx) {
-  std::lock_guard<std::mutex> lock(sync_mutex);
+  ::lcejit_emu::fiber::progress();
   MBar &b = mbar_locked(c, bar);
   if (trace)
     std::fprintf(stderr, "emu: block %u thread %u arrives on 0x%x (rank %u) tx %lld: phase %u "
@@ -231,7 +226,7 @@ inline void mbar_arrive_on(CtaState &c, u32 bar, long long tx) {
 }
 
 inline void mbar_complete_tx(CtaState &c, u32 bar, long long bytes) {
-  std::lock_guard<std::mutex> lock(sync_mutex);
+  ::lcejit_emu::fiber::progress();
   MBar &b = mbar_locked(c, bar);
   if (trace)
     std::fprintf(stderr, "emu: block %u thread %u completes %lld bytes on 0x%x (rank %u): "
@@ -241,22 +236,13 @@ inline void mbar_complete_tx(CtaState &c, u32 bar, long long bytes) {
   mbar_complete_if_done(b);
 }
 
-/// Waits (bounded by timeout_seconds) until `done` holds, under sync_mutex.
-template <class Done> inline void wait_until(std::unique_lock<std::mutex> &lock, Done done,
-                                             const char *what) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(timeout_seconds);
-  while (!done()) {
-    if (sync_cv.wait_until(lock, deadline) == std::cv_status::timeout && !done()) {
-      std::fprintf(stderr, "lcejit_emu: %s: no progress in %.0f s (a deadlock), block %u "
-                   "thread %u\n",
-                   what, timeout_seconds, blockIdx.x, threadIdx.x);
-      for (const auto &[addr, b] : cta().mbars)
-        std::fprintf(stderr, "  mbarrier 0x%x: phase %u, %u of %u arrivals pending, tx %lld\n",
-                     addr, b.phase, b.pending, b.expected, b.tx);
-      std::abort();
-    }
-  }
+/// The mbarriers of every CTA of the launch, for a deadlock's report.
+inline void print_mbarriers(const std::vector<CtaState *> &ctas) {
+  for (size_t i = 0; i < ctas.size(); ++i)
+    for (const auto &[addr, b] : ctas[i]->mbars)
+      std::fprintf(stderr, "  CTA %zu (rank %u): mbarrier 0x%x: phase %u, %u of %u arrivals "
+                   "pending, tx %lld\n",
+                   i, ctas[i]->rank, addr, b.phase, b.pending, b.expected, b.tx);
 }
 
 } // namespace sm90
@@ -275,7 +261,6 @@ typedef unsigned short u16;
 inline emu::u32 smem_addr(const void *p) { return emu::smem_addr(p); }
 
 inline void mbar_init(emu::u32 bar, emu::u32 count) {
-  std::lock_guard<std::mutex> lock(emu::sync_mutex);
   if (count == 0)
     ::lcejit_emu::fail("mbarrier.init with count 0");
   emu::MBar &b = emu::cta().mbars[bar];
@@ -304,7 +289,6 @@ inline void mbar_arrive_pair_if(emu::u32 bar, emu::u32 pred, emu::u32 peer,
 /// Blocks until the phase of `parity` has completed (the hardware's try_wait suspends
 /// for a while and may fail; the callers loop either way).
 inline bool mbar_try_wait(emu::u32 bar, emu::u32 parity) {
-  std::unique_lock<std::mutex> lock(emu::sync_mutex);
   emu::CtaState &c = emu::cta();
   emu::mbar_locked(c, bar);
   if (emu::trace)
@@ -318,8 +302,8 @@ inline bool mbar_try_wait(emu::u32 bar, emu::u32 parity) {
                   "tx %lld, when the wait began)",
                   parity, bar, b.phase, b.pending, b.expected, b.tx);
   }
-  emu::wait_until(lock, [&] { return (emu::mbar_locked(c, bar).phase & 1u) != (parity & 1u); },
-                  what);
+  ::lcejit_emu::fiber::wait_for(
+      [&] { return (emu::mbar_locked(c, bar).phase & 1u) != (parity & 1u); }, what);
   return true;
 }
 inline void mbar_wait(emu::u32 bar, emu::u32 parity) {
@@ -396,8 +380,21 @@ inline void load(emu::u32 dst, const TensorMap *map, emu::u32 bar, int x, int y,
     if (r >= self.cluster->ctas.size())
       ::lcejit_emu::fail("TMA multicast: a mask bit past the cluster");
     emu::CtaState &c = *self.cluster->ctas[r];
-    load_box(c, dst, m, x, y, z);
-    emu::mbar_complete_tx(c, bar, box_bytes(m));
+    // In mode Late the box lands, and completes its bytes, at the end of the scheduler's
+    // round or of one of the next two (drawn per box): a consumer that reads a stage
+    // without waiting on its full barrier reads what was there before.
+    ::lcejit_emu::fiber::Scheduler *sched = ::lcejit_emu::fiber::current;
+    if (emu::mode == emu::Mode::Late && sched) {
+      const emu::EmuTensorMap copy = m; // the map is a parameter of the issuing thread
+      sched->defer(emu::tma_delay_min + sched->draw(emu::tma_delay_span),
+                   [&c, dst, copy, bar, x, y, z] {
+        load_box(c, dst, copy, x, y, z);
+        emu::mbar_complete_tx(c, bar, box_bytes(copy));
+      });
+    } else {
+      load_box(c, dst, m, x, y, z);
+      emu::mbar_complete_tx(c, bar, box_bytes(m));
+    }
   }
 }
 inline void store_now(const emu::PendingStore &s) {
@@ -417,7 +414,6 @@ inline void store_now(const emu::PendingStore &s) {
         if (!g)
           continue; // out of bounds: not written
         if (s.add) {
-          std::lock_guard<std::mutex> lock(::lcejit_emu::atomic_mutex);
           float a, b;
           std::memcpy(&a, g, 4);
           std::memcpy(&b, src, 4);
@@ -446,18 +442,19 @@ template <bool ADD> inline void tma_store_2d(const TensorMap *map, emu::u32 src,
   if (emu::mode == emu::Mode::Early)
     detail_emu::store_now(s);
   else
-    emu::ts.open_stores.push_back(s);
+    emu::ts().open_stores.push_back(s);
 }
 inline void bulk_commit() {
-  emu::ts.store_groups.push_back(std::move(emu::ts.open_stores));
-  emu::ts.open_stores.clear();
+  emu::ts().store_groups.push_back(std::move(emu::ts().open_stores));
+  emu::ts().open_stores.clear();
 }
 namespace detail_emu {
 inline void retire_stores(int pending) {
-  while (static_cast<int>(emu::ts.store_groups.size()) > pending) {
-    for (const emu::PendingStore &s : emu::ts.store_groups.front())
+  emu::ThreadSm90 &t = emu::ts();
+  while (static_cast<int>(t.store_groups.size()) > pending) {
+    for (const emu::PendingStore &s : t.store_groups.front())
       store_now(s);
-    emu::ts.store_groups.pop_front();
+    t.store_groups.pop_front();
   }
 }
 } // namespace detail_emu
@@ -491,7 +488,7 @@ namespace detail_emu {
 /// the 128-byte swizzle): K-major, rows of 128 bytes, 8-row groups SBO apart; MN-major
 /// (transposed), 64 rows of the operand in 128 bytes per k, k-rows 128 bytes apart in
 /// groups of 8 SBO apart, 64-row groups LBO apart.
-inline float operand(emu::u64 desc, bool mn_major, int row, int k) {
+inline unsigned short operand(emu::u64 desc, bool mn_major, int row, int k) {
   if ((desc >> 62) != 1)
     ::lcejit_emu::fail("wgmma: only the 128-byte swizzle is emulated");
   if (((desc >> 49) & 7u) != 0)
@@ -506,18 +503,58 @@ inline float operand(emu::u64 desc, bool mn_major, int row, int k) {
     addr = start + (row / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + (row % 64) * 2;
   unsigned short bits;
   std::memcpy(&bits, emu::at(emu::cta(), emu::swizzle128(addr), 2, "wgmma operand"), 2);
-  return ::lcejit_emu::half_bits_to_float(bits, true);
+  return bits;
 }
-inline void compute(const emu::PendingWgmma &w) {
+/// This thread's two rows of A and n / 4 columns of B of one wgmma, as bf16 bits.
+struct Operands {
+  unsigned short a[2][16], b[64][16];
+};
+inline void fetch(const emu::PendingWgmma &w, Operands &o) {
   const int t = static_cast<int>(threadIdx.x % 128), warp = t / 32, l = t % 32;
-  // This thread's two rows of A and n / 4 columns of B, decoded once.
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k)
+      o.a[h][k] = operand(w.desc_a, w.trans_a != 0, 16 * warp + l / 4 + 8 * h, k);
+  for (int c = 0; c < w.n / 4; ++c)
+    for (int k = 0; k < 16; ++k)
+      o.b[c][k] = operand(w.desc_b, w.trans_b != 0, 8 * (c / 2) + 2 * (l % 4) + c % 2, k);
+}
+inline emu::u64 digest(const Operands &o, int n) {
+  emu::u64 h = 1469598103934665603ull; // FNV-1a over the bits
+  auto add = [&h](unsigned short v) {
+    h = (h ^ v) * 1099511628211ull;
+  };
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 16; ++k)
+      add(o.a[r][k]);
+  for (int c = 0; c < n / 4; ++c)
+    for (int k = 0; k < 16; ++k)
+      add(o.b[c][k]);
+  return h;
+}
+/// Computes a wgmma this thread issued. In mode Late (`check`) its operands are read
+/// when its group retires and must be what they were at issue: the hardware reads them
+/// at some time in between, so a stage written in that window (freed too early, or
+/// filled after the wgmma was issued without waiting on its full barrier) is a race,
+/// named here instead of showing as a wrong result or not at all.
+inline void compute(const emu::PendingWgmma &w, bool check) {
+  Operands o;
+  fetch(w, o);
+  if (check && digest(o, w.n) != w.digest) {
+    std::fprintf(stderr,
+                 "lcejit_emu: block %u thread %u: the shared memory a wgmma reads changed "
+                 "between wgmma.mma_async and the wait_group that retired it (a stage "
+                 "freed before its wgmma retired, or read before its TMA load completed "
+                 "its barrier)\n",
+                 blockIdx.x, threadIdx.x);
+    std::abort();
+  }
   float a[2][16], b[64][16];
   for (int h = 0; h < 2; ++h)
     for (int k = 0; k < 16; ++k)
-      a[h][k] = operand(w.desc_a, w.trans_a != 0, 16 * warp + l / 4 + 8 * h, k);
+      a[h][k] = ::lcejit_emu::half_bits_to_float(o.a[h][k], true);
   for (int c = 0; c < w.n / 4; ++c)
     for (int k = 0; k < 16; ++k)
-      b[c][k] = operand(w.desc_b, w.trans_b != 0, 8 * (c / 2) + 2 * (l % 4) + c % 2, k);
+      b[c][k] = ::lcejit_emu::half_bits_to_float(o.b[c][k], true);
   for (int i = 0; i < w.n / 2; ++i) {
     // Row 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + (i % 2).
     const float *ar = a[(i / 2) % 2];
@@ -531,11 +568,15 @@ inline void compute(const emu::PendingWgmma &w) {
 template <int N, int TA, int TB>
 inline void issue(float (&d)[N / 2], emu::u64 desc_a, emu::u64 desc_b, int scale_d) {
   emu::cta().warpgroup[threadIdx.x / 128].wait();
-  const emu::PendingWgmma w{d, N, desc_a, desc_b, scale_d, TA, TB};
-  if (emu::mode == emu::Mode::Early)
-    compute(w);
-  else
-    emu::ts.open_wgmma.push_back(w);
+  emu::PendingWgmma w{d, N, desc_a, desc_b, scale_d, TA, TB, 0};
+  if (emu::mode == emu::Mode::Early) {
+    compute(w, false);
+  } else {
+    Operands o;
+    fetch(w, o);
+    w.digest = digest(o, N);
+    emu::ts().open_wgmma.push_back(w);
+  }
 }
 } // namespace detail_emu
 
@@ -546,24 +587,25 @@ inline void issue(float (&d)[N / 2], emu::u64 desc_a, emu::u64 desc_b, int scale
 // never see its phase (a parity names a phase only within one of the current).
 namespace detail_emu {
 inline void warp_sync() {
-  ::lcejit_emu::tls.cta->warps[static_cast<size_t>(::lcejit_emu::tls.warp)]->bar.wait();
+  ::lcejit_emu::tls().cta->warps[static_cast<size_t>(::lcejit_emu::tls().warp)]->bar.wait();
 }
 } // namespace detail_emu
 inline void wgmma_fence() { detail_emu::warp_sync(); }
 inline void wgmma_commit() {
   detail_emu::warp_sync();
-  emu::ts.wgmma_groups.push_back(std::move(emu::ts.open_wgmma));
-  emu::ts.open_wgmma.clear();
+  emu::ts().wgmma_groups.push_back(std::move(emu::ts().open_wgmma));
+  emu::ts().open_wgmma.clear();
 }
 /// A group retires for the whole warpgroup at once (its wgmma are warpgroup operations):
 /// every thread computes its fragments, then the warpgroup meets, and only then may any
 /// of its threads free the stages the group read.
 template <int N> inline void wgmma_wait() {
   detail_emu::warp_sync();
-  while (static_cast<int>(emu::ts.wgmma_groups.size()) > N) {
-    for (const emu::PendingWgmma &w : emu::ts.wgmma_groups.front())
-      detail_emu::compute(w);
-    emu::ts.wgmma_groups.pop_front();
+  emu::ThreadSm90 &t = emu::ts();
+  while (static_cast<int>(t.wgmma_groups.size()) > N) {
+    for (const emu::PendingWgmma &w : t.wgmma_groups.front())
+      detail_emu::compute(w, true);
+    t.wgmma_groups.pop_front();
   }
   emu::cta().warpgroup[threadIdx.x / 128].wait();
 }
@@ -594,21 +636,20 @@ namespace detail_emu {
 inline void named_bar(int id, int count, bool wait) {
   if (id <= 0 || id >= 16 || count <= 0 || count % 32 != 0)
     ::lcejit_emu::fail("bar.sync/bar.arrive: bad barrier id or thread count");
-  std::unique_lock<std::mutex> lock(emu::sync_mutex);
   emu::NamedBar &b = emu::cta().named[id];
   if (b.arrived == 0)
     b.count = count;
   else if (b.count != count)
     ::lcejit_emu::fail("bar.sync/bar.arrive: two thread counts on one barrier at once");
   const unsigned long gen = b.generation;
+  ::lcejit_emu::fiber::progress();
   if (++b.arrived == b.count) {
     b.arrived = 0;
     ++b.generation;
-    emu::sync_cv.notify_all();
     return;
   }
   if (wait)
-    emu::wait_until(lock, [&] { return b.generation != gen; }, "bar.sync");
+    ::lcejit_emu::fiber::wait_for([&] { return b.generation != gen; }, "bar.sync");
 }
 } // namespace detail_emu
 inline void named_bar_sync(int id, int count) { detail_emu::named_bar(id, count, true); }
@@ -617,9 +658,11 @@ inline void named_bar_arrive(int id, int count) { detail_emu::named_bar(id, coun
 inline emu::u32 ld_acquire_u32(const emu::u32 *p) {
   return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
-inline void st_release_u32(emu::u32 *p, emu::u32 v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+inline void st_release_u32(emu::u32 *p, emu::u32 v) {
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+  ::lcejit_emu::fiber::progress();
+}
 inline void red_add_f32x2(float *p, float x, float y) {
-  std::lock_guard<std::mutex> lock(::lcejit_emu::atomic_mutex);
   p[0] += x;
   p[1] += y;
 }
@@ -637,19 +680,20 @@ template <int REGS> inline void setmaxnreg_dec() {}
 inline int __shfl_sync(unsigned, int v, int src) {
   return static_cast<int>(__shfl_sync(0xffffffffu, static_cast<long long>(v), src));
 }
-inline void __nanosleep(unsigned) { std::this_thread::yield(); }
+/// A spin loop's sleep: the fiber lets the others run ([Note: emulated threads as fibers]).
+inline void __nanosleep(unsigned) { ::lcejit_emu::fiber::yield(); }
 /// Call k of a CTA uses slot k % 3 and clears slot (k + 2) % 3: every thread has read
 /// that one (call k - 1) before this barrier, and none can set it (call k + 2) before
 /// thread 0 has passed call k + 1's barrier.
 inline int __syncthreads_or(int pred) {
   lcejit_emu::sm90::CtaState &c = lcejit_emu::sm90::cta();
-  const unsigned k = lcejit_emu::sm90::ts.any_calls++;
+  const unsigned k = lcejit_emu::sm90::ts().any_calls++;
   if (pred)
-    c.any[k % 3].store(1);
+    c.any[k % 3] = 1;
   __syncthreads();
-  const int r = c.any[k % 3].load();
+  const int r = c.any[k % 3];
   if (threadIdx.x == 0)
-    c.any[(k + 2) % 3].store(0);
+    c.any[(k + 2) % 3] = 0;
   return r;
 }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
@@ -696,7 +740,7 @@ inline void launch(const long long grid[3], int block, int smem_bytes, int clust
         for (long long b = first; b < first + at_once; ++b) {
           if ((b - first) % cluster == 0) {
             clusters.push_back(std::make_unique<Cluster>());
-            clusters.back()->bar = std::make_unique<Barrier>(block * cluster);
+            clusters.back()->bar = std::make_unique<Barrier>(block * cluster, "barrier.cluster");
           }
           auto s = std::make_unique<CtaState>();
           s->dynamic_bytes = static_cast<u32>(smem_bytes);
@@ -715,33 +759,36 @@ inline void launch(const long long grid[3], int block, int smem_bytes, int clust
         // The mma.sync path's cp.async and ldmatrix checks take one CTA's array.
         ::lcejit_emu::shared_base =
             at_once == 1 ? states[0]->window + CtaState::kDynamicStart : nullptr;
-        std::vector<std::thread> threads;
-        threads.reserve(static_cast<size_t>(at_once * block));
-        for (long long b = first; b < first + at_once; ++b)
-          for (int tid = 0; tid < block; ++tid)
-            threads.emplace_back([&, b, tid] {
-              threadIdx = Dim3{static_cast<unsigned>(tid), 0, 0};
-              blockIdx = Dim3{static_cast<unsigned>(b), static_cast<unsigned>(y),
-                              static_cast<unsigned>(z)};
-              tls = ThreadState{};
-              tls.cta = ctas[static_cast<size_t>(b - first)].get();
-              tls.lane = tid & 31;
-              tls.warp = tid >> 5;
-              ts = ThreadSm90{};
-              ts.cta = states[static_cast<size_t>(b - first)].get();
-              kernel();
-              if (trace)
-                std::fprintf(stderr, "emu: block %u thread %u returns\n", blockIdx.x,
-                             threadIdx.x);
-              if (!ts.open_wgmma.empty() || !ts.wgmma_groups.empty())
-                fail("a thread ended with wgmma groups not waited for");
-              if (!ts.open_stores.empty() || !ts.store_groups.empty())
-                fail("a thread ended with TMA stores not waited for (bulk_wait)");
-              if (!tls.open.empty() || !tls.groups.empty())
-                fail("a thread ended with cp.async copies pending");
-            });
-        for (std::thread &th : threads)
-          th.join();
+        const size_t threads = static_cast<size_t>(at_once * block);
+        ::lcejit_emu::FiberSet set;
+        set.states.reserve(threads);
+        std::vector<ThreadSm90> sm90_states(threads);
+        const std::function<void()> check_end = [] {
+          if (trace)
+            std::fprintf(stderr, "emu: block %u thread %u returns\n", blockIdx.x,
+                         threadIdx.x);
+          if (!ts().open_wgmma.empty() || !ts().wgmma_groups.empty())
+            fail("a thread ended with wgmma groups not waited for");
+          if (!ts().open_stores.empty() || !ts().store_groups.empty())
+            fail("a thread ended with TMA stores not waited for (bulk_wait)");
+        };
+        for (long long b = first; b < first + at_once; ++b) {
+          const size_t from = set.states.size();
+          ::lcejit_emu::add_fibers(set, *ctas[static_cast<size_t>(b - first)],
+                                   Dim3{static_cast<unsigned>(b), static_cast<unsigned>(y),
+                                        static_cast<unsigned>(z)},
+                                   block, kernel, check_end);
+          for (size_t i = from; i < set.states.size(); ++i) {
+            sm90_states[i].cta = states[static_cast<size_t>(b - first)].get();
+            set.states[i].ext = &sm90_states[i];
+          }
+        }
+        ::lcejit_emu::install_resume(set);
+        std::vector<CtaState *> all;
+        for (const auto &st : states)
+          all.push_back(st.get());
+        set.sched.on_deadlock = [&all] { print_mbarriers(all); };
+        set.sched.run();
       }
 }
 
