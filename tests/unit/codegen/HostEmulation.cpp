@@ -5,6 +5,7 @@
 
 #include "compiler/codegen/CodeWriter.h"
 #include "compiler/codegen/Emitter.h"
+#include "compiler/support/ContentHash.h"
 #include "lcejit/Error.h"
 
 #include <dlfcn.h>
@@ -114,6 +115,87 @@ std::string emulationPchDir(bool sm90) {
   return dir.string();
 }
 
+/// Every emulation header's name and bytes, in name order (a compiled module embeds them).
+const std::string &emulationHeaders() {
+  static const std::string all = [] {
+    std::vector<fs::path> files;
+    for (const auto &entry : fs::directory_iterator(LCEJIT_TEST_EMU_DIR))
+      files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    std::string text;
+    for (const fs::path &f : files) {
+      std::ifstream in(f, std::ios::binary);
+      text += f.filename().string() + '\0';
+      text.append(std::istreambuf_iterator<char>(in), {});
+      text += '\0';
+    }
+    return text;
+  }();
+  return all;
+}
+
+/// [Note: emulated module cache] A compiled module, by the XXH3-128 of everything it is
+/// made of (compiler, flags, defines, the source, the emulation headers), is kept in the
+/// build tree: the 24 plain-GEMM emulation tests share one module, and a test run again
+/// compiles nothing. Entries are written whole (a temporary, then a rename), used by
+/// copying them (each HostLibrary its own instance of the module's globals), touched on
+/// use, and the least recently used are removed past 2000. LCEJIT_EMU_CACHE=0 turns it off.
+class ModuleCache {
+public:
+  explicit ModuleCache(const std::string &recipe)
+      : enabled_(enabled()),
+        path_(fs::path(LCEJIT_TEST_EMU_CACHE_DIR) /
+              (lcejit::contentHashHex(recipe + '\0' + emulationHeaders()) + ".so")) {}
+
+  /// Copies the cached module to `lib`; false on a miss.
+  bool fetch(const std::string &lib) const {
+    std::error_code ec;
+    if (!enabled_ || !fs::copy_file(path_, lib, fs::copy_options::overwrite_existing, ec))
+      return false;
+    fs::last_write_time(path_, fs::file_time_type::clock::now(), ec);
+    return true;
+  }
+
+  void store(const std::string &lib) const {
+    if (!enabled_)
+      return;
+    std::error_code ec;
+    fs::create_directories(path_.parent_path(), ec);
+    static std::atomic<int> counter{0};
+    const fs::path tmp =
+        path_.string() + fmt::format(".tmp.{}.{}", ::getpid(), counter++);
+    if (!fs::copy_file(lib, tmp, ec)) {
+      fs::remove(tmp, ec);
+      return;
+    }
+    fs::rename(tmp, path_, ec);
+    if (ec)
+      fs::remove(tmp, ec);
+    prune();
+  }
+
+private:
+  static bool enabled() {
+    const char *v = std::getenv("LCEJIT_EMU_CACHE");
+    return !(v && std::string(v) == "0");
+  }
+  void prune() const {
+    constexpr size_t kMax = 2000, kKeep = 1500;
+    std::error_code ec;
+    std::vector<std::pair<fs::file_time_type, fs::path>> entries;
+    for (const auto &e : fs::directory_iterator(path_.parent_path(), ec))
+      entries.emplace_back(fs::last_write_time(e.path(), ec), e.path());
+    if (entries.size() <= kMax)
+      return;
+    std::sort(entries.begin(), entries.end());
+    for (size_t i = 0; i + kKeep < entries.size(); ++i)
+      fs::remove(entries[i].second, ec);
+  }
+
+  bool enabled_;
+  fs::path path_;
+};
+
 } // namespace
 
 HostLibrary::HostLibrary(const std::string &label, const std::string &source,
@@ -133,6 +215,15 @@ HostLibrary::HostLibrary(const std::string &label, const std::string &source,
     flags += " -D" + d;
   const bool sm90 = std::find(defines.begin(), defines.end(), "LCEJIT_EMU_SM90") != defines.end();
   const std::string pch = emulationPchDir(sm90);
+  const std::string compiler =
+      fmt::format("{} {}{} -I{} -I{} -shared", LCEJIT_TEST_HOST_CXX, LCEJIT_TEST_EMU_FLAGS,
+                  flags, LCEJIT_TEST_EMU_DIR, LCEJIT_TEST_CUDA_INCLUDE);
+  const ModuleCache cache(compiler + '\0' + source);
+  if (cache.fetch(lib)) {
+    open(lib);
+    return;
+  }
+  // The precompiled header changes only how fast it compiles, so it is not in the key.
   const std::string cmd =
       fmt::format("{} {}{}{} -I{} -I{} -shared {} -o {} > {}/compile.log 2>&1",
                   LCEJIT_TEST_HOST_CXX, LCEJIT_TEST_EMU_FLAGS, flags,
@@ -144,6 +235,11 @@ HostLibrary::HostLibrary(const std::string &label, const std::string &source,
     throw std::runtime_error("host compile of the generated module failed: " +
                              cmd + "\n" + text.substr(0, 4000));
   }
+  cache.store(lib);
+  open(lib);
+}
+
+void HostLibrary::open(const std::string &lib) {
   handle_ = ::dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle_)
     throw std::runtime_error(std::string("dlopen: ") + ::dlerror());

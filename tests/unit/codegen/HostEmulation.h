@@ -34,6 +34,7 @@ public:
   void *symbol(const std::string &name) const;
 
 private:
+  void open(const std::string &lib);
   std::string dir_;
   void *handle_ = nullptr;
 };
