@@ -326,6 +326,36 @@ extern "C" void emu_probe(float *out, int overwrite, int late) {
                "wait_group that retired it");
 }
 
+/// The emulator itself ([Note: emulated threads as fibers]): when every thread waits and
+/// nothing can change, the launch stops at once, naming each waiting thread and what it
+/// waits on, and printing the mbarriers (here: all 128 wait on an mbarrier that nobody
+/// arrives at), instead of hanging until a timeout.
+TEST(Sm90EmulationModes, ADeadlockStopsAtOnceNamingTheWaits) {
+  const std::string probe = R"(
+extern "C" void emu_probe() {
+  const long long grid[3] = {1, 1, 1};
+  lcejit_emu::sm90::launch(grid, 128, 1024, 1, false, [&] {
+    using namespace lcejit::sm90;
+    const lcejit::u32 bar = smem_base();
+    if (threadIdx.x == 0) {
+      mbar_init(bar, 1);
+      mbar_fence_init();
+    }
+    __syncthreads();
+    mbar_wait(bar, 0);
+  });
+}
+)";
+  testing::HostLibrary lib("sm90-deadlock-probe",
+                           "#include \"lcejit_emu.h\"\n" + codegen::deviceHeaderPrelude() + probe,
+                           {"LCEJIT_EMU_SM90"});
+  auto run = reinterpret_cast<void (*)()>(lib.symbol("emu_probe"));
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(run(), "a deadlock: every thread waits and none made progress");
+  EXPECT_DEATH(run(), "block \\(0, 0, 0\\) thread [0-9]+ waits on mbarrier.try_wait.parity 0");
+  EXPECT_DEATH(run(), "mbarrier 0x[0-9a-f]+: phase 0, 1 of 1 arrivals pending");
+}
+
 /// The emulator itself: in mode Late a TMA load lands rounds of the scheduler after its
 /// issue, so a wgmma issued without waiting on the load's mbarrier reads what the stage
 /// held before (zeros here); waiting, it reads the loaded ones. The delay is fixed at 50

@@ -351,14 +351,18 @@ private:
   [[noreturn]] void deadlock(const char *why) {
     std::fprintf(stderr, "lcejit_emu: a deadlock: %s (round %llu, seed %llu)\n", why, round_,
                  seed());
-    int shown = 0;
-    for (size_t i = 0; i < fibers_.size() && shown < 16; ++i) {
+    size_t shown = 0, live = 0;
+    for (size_t i = 0; i < fibers_.size(); ++i) {
       if (fibers_[i]->done)
         continue;
-      std::fprintf(stderr, "  %s %s %s\n", fibers_[i]->label.c_str(),
-                   fibers_[i]->blocked ? "waits on" : "spins:", fibers_[i]->waiting);
-      ++shown;
+      if (++live <= 16) {
+        std::fprintf(stderr, "  %s %s %s\n", fibers_[i]->label.c_str(),
+                     fibers_[i]->blocked ? "waits on" : "spins:", fibers_[i]->waiting);
+        ++shown;
+      }
     }
+    if (live > shown)
+      std::fprintf(stderr, "  ... and %zu more threads that have not ended\n", live - shown);
     if (on_deadlock)
       on_deadlock();
     std::abort();
