@@ -48,6 +48,19 @@
 #include <ucontext.h>
 #endif
 
+// Under AddressSanitizer (scripts/test --sanitize builds the tests that include this) every
+// switch is announced, so that ASan knows which stack is live.
+#if defined(__SANITIZE_ADDRESS__)
+#define LCEJIT_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LCEJIT_EMU_ASAN 1
+#endif
+#endif
+#ifdef LCEJIT_EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #if defined(__x86_64__)
 // void lcejit_emu_switch(void **save_sp, void *load_sp): saves this context on its stack,
 // stores the stack pointer in *save_sp, and resumes the context whose stack pointer is
@@ -132,6 +145,7 @@ struct Fiber {
   std::string label;          ///< "block x thread t", for a deadlock's report
   bool done = false;
   bool blocked = false;       ///< it gave up the thread in `block` (not in `yield`)
+  void *asan_fake_stack = nullptr;
   const char *waiting = "";   ///< what it waits on, while blocked
 #if defined(__x86_64__)
   void *sp = nullptr;
@@ -262,6 +276,7 @@ private:
   static void entry(void *self) {
     Scheduler *s = static_cast<Scheduler *>(self);
     Fiber &f = *s->fibers_[s->running_];
+    s->arrived(f);
     f.body();
     f.done = true;
     s->suspend();
@@ -321,17 +336,41 @@ private:
     running_ = i;
     if (on_resume)
       on_resume(i);
+#ifdef LCEJIT_EMU_ASAN
+    void *fake = nullptr;
+    const Stack &st = *stack_pool()[i];
+    __sanitizer_start_switch_fiber(&fake, st.bottom() + 4096, Stack::kBytes - 4096);
+#endif
 #if defined(__x86_64__)
     lcejit_emu_switch(&main_sp_, fibers_[i]->sp);
 #else
     swapcontext(&main_ctx_, &fibers_[i]->ctx);
 #endif
+#ifdef LCEJIT_EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
   }
   void suspend() {
+    Fiber &f = *fibers_[running_];
+#ifdef LCEJIT_EMU_ASAN
+    // A fiber that has ended gives its fake stack back.
+    __sanitizer_start_switch_fiber(f.done ? nullptr : &f.asan_fake_stack, main_bottom_,
+                                   main_size_);
+#endif
 #if defined(__x86_64__)
-    lcejit_emu_switch(&fibers_[running_]->sp, main_sp_);
+    lcejit_emu_switch(&f.sp, main_sp_);
 #else
-    swapcontext(&fibers_[running_]->ctx, &main_ctx_);
+    swapcontext(&f.ctx, &main_ctx_);
+#endif
+    arrived(f);
+  }
+  /// On a fiber, after the switch to it: tells ASan the switch is done (and learns the
+  /// scheduler's stack, to announce the switch back).
+  void arrived(Fiber &f) {
+#ifdef LCEJIT_EMU_ASAN
+    __sanitizer_finish_switch_fiber(f.asan_fake_stack, &main_bottom_, &main_size_);
+#else
+    (void)f;
 #endif
   }
 
@@ -378,6 +417,8 @@ private:
 #else
   ucontext_t main_ctx_;
 #endif
+  const void *main_bottom_ = nullptr; ///< the scheduler's stack, for ASan
+  size_t main_size_ = 0;
 };
 
 /// The fiber-side calls; outside a launch (no scheduler) a wait that does not hold is a
