@@ -356,6 +356,47 @@ extern "C" void emu_probe() {
   EXPECT_DEATH(run(), "mbarrier 0x[0-9a-f]+: phase 0, 1 of 1 arrivals pending");
 }
 
+/// The emulator itself: bytes a thread writes with st.shared reach TMA (the async proxy)
+/// only after its fence.proxy.async, so a TMA store of them before the fence stops the
+/// test naming the writer; with the fence the store writes them.
+TEST(Sm90EmulationModes, ATmaStoreOfUnfencedSharedWritesIsARace) {
+  const std::string probe = R"(
+extern "C" void emu_probe(float *out, int fence) {
+  alignas(64) unsigned char map[128];
+  const unsigned long long dims[2] = {32, 64}, strides[1] = {128};
+  const unsigned box[2] = {32, 64};
+  lcejit_emu::sm90::encode_tensor_map(map, out, 2, dims, strides, box, 4, 0);
+  const long long grid[3] = {1, 1, 1};
+  lcejit_emu::sm90::launch(grid, 128, 16384, 1, false, [&] {
+    using namespace lcejit::sm90;
+    const TensorMap *m = reinterpret_cast<const TensorMap *>(map);
+    const lcejit::u32 base = smem_base();
+    for (int i = threadIdx.x; i < 1024; i += 128) // 64 x 32 floats, two a call
+      st_shared_f32x2(base + 8 * i, float(2 * i), float(2 * i + 1));
+    if (fence)
+      fence_proxy_async_shared();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      tma_store_2d<false>(m, base, 0, 0);
+      bulk_commit();
+      bulk_wait<0>();
+    }
+  });
+}
+)";
+  testing::HostLibrary lib("sm90-proxy-probe",
+                           "#include \"lcejit_emu.h\"\n" + codegen::deviceHeaderPrelude() + probe,
+                           {"LCEJIT_EMU_SM90"});
+  auto run = reinterpret_cast<void (*)(float *, int)>(lib.symbol("emu_probe"));
+  std::vector<float> out(64 * 32, -1.f);
+  run(out.data(), 1);
+  for (int i = 0; i < 64 * 32; ++i)
+    ASSERT_EQ(out[static_cast<size_t>(i)], float(i));
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(run(out.data(), 0), "a TMA store touches shared memory .* that thread [0-9]+ of "
+                                   "CTA rank 0 wrote by st.shared .* without a fence.proxy.async");
+}
+
 /// The emulator itself: in mode Late a TMA load lands rounds of the scheduler after its
 /// issue, so a wgmma issued without waiting on the load's mbarrier reads what the stage
 /// held before (zeros here); waiting, it reads the loaded ones. The delay is fixed at 50

@@ -34,6 +34,8 @@
 //    mma_async and at the end of every wait_group, as the hardware runs them converged.
 //    In mode Late a group is computed when wgmma.wait_group retires it, reading shared
 //    memory then: a stage freed before its wgmma retired is overwritten first, and shows.
+//  - The proxies: a thread's st.shared writes are visible to TMA (the async proxy) after
+//    its fence.proxy.async; a TMA load or store that touches such bytes before it aborts.
 //  - Named barriers (bar.sync / bar.arrive with a thread count), barrier.cluster,
 //    mapa + remote arrive and ld.shared::cluster, acquire/release flags, red.add.
 //
@@ -137,6 +139,11 @@ struct CtaState {
   std::map<u32, MBar> mbars;
   NamedBar named[16];
   Cluster *cluster = nullptr;
+  /// [Note: sm90 host emulation] Generic-proxy writes (st.shared) of each thread since its
+  /// last fence.proxy.async: a TMA copy (the async proxy) that reads or writes them first is
+  /// a race. `unfenced_threads` counts the threads with any.
+  std::vector<std::vector<std::pair<u32, u32>>> unfenced;
+  int unfenced_threads = 0;
   u32 rank = 0;
   int any[3] = {0, 0, 0}; ///< __syncthreads_or, three calls in rotation
   /// wgmma.mma_async is a warpgroup-wide operation: its 128 threads meet at every one.
@@ -234,6 +241,39 @@ inline void mbar_complete_tx(CtaState &c, u32 bar, long long bytes) {
                  blockIdx.x, threadIdx.x, bytes, bar, c.rank, b.phase, b.pending, b.tx);
   b.tx -= bytes;
   mbar_complete_if_done(b);
+}
+
+/// A generic write of [addr, addr + bytes) by this thread, visible to the async proxy
+/// (TMA) only after the thread's next fence.proxy.async.
+inline void note_generic_write(u32 addr, u32 bytes) {
+  CtaState &c = cta();
+  auto &mine = c.unfenced[threadIdx.x];
+  if (mine.empty())
+    ++c.unfenced_threads;
+  mine.emplace_back(addr, bytes);
+}
+inline void fence_proxy_async() {
+  CtaState &c = cta();
+  auto &mine = c.unfenced[threadIdx.x];
+  if (!mine.empty()) {
+    mine.clear();
+    --c.unfenced_threads;
+  }
+}
+/// Fails when the TMA copy `what` touches [lo, lo + bytes) of CTA `c` while a thread's
+/// generic write there is not yet fenced for the async proxy.
+inline void check_async_proxy(CtaState &c, u32 lo, u32 bytes, const char *what) {
+  if (c.unfenced_threads == 0)
+    return;
+  for (size_t t = 0; t < c.unfenced.size(); ++t)
+    for (const auto &[a, n] : c.unfenced[t])
+      if (a < lo + bytes && lo < a + n) {
+        std::fprintf(stderr, "lcejit_emu: block %u thread %u: %s touches shared memory "
+                     "[0x%x, 0x%x) that thread %zu of CTA rank %u wrote by st.shared at 0x%x "
+                     "without a fence.proxy.async since: the async proxy may not see it\n",
+                     blockIdx.x, threadIdx.x, what, lo, lo + bytes, t, c.rank, a);
+        std::abort();
+      }
 }
 
 /// The mbarriers of every CTA of the launch, for a deadlock's report.
@@ -380,6 +420,7 @@ inline void load(emu::u32 dst, const TensorMap *map, emu::u32 bar, int x, int y,
     if (r >= self.cluster->ctas.size())
       ::lcejit_emu::fail("TMA multicast: a mask bit past the cluster");
     emu::CtaState &c = *self.cluster->ctas[r];
+    emu::check_async_proxy(c, dst, box_bytes(m), "a TMA load");
     // In mode Late the box lands, and completes its bytes, at the end of the scheduler's
     // round or of one of the next two (drawn per box): a consumer that reads a stage
     // without waiting on its full barrier reads what was there before.
@@ -438,6 +479,8 @@ inline void tma_load_2d_multicast(emu::u32 dst, const TensorMap *map, emu::u32 b
   detail_emu::load(dst, map, bar, x, y, 0, mask);
 }
 template <bool ADD> inline void tma_store_2d(const TensorMap *map, emu::u32 src, int x, int y) {
+  emu::check_async_proxy(emu::cta(), src, detail_emu::box_bytes(detail_emu::map_of(map)),
+                         "a TMA store");
   const emu::PendingStore s{map, src, {x, y, 0}, ADD};
   if (emu::mode == emu::Mode::Early)
     detail_emu::store_now(s);
@@ -460,12 +503,14 @@ inline void retire_stores(int pending) {
 } // namespace detail_emu
 template <int N> inline void bulk_wait_read() { detail_emu::retire_stores(N); }
 template <int N> inline void bulk_wait() { detail_emu::retire_stores(N); }
-inline void fence_proxy_async_shared() {}
+inline void fence_proxy_async_shared() { emu::fence_proxy_async(); }
 inline void st_shared_f32x2(emu::u32 addr, float x, float y) {
+  emu::note_generic_write(addr, 8);
   float v[2] = {x, y};
   std::memcpy(emu::at(emu::cta(), addr, 8, "st.shared.v2.f32"), v, 8);
 }
 inline void st_shared_f32x4(emu::u32 addr, float x, float y, float z, float w) {
+  emu::note_generic_write(addr, 16);
   float v[4] = {x, y, z, w};
   std::memcpy(emu::at(emu::cta(), addr, 16, "st.shared.v4.f32"), v, 16);
 }
@@ -744,6 +789,7 @@ inline void launch(const long long grid[3], int block, int smem_bytes, int clust
           }
           auto s = std::make_unique<CtaState>();
           s->dynamic_bytes = static_cast<u32>(smem_bytes);
+          s->unfenced.resize(static_cast<size_t>(block));
           // The window: shared addresses [0, kDynamicStart + smem) over a host buffer
           // aligned to 1024 bytes, so that the swizzle's address bits are the window's.
           s->storage.assign(CtaState::kDynamicStart + static_cast<size_t>(smem_bytes) + 1024,
