@@ -21,6 +21,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -354,6 +356,33 @@ extern "C" void emu_probe() {
   EXPECT_DEATH(run(), "a deadlock: every thread waits and none made progress");
   EXPECT_DEATH(run(), "block \\(0, 0, 0\\) thread [0-9]+ waits on mbarrier.try_wait.parity 0");
   EXPECT_DEATH(run(), "mbarrier 0x[0-9a-f]+: phase 0, 1 of 1 arrivals pending");
+}
+
+/// The emulator itself: a thread that spins on a flag nobody sets (its __nanosleep gives
+/// the others their turns, so it is never "blocked") stops the launch once nothing has
+/// made progress for LCEJIT_EMU_TIMEOUT seconds (1 here), naming the spinning thread.
+TEST(Sm90EmulationModes, ASpinThatNeverEndsStopsAfterTheTimeout) {
+  const std::string probe = R"(
+extern "C" void emu_probe() {
+  static lcejit::u32 flag = 0;
+  const long long grid[3] = {1, 1, 1};
+  lcejit_emu::sm90::launch(grid, 128, 1024, 1, false, [&] {
+    using namespace lcejit::sm90;
+    if (threadIdx.x == 5)
+      while (ld_acquire_u32(&flag) == 0u)
+        __nanosleep(64);
+  });
+}
+)";
+  testing::HostLibrary lib("sm90-spin-probe",
+                           "#include \"lcejit_emu.h\"\n" + codegen::deviceHeaderPrelude() + probe,
+                           {"LCEJIT_EMU_SM90"});
+  auto run = reinterpret_cast<void (*)()>(lib.symbol("emu_probe"));
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ::setenv("LCEJIT_EMU_TIMEOUT", "1", 1); // read by the module in the death test's child
+  EXPECT_DEATH(run(), "no progress within LCEJIT_EMU_TIMEOUT seconds \\(threads spinning\\)"
+                      "(.|\n)*block \\(0, 0, 0\\) thread 5 spins");
+  ::unsetenv("LCEJIT_EMU_TIMEOUT");
 }
 
 /// The emulator itself: bytes a thread writes with st.shared reach TMA (the async proxy)

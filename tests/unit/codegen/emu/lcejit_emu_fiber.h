@@ -185,6 +185,7 @@ public:
     size_t live = fibers_.size();
     int stuck = 0;
     auto last_progress = std::chrono::steady_clock::now();
+    bool progressed_since_check = false;
     unsigned long long rounds = 0;
     while (live > 0) {
       if (shuffle)
@@ -207,16 +208,23 @@ public:
       run_deferred();
       if (progress_ != before) {
         stuck = 0;
-        if ((++rounds & 1023) == 0)
-          last_progress = std::chrono::steady_clock::now();
-        continue;
+        progressed_since_check = true;
+      } else if (live > 0 && all_blocked && deferred_.empty()) {
+        if (++stuck >= 2)
+          deadlock("every thread waits and none made progress for two rounds");
+      } else {
+        stuck = 0;
       }
-      if (live > 0 && all_blocked && deferred_.empty() && ++stuck >= 2)
-        deadlock("every thread waits and none made progress for two rounds");
-      if (live > 0 && (++rounds & 1023) == 0 &&
-          std::chrono::steady_clock::now() - last_progress >
-              std::chrono::duration<double>(timeout_seconds()))
-        deadlock("no progress within LCEJIT_EMU_TIMEOUT seconds (threads spinning)");
+      // The clock, every 1024 rounds: a stretch of that many without any progress that
+      // has lasted LCEJIT_EMU_TIMEOUT seconds is threads spinning on what never comes.
+      if (live > 0 && (++rounds & 1023) == 0) {
+        const auto now = std::chrono::steady_clock::now();
+        if (progressed_since_check)
+          last_progress = now;
+        else if (now - last_progress > std::chrono::duration<double>(timeout_seconds()))
+          deadlock("no progress within LCEJIT_EMU_TIMEOUT seconds (threads spinning)");
+        progressed_since_check = false;
+      }
     }
     // Work still deferred when every thread has ended (a load nobody waited for) lands
     // before the launch's memory goes.
