@@ -268,6 +268,17 @@ INSTANTIATE_TEST_SUITE_P(Pairs, Sm90EmulationPairs,
                            return kernelName(kLayouts[0], kPairConfigs[i.param]);
                          });
 
+/// A probe of the emulator itself: `source` (extern "C" emu_probe, calling the sm90
+/// wrappers and lcejit_emu::sm90::launch) after the device headers, built with
+/// LCEJIT_EMU_SM90.
+struct Sm90Probe {
+  Sm90Probe(const std::string &label, const std::string &source)
+      : lib(label, "#include \"lcejit_emu.h\"\n" + codegen::deviceHeaderPrelude() + source,
+            {"LCEJIT_EMU_SM90"}) {}
+  template <class Fn> Fn entry() const { return reinterpret_cast<Fn>(lib.symbol("emu_probe")); }
+  testing::HostLibrary lib;
+};
+
 /// With every async operation completed at issue (Early) the results are the same as in
 /// the default Late mode; Late is what catches a stage freed too soon (next test).
 TEST(Sm90EmulationModes, EarlyAndLateAgree) {
@@ -309,10 +320,8 @@ extern "C" void emu_probe(float *out, int overwrite, int late) {
   });
 }
 )";
-  testing::HostLibrary lib("sm90-probe",
-                           "#include \"lcejit_emu.h\"\n" + codegen::deviceHeaderPrelude() + probe,
-                           {"LCEJIT_EMU_SM90"});
-  auto run = reinterpret_cast<void (*)(float *, int, int)>(lib.symbol("emu_probe"));
+  const Sm90Probe lib("sm90-probe", probe);
+  auto run = lib.entry<void (*)(float *, int, int)>();
   auto every = [&](int overwrite, int late, float want) {
     std::vector<float> out(128 * 32, -1.f);
     run(out.data(), overwrite, late);
@@ -348,10 +357,8 @@ extern "C" void emu_probe() {
   });
 }
 )";
-  testing::HostLibrary lib("sm90-deadlock-probe",
-                           "#include \"lcejit_emu.h\"\n" + codegen::deviceHeaderPrelude() + probe,
-                           {"LCEJIT_EMU_SM90"});
-  auto run = reinterpret_cast<void (*)()>(lib.symbol("emu_probe"));
+  const Sm90Probe lib("sm90-deadlock-probe", probe);
+  auto run = lib.entry<void (*)()>();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(run(), "a deadlock: every thread waits and none made progress");
   EXPECT_DEATH(run(), "block \\(0, 0, 0\\) thread [0-9]+ waits on mbarrier.try_wait.parity 0");
@@ -374,10 +381,8 @@ extern "C" void emu_probe() {
   });
 }
 )";
-  testing::HostLibrary lib("sm90-spin-probe",
-                           "#include \"lcejit_emu.h\"\n" + codegen::deviceHeaderPrelude() + probe,
-                           {"LCEJIT_EMU_SM90"});
-  auto run = reinterpret_cast<void (*)()>(lib.symbol("emu_probe"));
+  const Sm90Probe lib("sm90-spin-probe", probe);
+  auto run = lib.entry<void (*)()>();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   ::setenv("LCEJIT_EMU_TIMEOUT", "1", 1); // read by the module in the death test's child
   EXPECT_DEATH(run(), "no progress within LCEJIT_EMU_TIMEOUT seconds \\(threads spinning\\)"
@@ -413,10 +418,8 @@ extern "C" void emu_probe(float *out, int fence) {
   });
 }
 )";
-  testing::HostLibrary lib("sm90-proxy-probe",
-                           "#include \"lcejit_emu.h\"\n" + codegen::deviceHeaderPrelude() + probe,
-                           {"LCEJIT_EMU_SM90"});
-  auto run = reinterpret_cast<void (*)(float *, int)>(lib.symbol("emu_probe"));
+  const Sm90Probe lib("sm90-proxy-probe", probe);
+  auto run = lib.entry<void (*)(float *, int)>();
   std::vector<float> out(64 * 32, -1.f);
   run(out.data(), 1);
   for (int i = 0; i < 64 * 32; ++i)
@@ -476,10 +479,8 @@ extern "C" void emu_probe(float *out, int wait) {
   lcejit_emu::sm90::tma_delay_span = 3;
 }
 )";
-  testing::HostLibrary lib("sm90-tma-probe",
-                           "#include \"lcejit_emu.h\"\n" + codegen::deviceHeaderPrelude() + probe,
-                           {"LCEJIT_EMU_SM90"});
-  auto run = reinterpret_cast<void (*)(float *, int)>(lib.symbol("emu_probe"));
+  const Sm90Probe lib("sm90-tma-probe", probe);
+  auto run = lib.entry<void (*)(float *, int)>();
   for (int wait : {1, 0}) {
     std::vector<float> out(128 * 32, -1.f);
     run(out.data(), wait);
