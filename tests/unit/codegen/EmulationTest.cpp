@@ -24,12 +24,15 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <random>
+
+#include <unistd.h>
 
 using namespace lcejit;
 using namespace lcejit::plan;
@@ -347,6 +350,33 @@ LceOptions smallLce() {
 }
 
 } // namespace
+
+/// [Note: emulated module cache]: a module compiled once is taken from the cache by the
+/// next HostLibrary of the same source (no compile), each with its own globals; another
+/// source compiles; LCEJIT_EMU_CACHE=0 compiles again. The source carries this process's
+/// id and the time, so the first build is a miss whatever an earlier run left.
+TEST(Emulation, ModuleCacheCompilesEachSourceOnce) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  const std::string source =
+      fmt::format("// {} {}\nextern \"C\" int emu_bump() {{ static int n = 0; return ++n; }}\n",
+                  ::getpid(), std::chrono::steady_clock::now().time_since_epoch().count());
+  using Bump = int (*)();
+  const int before = lcejit::testing::HostLibrary::compiles();
+  lcejit::testing::HostLibrary a("cache-a", source);
+  EXPECT_EQ(lcejit::testing::HostLibrary::compiles(), before + 1);
+  const Bump bumpA = reinterpret_cast<Bump>(a.symbol("emu_bump"));
+  EXPECT_EQ(bumpA(), 1);
+  EXPECT_EQ(bumpA(), 2);
+  lcejit::testing::HostLibrary b("cache-b", source);
+  EXPECT_EQ(lcejit::testing::HostLibrary::compiles(), before + 1) << "the same source compiled again";
+  EXPECT_EQ(reinterpret_cast<Bump>(b.symbol("emu_bump"))(), 1) << "globals shared with a";
+  lcejit::testing::HostLibrary c("cache-c", source + "// another source\n");
+  EXPECT_EQ(lcejit::testing::HostLibrary::compiles(), before + 2);
+  ::setenv("LCEJIT_EMU_CACHE", "0", 1);
+  lcejit::testing::HostLibrary d("cache-d", source);
+  ::unsetenv("LCEJIT_EMU_CACHE");
+  EXPECT_EQ(lcejit::testing::HostLibrary::compiles(), before + 3) << "LCEJIT_EMU_CACHE=0 must compile";
+}
 
 TEST(Emulation, Bf16TensorCores) {
   SKIP_WITHOUT_HOST_TOOLCHAIN();

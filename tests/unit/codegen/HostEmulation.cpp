@@ -98,6 +98,18 @@ std::string trampolines(const plan::Program &program) {
   return w.take();
 }
 
+/// The emulation headers (tests/unit/codegen/emu), in name order.
+const std::vector<fs::path> &emulationHeaderFiles() {
+  static const std::vector<fs::path> files = [] {
+    std::vector<fs::path> all;
+    for (const auto &entry : fs::directory_iterator(LCEJIT_TEST_EMU_DIR))
+      all.push_back(entry.path());
+    std::sort(all.begin(), all.end());
+    return all;
+  }();
+  return files;
+}
+
 /// The directory of the precompiled emulation header for this variant (the build's
 /// lcejit-emu-pch target), or "" where it is missing or older than an emulation header:
 /// GCC would take a stale .gch without a word.
@@ -107,23 +119,19 @@ std::string emulationPchDir(bool sm90) {
   const auto built = fs::last_write_time(dir / "lcejit_emu.h.gch", ec);
   if (ec)
     return "";
-  for (const auto &entry : fs::directory_iterator(LCEJIT_TEST_EMU_DIR, ec)) {
-    const auto changed = fs::last_write_time(entry.path(), ec);
+  for (const fs::path &header : emulationHeaderFiles()) {
+    const auto changed = fs::last_write_time(header, ec);
     if (ec || changed > built)
       return "";
   }
   return dir.string();
 }
 
-/// Every emulation header's name and bytes, in name order (a compiled module embeds them).
+/// Every emulation header's name and bytes (a compiled module embeds them).
 const std::string &emulationHeaders() {
   static const std::string all = [] {
-    std::vector<fs::path> files;
-    for (const auto &entry : fs::directory_iterator(LCEJIT_TEST_EMU_DIR))
-      files.push_back(entry.path());
-    std::sort(files.begin(), files.end());
     std::string text;
-    for (const fs::path &f : files) {
+    for (const fs::path &f : emulationHeaderFiles()) {
       std::ifstream in(f, std::ios::binary);
       text += f.filename().string() + '\0';
       text.append(std::istreambuf_iterator<char>(in), {});
@@ -229,6 +237,7 @@ HostLibrary::HostLibrary(const std::string &label, const std::string &source,
                   LCEJIT_TEST_HOST_CXX, LCEJIT_TEST_EMU_FLAGS, flags,
                   pch.empty() ? "" : " -I" + pch, LCEJIT_TEST_EMU_DIR,
                   LCEJIT_TEST_CUDA_INCLUDE, src, lib, dir_);
+  ++compiles_;
   if (std::system(cmd.c_str()) != 0) {
     std::ifstream log(dir_ + "/compile.log");
     std::string text((std::istreambuf_iterator<char>(log)), {});
@@ -244,6 +253,8 @@ void HostLibrary::open(const std::string &lib) {
   if (!handle_)
     throw std::runtime_error(std::string("dlopen: ") + ::dlerror());
 }
+
+std::atomic<int> HostLibrary::compiles_{0};
 
 HostLibrary::~HostLibrary() {
   if (handle_)

@@ -14,6 +14,7 @@
 #include "runtime/Executor.h"
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,9 +33,12 @@ public:
   HostLibrary &operator=(const HostLibrary &) = delete;
   /// The address of an extern "C" symbol; throws when it is missing.
   void *symbol(const std::string &name) const;
+  /// Host compiles this process has run (the others came from the module cache).
+  static int compiles() { return compiles_.load(); }
 
 private:
   void open(const std::string &lib);
+  static std::atomic<int> compiles_;
   std::string dir_;
   void *handle_ = nullptr;
 };
