@@ -403,8 +403,13 @@ private:
       if (fibers_[i]->done)
         continue;
       if (++live <= 16) {
-        std::fprintf(stderr, "  %s %s %s\n", fibers_[i]->label.c_str(),
-                     fibers_[i]->blocked ? "waits on" : "spins:", fibers_[i]->waiting);
+        const Fiber &f = *fibers_[i];
+        // `waiting` is the last barrier wait; a spinning thread is not in it now.
+        if (f.blocked)
+          std::fprintf(stderr, "  %s waits on %s\n", f.label.c_str(), f.waiting);
+        else
+          std::fprintf(stderr, "  %s spins (a __nanosleep loop)%s%s\n", f.label.c_str(),
+                       *f.waiting ? "; its last barrier wait was on " : "", f.waiting);
         ++shown;
       }
     }
