@@ -21,7 +21,8 @@ void checkSm90GemmLaunch(const Sm90GemmLaunch &l) {
                    l.m, l.n, l.k);
   LCEJIT_CHECK_ARG(l.bn > 0 && l.sharedBytes > 0, "sm90 GEMM bn = {}, sharedBytes = {}", l.bn,
                    l.sharedBytes);
-  LCEJIT_CHECK_ARG(l.bm == 128 || l.bm == 64, "sm90 GEMM bm = {} (128 or 64)", l.bm);
+  LCEJIT_CHECK_ARG(l.bm == 128 || l.bm == 64 || l.bm == 192, "sm90 GEMM bm = {} (64, 128 or 192)",
+                   l.bm);
   LCEJIT_CHECK_ARG(l.clusterM == 1 || (l.clusterM == 2 && l.bKMajor),
                    "sm90 GEMM clusterM = {} (1, or 2 with a K-major B)", l.clusterM);
   LCEJIT_CHECK_ARG(l.ldOut >= l.n, "sm90 GEMM ldOut = {} is smaller than n = {}", l.ldOut, l.n);
@@ -69,7 +70,8 @@ void launchSm90Gemm(const Module &module, CUfunction f, const Sm90GemmLaunch &l,
   cfg.gridDimX = static_cast<unsigned>(grid);
   cfg.gridDimY = 1;
   cfg.gridDimZ = 1;
-  cfg.blockDimX = 384;
+  // [Note: sm90 three consumers]: 192-row tiles run a third consumer warpgroup.
+  cfg.blockDimX = l.bm == 192 ? 512 : 384;
   cfg.blockDimY = 1;
   cfg.blockDimZ = 1;
   cfg.sharedMemBytes = static_cast<unsigned>(l.sharedBytes);

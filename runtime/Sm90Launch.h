@@ -2,8 +2,8 @@
 //
 // Host half of the kernel ABI in compiler/codegen/Sm90GemmEmitter.h: encodes the two
 // operand tensor maps ([Note: sm90 operand maps] in runtime/TensorMap.h), reserves the
-// dynamic shared memory and launches 384-thread CTAs, one per SM or one per tile when
-// there are fewer tiles.
+// dynamic shared memory and launches CTAs of 384 threads (512 for 192-row tiles), one
+// per SM or one per tile when there are fewer tiles.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -21,7 +21,8 @@ struct Sm90GemmLaunch {
   int64_t lda = 0, ldb = 0, ldOut = 0; ///< elements between rows of memory
   int64_t m = 0, n = 0, k = 0;
   int32_t bn = 256;          ///< the kernel's tile columns (Sm90GemmSpec::bn)
-  int32_t bm = 128;          ///< the kernel's tile rows (Sm90GemmSpec::bm): 128 or 64
+  int32_t bm = 128;          ///< the kernel's tile rows (Sm90GemmSpec::bm): 128, 64 or 192
+                             ///< (192: 512 threads, three consumers)
   /// Sm90GemmSpec::clusterM of the kernel. With 2, the launch runs clusters of two CTAs
   /// (B copied in halves of bn / 2 rows) when the row tiles, group and grid are even, else
   /// single CTAs (each then loads both halves).

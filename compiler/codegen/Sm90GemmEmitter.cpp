@@ -26,8 +26,14 @@ void checkSm90GemmSpec(const Sm90GemmSpec &s) {
                    "sm90 GEMM '{}': bn = {} (64, 128, 192 or 256)", s.name, s.bn);
   LCEJIT_CHECK_ARG(s.stages >= 2 && s.stages <= 8, "sm90 GEMM '{}': stages = {} (2 to 8)",
                    s.name, s.stages);
-  LCEJIT_CHECK_ARG(s.bm == 128 || (s.bm == 64 && s.pingpong),
-                   "sm90 GEMM '{}': bm = {} (128, or 64 with ping-pong consumers)", s.name, s.bm);
+  LCEJIT_CHECK_ARG(s.bm == 128 || (s.bm == 64 && s.pingpong) || (s.bm == 192 && !s.pingpong),
+                   "sm90 GEMM '{}': bm = {} (128, 64 with ping-pong consumers, or 192 with "
+                   "cooperative ones)",
+                   s.name, s.bm);
+  LCEJIT_CHECK_ARG(s.bm != 192 || s.bn <= 192,
+                   "sm90 GEMM '{}': bn = {} with three consumers (at most 192: ptxas compiles "
+                   "a 512-thread kernel in 128 registers)",
+                   s.name, s.bn);
   LCEJIT_CHECK_ARG(!s.pingpong || s.bn * s.bm <= 128 * 128,
                    "sm90 GEMM '{}': bn = {} with ping-pong consumers of {} rows (at most {})",
                    s.name, s.bn, s.bm, 128 * 128 / s.bm);
@@ -43,6 +49,11 @@ void checkSm90GemmSpec(const Sm90GemmSpec &s) {
                    s.name, sm90GemmSharedBytes(s), s.bn, s.stages);
 }
 
+int32_t sm90GemmThreads(const Sm90GemmSpec &s) {
+  // Mirrors lcejit::sm90::GemmConfig::THREADS ([Note: sm90 three consumers]).
+  return s.bm == 192 && !s.pingpong ? 512 : 384;
+}
+
 int32_t sm90GemmSharedBytes(const Sm90GemmSpec &s) {
   // Mirrors lcejit::sm90::GemmConfig: alignment slack, stages of A and B, barriers.
   const int32_t stage = s.bm * 64 * 2 + s.bn * 64 * 2;
@@ -50,8 +61,9 @@ int32_t sm90GemmSharedBytes(const Sm90GemmSpec &s) {
 }
 
 std::string describe(const Sm90GemmSpec &s) {
-  return fmt::format("tile {}x{}x64, {} stages{}{}, A {}, B {}, out {}, {} bytes shared", s.bm,
+  return fmt::format("tile {}x{}x64, {} stages{}{}{}, A {}, B {}, out {}, {} bytes shared", s.bm,
                      s.bn, s.stages, s.pingpong ? ", ping-pong" : "",
+                     sm90GemmThreads(s) == 512 ? ", three consumers" : "",
                      s.clusterM > 1 ? ", pairs sharing B" : "", s.aKMajor ? "K-major" : "MN-major",
                      s.bKMajor ? "K-major" : "MN-major", dtypeName(s.out),
                      sm90GemmSharedBytes(s));
@@ -85,7 +97,10 @@ EmittedModule emitSm90GemmModule(const std::vector<Sm90GemmSpec> &specs) {
     w.line("static_assert({}::SMEM_BYTES == {}, \"shared memory must match "
            "codegen::sm90GemmSharedBytes\");",
            configName(s), sm90GemmSharedBytes(s));
-    w.line("extern \"C\" __global__ void __launch_bounds__(384, 1)");
+    w.line("static_assert({}::THREADS == {}, \"threads must match "
+           "codegen::sm90GemmThreads\");",
+           configName(s), sm90GemmThreads(s));
+    w.line("extern \"C\" __global__ void __launch_bounds__({}, 1)", sm90GemmThreads(s));
     w.line("{}(const __grid_constant__ lcejit::sm90::TensorMap map_a,", s.name);
     w.line("    const __grid_constant__ lcejit::sm90::TensorMap map_b, void *out,");
     w.line("    long long ld_out, long long m, long long n, long long k, int group) {{");

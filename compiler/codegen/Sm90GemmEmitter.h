@@ -8,12 +8,13 @@
 //
 // Kernel ABI of every generated entry (runtime/Sm90Launch.h packs it):
 //
-//   extern "C" __global__ void __launch_bounds__(384, 1)
+//   extern "C" __global__ void __launch_bounds__(sm90GemmThreads(spec), 1)
 //   <name>(const __grid_constant__ lcejit::sm90::TensorMap map_a,
 //          const __grid_constant__ lcejit::sm90::TensorMap map_b,
 //          void *out, long long ld_out, long long m, long long n, long long k, int group)
 //
-// block 384 threads, dynamic shared memory sm90GemmSharedBytes(spec), any grid (the
+// block sm90GemmThreads(spec) threads (384, or 512 for 192-row tiles), dynamic shared
+// memory sm90GemmSharedBytes(spec), any grid (the
 // kernel is persistent; one CTA per SM is the intended launch).
 //
 //===----------------------------------------------------------------------===//
@@ -36,8 +37,9 @@ struct Sm90GemmSpec {
   bool bKMajor = true;    ///< B(n, k) at b[n * ld + k] (else b[k * ld + n])
   DType out = DType::BF16; ///< BF16, F16 or F32
   bool pingpong = false;   ///< consumers take alternate tiles ([Note: sm90 ping-pong]), bn <= 128
-  /// Tile rows: 128, or 64 with ping-pong consumers, then bn up to 256 ([Note: sm90 64-row
-  /// ping-pong]).
+  /// Tile rows: 128; 64 with ping-pong consumers, then bn up to 256 ([Note: sm90 64-row
+  /// ping-pong]); or 192 with three cooperative consumers and 512 threads ([Note: sm90 three
+  /// consumers]).
   int32_t bm = 128;
   /// 2: clusters of two CTAs along M share each B tile by TMA multicast (a K-major B;
   /// [Note: sm90 multicast]) where the launch pairs its row tiles (runtime::
@@ -48,6 +50,9 @@ struct Sm90GemmSpec {
 
 /// Throws Error(InvalidArgument) naming the field for a spec the template cannot run.
 void checkSm90GemmSpec(const Sm90GemmSpec &spec);
+
+/// Threads of a CTA (lcejit::sm90::GemmConfig::THREADS): 384, or 512 for bm = 192.
+int32_t sm90GemmThreads(const Sm90GemmSpec &spec);
 
 /// Dynamic shared memory of the kernel (lcejit::sm90::GemmConfig::SMEM_BYTES).
 int32_t sm90GemmSharedBytes(const Sm90GemmSpec &spec);

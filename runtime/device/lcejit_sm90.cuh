@@ -29,6 +29,13 @@
 // wgmma group in flight: after committing k-block kb it waits until at most one
 // group is pending and only then releases the stage of kb - 1.
 //
+// [Note: sm90 three consumers] A cooperative 192-row tile (BM = 192; plain GEMMs
+// only: measured, not planned for the op, docs/hopper.md session 27) runs 512 threads: the producer and three consumers, consumer g on
+// rows 64 g .. 64 g + 63 as above, 12 arrivals on empty[s]. The register file
+// splits 32 / 160 (GemmConfig::PRODUCER_REGS, CONSUMER_REGS), but ptxas compiles
+// the whole kernel in the entry count, 65536 / 512 = 128 registers: a 192-column
+// tile's 96 accumulators fit, a 256-column tile's 128 do not (C7602).
+//
 // [Note: sm90 shared memory] Dynamic shared memory, aligned up to 1024 bytes
 // (TMA swizzles on absolute address bits): STAGES stages of [A: BM x BK][B: BN
 // x BK] bf16, with TMA_STORE two f32 boxes of 8 KB per consumer ([Note: sm90 TMA
@@ -496,7 +503,16 @@ struct GemmConfig {
   /// own k-blocks of one tile, summed through distributed shared memory (SplitKTiles).
   static constexpr int SPLIT_K = SPLIT_K_;
   static constexpr int SLICES = PINGPONG ? BM / 64 : 1; ///< 64-row slices per consumer
-  static constexpr int THREADS = 384;
+  /// [Note: sm90 three consumers] Consumer warpgroups: 2, or BM / 64 = 3 for a cooperative
+  /// 192-row tile (each consumer one 64-row slice, as at 128 rows), then 512 threads.
+  static constexpr int CONSUMERS = PINGPONG ? 2 : (BM == 192 ? 3 : 2);
+  static constexpr int THREADS = 128 * (1 + CONSUMERS);
+  /// setmaxnreg: the producer gives registers back and the consumers take them, within
+  /// the 64 K of an SM at one CTA: 128 x 40 + 256 x 232, or 128 x 32 + 384 x 160.
+  static constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : 40;
+  static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 232;
+  static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= 65536,
+                "sm90 GEMM: the warpgroups' registers exceed the register file");
   static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int BOX_BYTES = 64 * 32 * 4; ///< one f32 box: 64 rows x 32 columns
@@ -506,11 +522,16 @@ struct GemmConfig {
   /// 1024 bytes of slack to align the base, the stages, the barriers.
   static constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;
   static constexpr int ACC = BN / 2; ///< accumulator registers per slice
-  static constexpr int EMPTY_ARRIVALS = PINGPONG ? 4 : 8; ///< consumer warps per stage
+  static constexpr int EMPTY_ARRIVALS = PINGPONG ? 4 : 4 * CONSUMERS; ///< consumer warps per stage
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
                 "sm90 GEMM: BN must be 64, 128, 192 or 256");
-  static_assert(BM == 128 || (BM == 64 && PINGPONG && !TMA_STORE && SPLIT_K_ == 1),
-                "sm90 GEMM: BM is 128, or 64 with ping-pong consumers");
+  static_assert(BM == 128 || (BM == 64 && PINGPONG && !TMA_STORE && SPLIT_K_ == 1) ||
+                    (BM == 192 && !PINGPONG && !TMA_STORE && SPLIT_K_ == 1),
+                "sm90 GEMM: BM is 128, 64 with ping-pong consumers, or 192 with three "
+                "cooperative consumers (no TMA store, no split-K)");
+  static_assert(BM != 192 || BN <= 192,
+                "sm90 GEMM: three consumers hold at most 96 accumulators (ptxas compiles a "
+                "512-thread kernel in 128 registers)");
   static_assert(!PINGPONG || SLICES * BN <= 256,
                 "sm90 GEMM: a ping-pong consumer holds SLICES x BN / 2 accumulators (at most "
                 "128)");
@@ -987,7 +1008,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
   const bool split = Cfg::SPLIT_K > 1 && tiles.splits() > 1;
 
   if (wg == 0) {
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<Cfg::PRODUCER_REGS>();
     if (t == 0 || split) {
       int s = 0;
       u32 phase = 0;
@@ -1065,7 +1086,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
       }
     }
   } else {
-    setmaxnreg_inc<232>();
+    setmaxnreg_inc<Cfg::CONSUMER_REGS>();
     const int g = wg - 1;
     const u32 warp_leader = (t & 31) == 0 ? 1u : 0u;
     // Frees stage `st` here and, in a cluster pair, in the peer CTA.

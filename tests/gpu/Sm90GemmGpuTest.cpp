@@ -43,16 +43,19 @@ struct Config {
   int bm = 128;
   int clusterM = 1; ///< 2: pairs sharing B (K-major B only: the fwd layout)
 };
-// The last two: 64-row ping-pong tiles ([Note: sm90 64-row ping-pong]), 256 and 128 wide.
+// Then 64-row ping-pong tiles ([Note: sm90 64-row ping-pong]), 256 and 128 wide, and
+// 192-row tiles on three consumers ([Note: sm90 three consumers]), 192 and 128 wide.
 const Config kConfigs[] = {{256, 4, DType::BF16},        {256, 4, DType::F32},
                            {192, 4, DType::BF16},        {128, 6, DType::F32},
                            {64, 2, DType::BF16},         {128, 6, DType::BF16, true},
                            {64, 3, DType::F32, true},    {256, 5, DType::BF16, true, 64},
-                           {128, 3, DType::F32, true, 64}};
+                           {128, 3, DType::F32, true, 64}, {192, 4, DType::BF16, false, 192},
+                           {128, 5, DType::F32, false, 192}};
 // Pairs sharing B by TMA multicast ([Note: sm90 multicast]); the fwd layout only.
 const Config kPairConfigs[] = {{128, 6, DType::BF16, true, 128, 2},
                                {256, 5, DType::BF16, true, 64, 2},
-                               {256, 4, DType::F32, false, 128, 2}};
+                               {256, 4, DType::F32, false, 128, 2},
+                               {192, 4, DType::BF16, false, 192, 2}};
 
 std::string specName(const Layout &l, const Config &c) {
   return fmt::format("t_{}_{}x{}_{}_{}{}{}", l.name, c.bm, c.bn, c.stages, dtypeName(c.out),
@@ -216,8 +219,10 @@ TEST(Sm90GemmSass, UsesHgmmaAndTmaLoads) {
   // Independent of the device: the cubin is for sm_90a; cuobjdump is on the GPU machine.
   if (!commandOutput("cuobjdump --version"))
     GTEST_SKIP() << "cuobjdump is not on PATH";
-  std::vector<codegen::Sm90GemmSpec> specs = {{"sass_fwd", 256, 4, true, true, DType::BF16},
-                                              {"sass_dw", 256, 4, false, false, DType::F32}};
+  std::vector<codegen::Sm90GemmSpec> specs = {
+      {"sass_fwd", 256, 4, true, true, DType::BF16},
+      {"sass_dw", 256, 4, false, false, DType::F32},
+      {"sass_fwd3", 192, 4, true, true, DType::BF16, false, 192}};
   runtime::NvrtcRequest req;
   req.source = codegen::emitSm90GemmModule(specs).source;
   req.arch = "sm_90a";
@@ -233,7 +238,8 @@ TEST(Sm90GemmSass, UsesHgmmaAndTmaLoads) {
   std::optional<std::string> sass = commandOutput("cuobjdump -sass " + path);
   std::remove(path.c_str());
   ASSERT_TRUE(sass.has_value()) << "cuobjdump -sass failed";
-  for (const char *op : {"HGMMA.64x256x16.F32.BF16", "UTMALDG.2D", "SYNCS"})
+  for (const char *op : {"HGMMA.64x256x16.F32.BF16", "HGMMA.64x192x16.F32.BF16", "UTMALDG.2D",
+                         "SYNCS"})
     EXPECT_NE(sass->find(op), std::string::npos) << op << " not in the SASS";
   EXPECT_EQ(sass->find("LDL"), std::string::npos) << "local-memory loads in the SASS";
   EXPECT_EQ(sass->find("STL"), std::string::npos) << "local-memory stores in the SASS";

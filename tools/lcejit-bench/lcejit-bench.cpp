@@ -148,7 +148,8 @@ struct Args {
   bool check = false;   ///< --check: errors against the fp64 reference
   bool trace = false;   ///< --trace: one call's launches, timed back to back
   /// --gemm-config BN,STAGES,GROUP[,FLAGS]/...: the 4th value's bits: 1 ping-pong
-  /// consumers, 2 tiles of 64 rows (with 1), 4 pairs sharing B (Z only).
+  /// consumers, 2 tiles of 64 rows (with 1), 4 pairs sharing B (Z only), 8 tiles of 192 rows
+  /// on three cooperative consumers.
   std::vector<std::array<int, 4>> gemmConfigs{{256, 4, 8, 0}};
 };
 
@@ -275,10 +276,10 @@ cl::opt<bool> gemmOnlyOpt("gemm-only",
                                    "cuBLAS"),
                           cl::cat(kCategory));
 cl::opt<std::string> gemmConfigOpt(
-    "gemm-config", cl::value_desc("BN,STAGES,GROUP[,pp|pp64|mc|ppmc|pp64mc]/..."),
+    "gemm-config", cl::value_desc("BN,STAGES,GROUP[,pp|pp64|mc|ppmc|pp64mc|m192|m192mc]/..."),
     cl::desc("--gemm-only configs, '/'-separated; pp: ping-pong consumers, pp64: ping-pong "
-             "consumers of 64-row tiles, mc: Z in clusters of 2 sharing each W tile "
-             "(default: 256,4,8)"),
+             "consumers of 64-row tiles, mc: Z in clusters of 2 sharing each W tile, m192: "
+             "192-row tiles on three cooperative consumers (default: 256,4,8)"),
     cl::cat(kCategory));
 
 /// One --gemm-config entry: "BN,STAGES,GROUP" or "BN,STAGES,GROUP,FLAGS" (Args::gemmConfigs).
@@ -293,7 +294,8 @@ std::optional<std::array<int, 4>> parseGemmConfig(llvm::StringRef one) {
       return std::nullopt;
   if (parts.size() == 4) {
     const llvm::StringRef f = parts[3];
-    c[3] = f == "pp" ? 1 : f == "pp64" ? 3 : f == "mc" ? 4 : f == "ppmc" ? 5 : f == "pp64mc" ? 7 : -1;
+    c[3] = f == "pp" ? 1 : f == "pp64" ? 3 : f == "mc" ? 4 : f == "ppmc" ? 5 : f == "pp64mc" ? 7
+         : f == "m192" ? 8 : f == "m192mc" ? 12 : -1;
     if (c[3] < 0)
       return std::nullopt;
   }
@@ -353,7 +355,7 @@ Args parse(int argc, char **argv) {
       if (!c)
         tools::failOption(gemmConfigOpt, "'" + one + "' is not BN,STAGES,GROUP or "
                                                      "BN,STAGES,GROUP,FLAGS (positive integers; "
-                                                     "FLAGS pp, pp64, mc, ppmc or pp64mc)");
+                                                     "FLAGS pp, pp64, mc, ppmc, pp64mc, m192 or m192mc)");
       a.gemmConfigs.push_back(*c);
     }
   }
@@ -667,7 +669,7 @@ int runGemmOnly(const Args &a, const std::vector<CaseShape> &shapes, const runti
     const auto &g = a.gemmConfigs[c];
     const std::string p = fmt::format("g{}_", c);
     const bool pp = (g[3] & 1) != 0;
-    const int bm = (g[3] & 2) != 0 ? 64 : 128;
+    const int bm = (g[3] & 2) != 0 ? 64 : (g[3] & 8) != 0 ? 192 : 128;
     specs.push_back({p + "fwd", g[0], g[1], true, true, DType::BF16, pp, bm, (g[3] & 4) ? 2 : 1});
     specs.push_back({p + "dh", g[0], g[1], true, false, DType::BF16, pp, bm});
     specs.push_back({p + "dw", g[0], g[1], false, false, DType::BF16, pp, bm});

@@ -8,8 +8,8 @@
 // across tiles; ping-pong consumers hand tiles to each other). The reference is the
 // fp64 product of the same bf16 inputs; outputs are poisoned with NaN first.
 //
-// The launch geometry mirrors runtime/Sm90Launch.cpp (grid, pairs, block of 384); the
-// tensor maps are HostEmulation's emulatedSm90Map of the operands Sm90Launch describes.
+// The launch geometry mirrors runtime/Sm90Launch.cpp (grid, pairs, block); the tensor
+// maps are HostEmulation's emulatedSm90Map of the operands Sm90Launch describes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -91,10 +91,13 @@ const Config kConfigs[] = {
     {128, 6, DType::BF16, true},     // the forward's ping-pong 128 x 128
     {64, 3, DType::F32, true},       //   narrower, 3 stages: many ring wraps a tile
     {256, 5, DType::BF16, true, 64}, // 64-row ping-pong ([Note: sm90 64-row ping-pong])
+    {192, 4, DType::BF16, false, 192}, // three consumers ([Note: sm90 three consumers])
+    {128, 5, DType::F32, false, 192},  //   narrower, f32 out
 };
 // Pairs sharing B by TMA multicast ([Note: sm90 multicast]); the fwd layout only.
 const Config kPairConfigs[] = {{128, 6, DType::BF16, true, 128, 2},
-                               {256, 4, DType::F32, false, 128, 2}};
+                               {256, 4, DType::F32, false, 128, 2},
+                               {192, 4, DType::BF16, false, 192, 2}};
 
 Sm90HostModule &hostModule() {
   static std::unique_ptr<Sm90HostModule> m = [] {
@@ -190,8 +193,8 @@ void runOne(const Layout &l, const Config &c, const Shape &s, int group, bool la
   const bool pairs =
       c.clusterM == 2 && s.k > 0 && rowTiles % 2 == 0 && group % 2 == 0 && grid % 2 == 0;
   auto launch = reinterpret_cast<LaunchFn>(mod.lib->symbol("emu_launch_" + spec->name));
-  launch(mapA.data(), mapB.data(), out.data(), s.n, s.m, s.n, s.k, group, grid, 384,
-         codegen::sm90GemmSharedBytes(*spec), pairs ? 2 : 1);
+  launch(mapA.data(), mapB.data(), out.data(), s.n, s.m, s.n, s.k, group, grid,
+         codegen::sm90GemmThreads(*spec), codegen::sm90GemmSharedBytes(*spec), pairs ? 2 : 1);
 
   double errSq = 0, refSq = 0;
   int64_t bad = 0;
@@ -256,8 +259,9 @@ class Sm90EmulationPairs : public ::testing::TestWithParam<int> {};
 
 TEST_P(Sm90EmulationPairs, MatchesFp64AsClustersAndAlone) {
   const Config &c = kPairConfigs[GetParam()];
+  // 768 rows: 4 to 6 row tiles, clusters over many tiles for 128- and 192-row tiles alike.
   const Shape shapes[] = {{512, 264, 520, 4}, {256, 136, 264, 0}, {384, 200, 136, 3},
-                          {256, 256, 0, 0}};
+                          {768, 264, 200, 4}, {256, 256, 0, 0}};
   for (const Shape &s : shapes)
     runOne(kLayouts[0], c, s, 4);
 }

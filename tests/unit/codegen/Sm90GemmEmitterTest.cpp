@@ -70,6 +70,54 @@ TEST(Sm90GemmEmitter, CompilesForSm90aWithoutSpillsOrSerializedWgmma) {
     EXPECT_NE(out.ptx.find(".entry " + s.name), std::string::npos) << s.name;
 }
 
+// [Note: sm90 three consumers]: 192-row tiles run 512 threads, so the kernel's entry
+// count is 65536 / 512 = 128 registers, the most ptxas allocates anywhere in the kernel
+// (setmaxnreg does not raise it): a 192-column tile's 96 accumulators must fit without
+// spilling, in every layout, with and without pairs. A 256-column tile does not
+// (m64n256k16 needs 154 registers: ptxas stops with C7602), so the spec is refused.
+TEST(Sm90GemmEmitter, ThreeConsumersCompileAt512ThreadsWithoutSpills) {
+  const std::vector<Sm90GemmSpec> specs = {
+      {"fwd3", 192, 4, true, true, DType::BF16, false, 192},
+      {"fwd3mc", 192, 4, true, true, DType::BF16, false, 192, 2},
+      {"dh3", 192, 4, true, false, DType::F32, false, 192},
+      {"dw3", 192, 4, false, false, DType::BF16, false, 192},
+      {"fwd3n128", 128, 5, true, true, DType::F16, false, 192}};
+  codegen::EmittedModule m = codegen::emitSm90GemmModule(specs);
+  for (const char *text :
+       {"typedef lcejit::sm90::GemmConfig<192, 4, lcejit::K_MAJOR, lcejit::K_MAJOR, 0, 0, 1, 1, "
+        "192> fwd3_config;",
+        "static_assert(fwd3_config::THREADS == 512", "tile 192x192x64, 4 stages, three consumers",
+        "extern \"C\" __global__ void __launch_bounds__(512, 1)\nfwd3("})
+    EXPECT_NE(m.source.find(text), std::string::npos) << text;
+  EXPECT_EQ(codegen::sm90GemmThreads(specs[0]), 512);
+  EXPECT_EQ(codegen::sm90GemmThreads({"a", 256, 4, true, true, DType::BF16}), 384);
+  // 1024 alignment slack + stages * (24 KB of A + bn * 128 B of B) + 16 B of barriers each.
+  EXPECT_EQ(codegen::sm90GemmSharedBytes(specs[0]), 1024 + 4 * (24576 + 24576) + 64);
+  runtime::NvrtcOutput out =
+      runtime::compileCuda(runtime::NvrtcRequest{m.source, "sm_90a", {}, "sm90-gemm-192"});
+  for (const char *code : {"C7508", "C7509", "C7510", "C7511", "C7515", "C7517", "C7518"})
+    EXPECT_EQ(out.log.find(code), std::string::npos) << code << " in:\n" << out.log;
+  EXPECT_EQ(out.log.find("warning"), std::string::npos) << out.log;
+  ASSERT_EQ(out.kernels.size(), specs.size()) << out.log;
+  for (const runtime::PtxasKernelInfo &k : out.kernels) {
+    std::cout << fmt::format("  {:<9} {} regs, stack {} B, spill {}/{} B\n", k.kernel,
+                             k.registers, k.stackFrameBytes, k.spillStoreBytes,
+                             k.spillLoadBytes);
+    EXPECT_EQ(k.spillStoreBytes, 0) << k.kernel;
+    EXPECT_EQ(k.spillLoadBytes, 0) << k.kernel;
+    EXPECT_EQ(k.stackFrameBytes, 0) << k.kernel;
+    EXPECT_EQ(k.registers, 128) << k.kernel;
+  }
+  for (const char *inst : {"wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16",
+                           "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
+                           "setmaxnreg.inc.sync.aligned.u32 160",
+                           "setmaxnreg.dec.sync.aligned.u32 32",
+                           "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
+                           "complete_tx::bytes.multicast::cluster"})
+    EXPECT_NE(out.ptx.find(inst), std::string::npos) << inst;
+  EXPECT_EQ(out.ptx.find("setmaxnreg.inc.sync.aligned.u32 232"), std::string::npos);
+}
+
 TEST(Sm90GemmEmitter, OtherArchsStopWithAClearError) {
   codegen::EmittedModule m = codegen::emitSm90GemmModule(allLayouts());
   try {
@@ -137,8 +185,11 @@ TEST(Sm90GemmEmitter, BadSpecsAreRejectedNamingTheField) {
   expectRejected({"x", 256, 4, true, true, DType::I64}, "output type i64");
   expectRejected({"x", 256, 4, true, true, DType::BF16, true}, "bn = 256 with ping-pong");
   expectRejected({"x", 256, 4, true, true, DType::BF16, false, 64},
-                 "bm = 64 (128, or 64 with ping-pong consumers)");
+                 "bm = 64 (128, 64 with ping-pong consumers, or 192 with cooperative ones)");
   expectRejected({"x", 128, 4, true, true, DType::BF16, true, 96}, "bm = 96");
+  expectRejected({"x", 64, 4, true, true, DType::BF16, true, 192}, "bm = 192");
+  expectRejected({"x", 256, 4, true, true, DType::BF16, false, 192},
+                 "bn = 256 with three consumers (at most 192");
   expectRejected({"x", 128, 4, true, false, DType::BF16, true, 128, 2},
                  "clusterM = 2 (1, or 2 with a K-major B)");
   expectRejected({"1x", 256, 4, true, true, DType::BF16}, "'1x' is not a C identifier");

@@ -859,7 +859,8 @@ TEST(TensorMapArgs, BadOperandsAreNamedBeforeTheDriver) {
 }
 
 /// The plain sm90 GEMM's launch names what its kernels cannot take before any driver call:
-/// tile rows other than 128 or 64 ([Note: sm90 64-row ping-pong]), pairs sharing an
+/// tile rows other than 128, 64 ([Note: sm90 64-row ping-pong]) or 192 ([Note: sm90 three
+/// consumers]), pairs sharing an
 /// MN-major B ([Note: sm90 multicast]), and the checks it had before them.
 TEST(Sm90LaunchArgs, BadRowsAndClustersAreNamedBeforeTheDriver) {
   runtime::Sm90GemmLaunch l;
@@ -869,9 +870,11 @@ TEST(Sm90LaunchArgs, BadRowsAndClustersAreNamedBeforeTheDriver) {
   runtime::checkSm90GemmLaunch(l); // the defaults are valid
   l.bm = 64;
   runtime::checkSm90GemmLaunch(l);
+  l.bm = 192;
+  runtime::checkSm90GemmLaunch(l);
   l.bm = 96;
   std::string msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::checkSm90GemmLaunch(l); });
-  EXPECT_NE(msg.find("bm = 96"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bm = 96 (64, 128 or 192)"), std::string::npos) << msg;
   l.bm = 128;
   l.clusterM = 2;
   runtime::checkSm90GemmLaunch(l); // K-major B
