@@ -33,8 +33,6 @@ namespace {
 /// materialized schedule's line replaces it.
 constexpr std::string_view kRecomputeDecision = "backward: vocab-chunked recompute";
 
-constexpr int64_t kInvalid = -1;
-
 DType dtypeOf(Type t) {
   if (t.isBF16()) return DType::BF16;
   if (t.isF16()) return DType::F16;

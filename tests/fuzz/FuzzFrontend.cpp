@@ -19,7 +19,9 @@
 #include <vector>
 
 /// Inputs whose graph compiled and planned (ReplayMain's --min-planned).
-extern "C" size_t lcejitFuzzPlanned = 0;
+extern "C" {
+size_t lcejitFuzzPlanned = 0; // read by ReplayMain.cpp
+}
 
 namespace {
 

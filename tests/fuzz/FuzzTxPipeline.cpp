@@ -25,7 +25,9 @@
 #include <string>
 
 /// Inputs that reached the planner and got a Program (ReplayMain's --min-planned).
-extern "C" size_t lcejitFuzzPlanned = 0;
+extern "C" {
+size_t lcejitFuzzPlanned = 0; // read by ReplayMain.cpp
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static std::unique_ptr<mlir::MLIRContext> ctx = [] {

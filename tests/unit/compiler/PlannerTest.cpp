@@ -1463,8 +1463,9 @@ TEST(Planner, LhsChains) {
   plan::Program off = lceFused(2304, 256000, DType::BF16, 30.0)->plan(o);
   EXPECT_EQ(off.schedule.lhsChain, -1);
   for (const plan::Kernel &kk : off.kernels)
-    if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&kk.body))
+    if (const auto *d = std::get_if<plan::GemmDLhsKernel>(&kk.body)) {
       EXPECT_FALSE(d->chain.valid());
+    }
   // The schedules with the slots are the ones without them, plus the slots.
   for (int64_t n : {4097, 6000, 8192, 12000, 16384})
     for (bool free : {true, false}) {
@@ -1787,9 +1788,10 @@ TEST(Planner, EstimateLeavesTheRuleOnlyForACheaperScheduleWithinTheBudget) {
                                                  s.chunks > 1 ? s.chunkCols : 0);
       EXPECT_GE(s.estimatedGain, 0.02);
       EXPECT_NEAR(1 - mine / rule, s.estimatedGain, 1e-9);
-      if (s.chunks > 1)
+      if (s.chunks > 1) {
         EXPECT_GE(s.chunkCols, p.schedule.fallbackChunkCols) << "chunks narrower than the "
                                                                  "fallback: the loop's cost";
+      }
     }
   }
   EXPECT_GT(chosen, 0) << "the sweep never left the rule: the property was not exercised";

@@ -768,8 +768,9 @@ TEST(ProgramInterpreter, ValuesScaledInPlaceComputeTheGraph) {
                                            p.runSchedule(n).describe());
       EXPECT_EQ(blocked, p.runSchedule(n).rowBlocks > 1) << what;
       for (const plan::Kernel &k : p.kernels)
-        if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body))
+        if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body)) {
           EXPECT_EQ(d->a.space, plan::Space::Input) << what << ": dB reads the unscaled A";
+        }
       EXPECT_TRUE(matches(ref::interpretProgram(p, in, n), want, kTolProgram, what));
       // Rounded where the device rounds, the errors stay small (a second bf16 rounding
       // of each value, where the scaled copy rounded the scaled A instead).

@@ -1346,19 +1346,22 @@ TEST(OpsSlabs, TakenExactlyWhereTheCallOverwritesAnF32DwAndTheRowsFit) {
       EXPECT_NE(free.describe().find("then "), std::string::npos) << free.describe();
       // Tails only where they save a block: without them the rest takes more blocks of
       // at most the ordinary schedule's rows (and at most as many rows as these).
-      if (free.slabRows > 8192)
+      if (free.slabRows > 8192) {
         EXPECT_GT((n - 8192 + free.rowsPerBlock - 1) / free.rowsPerBlock, free.rowBlocks - 1)
             << free.describe();
+      }
       // The tails are the fewest rows that leave this many blocks: 128 rows fewer would
       // need another (or exceed the ordinary blocks' rows).
-      if (free.slabRows > 8192)
+      if (free.slabRows > 8192) {
         EXPECT_GT(n - (free.slabRows - 128), (free.rowBlocks - 1) * free.rowsPerBlock)
             << free.describe();
+      }
     }
-    if (free.slabRows > 8192)
+    if (free.slabRows > 8192) {
       EXPECT_NE(free.describe().find("rows 8192 on of each slab in the workspace's tails"),
                 std::string::npos)
           << free.describe();
+    }
   }
   // A few rows past 2·D: one block, their values in the tails.
   {
@@ -1580,8 +1583,9 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
         // values into the workspace's buffer (where the slab block's slabs were), dB adds to
         // all of dW.
         for (size_t i = 0; i < params.size(); ++i)
-          if (params[i].kind == plan::Param::Kind::SlabSplit)
+          if (params[i].kind == plan::Param::Kind::SlabSplit) {
             EXPECT_EQ(r.args[i].value.i64, -1) << k.name;
+          }
         if (const auto *g = std::get_if<plan::GemmReduceKernel>(&k.body); g && g->stored) {
           for (size_t i = 0; i < params.size(); ++i)
             if (params[i].kind == plan::Param::Kind::Pointer && params[i].buf == g->stored->values)
@@ -1630,8 +1634,9 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
         EXPECT_EQ(arg(plan::Param::Kind::SlabSplit).value.i64, a1.slabs);
         EXPECT_EQ(arg(plan::Param::Kind::SlabHead).value.i64, head);
         EXPECT_EQ(arg(plan::Param::Kind::N).value.i64, sched.slabRows);
-        if (tailBytes > 0)
+        if (tailBytes > 0) {
           EXPECT_EQ(head % 128, 0) << "dA's row tiles lie wholly in the heads or the tails";
+        }
         for (int64_t i = 0; i < sched.slabs; ++i) {
           const runtime::Sm90Operand &m = i < a1.slabs ? a1 : a2;
           const int64_t j = i < a1.slabs ? i : i - a1.slabs;
@@ -1694,8 +1699,9 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
         EXPECT_EQ(a.slabs, (cc + 127) / 128);
         EXPECT_LE(a.slabs, sched.slabGroup + 1);
         EXPECT_EQ(a.k, head);
-        if (tailBytes > 0)
+        if (tailBytes > 0) {
           EXPECT_EQ(head % 64, 0) << "dB's k-blocks lie wholly in the heads or the tails";
+        }
         for (int64_t j = 0; j < a.slabs; ++j) {
           EXPECT_EQ(a.data + static_cast<CUdeviceptr>(j * a.slabStride * 2),
                     at[static_cast<size_t>(c0 / 128 + j)]) << "slab " << c0 / 128 + j;
@@ -1715,9 +1721,10 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
         for (int64_t i = 0; i < sched.slabs; ++i) {
           const CUdeviceptr hs = at[static_cast<size_t>(i)], ts = tailAt[static_cast<size_t>(i)];
           EXPECT_FALSE(bLo < hs + static_cast<CUdeviceptr>(slabBytes) && hs < bHi) << "slab " << i;
-          if (tailBytes > 0)
+          if (tailBytes > 0) {
             EXPECT_FALSE(bLo < ts + static_cast<CUdeviceptr>(tailBytes) && ts < bHi)
                 << "tail " << i;
+          }
         }
         EXPECT_EQ(out.rows, cc);
         EXPECT_EQ(out.data, dw + static_cast<CUdeviceptr>((c0 * out.ld + d->outCol0) * 4));
@@ -1779,16 +1786,18 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
       for (int64_t i = 0; i < sched.slabs; ++i) {
         const CUdeviceptr hs = at[static_cast<size_t>(i)], ts = tailAt[static_cast<size_t>(i)];
         EXPECT_FALSE(chainAt < hs + static_cast<CUdeviceptr>(slabBytes) && hs < chainEnd) << "slab " << i;
-        if (tailBytes > 0)
+        if (tailBytes > 0) {
           EXPECT_FALSE(chainAt < ts + static_cast<CUdeviceptr>(tailBytes) && ts < chainEnd)
               << "tail " << i;
+        }
       }
       for (const auto &[lo, hi] : dbOperands)
         EXPECT_FALSE(chainAt < hi && lo < chainEnd) << "dB's scaled A";
       for (const auto &[li, ptr] : slabBlockPointers)
-        if (ptr != chainAt)
+        if (ptr != chainAt) {
           EXPECT_FALSE(ptr >= chainAt && ptr < chainEnd)
               << "launch " << li << "'s buffer at 0x" << std::hex << ptr << " in the slots";
+        }
       bool zeroed = false;
       for (const runtime::MemsetRecord &m : ep.memsets)
         zeroed = zeroed || (m.pointer <= chainAt &&
@@ -1799,10 +1808,12 @@ TEST(OpsSlabs, DbOverwritesOnlySlabsEveryReaderHasRead) {
       EXPECT_EQ(chainAt, 0u);
     }
     // [Note: slab tails]: the shapes meant to take them do.
-    if (s.n == 8193 || s.n == 2500 || s.v == 256000)
+    if (s.n == 8193 || s.n == 2500 || s.v == 256000) {
       EXPECT_GT(sched.slabRows, head) << sched.describe();
-    if (s.budgetMb == 512 && s.v == 256000)
+    }
+    if (s.budgetMb == 512 && s.v == 256000) {
       EXPECT_GT(sched.lhsChainBytes, 0) << "Gemma-2's head chains: " << sched.describe();
+    }
   }
 }
 
@@ -1838,8 +1849,9 @@ TEST(OpsSlabs, PreparedRunsKeepTheChainsNullPointer) {
             EXPECT_EQ(l.argRelocs[i].base, -1) << "null: nothing to re-point";
           }
         }
-      if (free && l.rowBlock == 0)
+      if (free && l.rowBlock == 0) {
         EXPECT_TRUE(l.dims.cooperative) << k.name;
+      }
     }
     EXPECT_EQ(chained, free ? 1 : 0) << "the slab block's dA";
   }
