@@ -30,8 +30,9 @@
 // group is pending and only then releases the stage of kb - 1.
 //
 // [Note: sm90 three consumers] A cooperative 192-row tile (BM = 192; plain GEMMs
-// only: measured, not planned for the op, docs/hopper.md session 27) runs 512 threads: the producer and three consumers, consumer g on
-// rows 64 g .. 64 g + 63 as above, 12 arrivals on empty[s]. The register file
+// only: measured, not planned for the op, docs/hopper.md session 27) runs 512
+// threads: the producer and three consumers, consumer g on rows 64 g .. 64 g + 63
+// as above, 12 arrivals on empty[s]. The register file
 // splits 32 / 160 (GemmConfig::PRODUCER_REGS, CONSUMER_REGS), but ptxas compiles
 // the whole kernel in the entry count, 65536 / 512 = 128 registers: a 192-column
 // tile's 96 accumulators fit, a 256-column tile's 128 do not (C7602).

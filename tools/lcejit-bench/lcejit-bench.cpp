@@ -56,6 +56,8 @@
 #include "tests/gpu/GpuSupport.h"
 #include "tools/ToolOptions.h"
 
+#include "llvm/ADT/StringSwitch.h"
+
 #include <fmt/format.h>
 
 #include "compiler/codegen/Sm90GemmEmitter.h"
@@ -294,8 +296,15 @@ std::optional<std::array<int, 4>> parseGemmConfig(llvm::StringRef one) {
       return std::nullopt;
   if (parts.size() == 4) {
     const llvm::StringRef f = parts[3];
-    c[3] = f == "pp" ? 1 : f == "pp64" ? 3 : f == "mc" ? 4 : f == "ppmc" ? 5 : f == "pp64mc" ? 7
-         : f == "m192" ? 8 : f == "m192mc" ? 12 : -1;
+    c[3] = llvm::StringSwitch<int>(f)
+               .Case("pp", 1)
+               .Case("pp64", 3)
+               .Case("mc", 4)
+               .Case("ppmc", 5)
+               .Case("pp64mc", 7)
+               .Case("m192", 8)
+               .Case("m192mc", 12)
+               .Default(-1);
     if (c[3] < 0)
       return std::nullopt;
   }
