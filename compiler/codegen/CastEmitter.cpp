@@ -224,6 +224,33 @@ void emitDzFormKernel(CodeWriter &w, const KernelContext &ctx) {
 
 void emitTargetCorrectionKernel(CodeWriter &w, const KernelContext &ctx) {
   const auto &k = std::get<plan::TargetCorrectionKernel>(ctx.kernel().body);
+  if (k.findGroups) {
+    // [Note: a group's first and last rows] (Program.h).
+    LCEJIT_CHECK(k.groups.valid() && k.cols > 0 && !k.out.valid() && !k.sums.valid() &&
+                     (k.residual.targetType == DType::I32 ||
+                      k.residual.targetType == DType::I64),
+                 "target_correction kernel '{}': finding groups needs groups and cols > 0 "
+                 "(cols = {}), no out or sums, targets of {} (i32 or i64)",
+                 ctx.name(), k.cols, dtypeName(k.residual.targetType));
+    ParamRoles roles;
+    roles.add(ctx.bufferName(k.residual.target),
+              fmt::format("{} [N] target column", dtypeName(k.residual.targetType)));
+    roles.add(ctx.bufferName(k.groups),
+              fmt::format("groups u32 [2, {}]: ~first row, last row + 1 per target", k.cols));
+    std::vector<std::string> about = {
+        "the groups of the target-column correction ([Note: a group's first and last rows], "
+        "Program.h):",
+        fmt::format("for rows r < N with 0 <= target[r] = t < {}: groups[t] = max(groups[t], "
+                    "~r), groups[{} + t] = max(groups[{} + t], r + 1) (atomic maxima)",
+                    k.cols, k.cols, k.cols),
+        "block 256, one thread per row, grid-stride"};
+    emitKernelHeader(w, ctx, about, roles);
+    auto kb = openKernel(w, ctx, 256);
+    w.line("lcejit::target_groups_kernel<{}>({}, {}, {}, {}LL);",
+           valueCType(k.residual.targetType), ctx.bufferName(k.residual.target),
+           ctx.bufferName(k.groups), ctx.scalarParamName(Param::Kind::N), k.cols);
+    return;
+  }
   const char *aTag = gemmElemTag(k.aType);
   LCEJIT_CHECK(aTag != nullptr && k.k > 0 && k.cols > 0 &&
                    (k.residual.targetType == DType::I32 ||
@@ -270,19 +297,28 @@ void emitTargetCorrectionKernel(CodeWriter &w, const KernelContext &ctx) {
     return;
   }
   roles.add(ctx.bufferName(k.out), fmt::format("out f32 [{}, {}]", k.cols, k.k));
+  if (k.groups.valid())
+    roles.add(ctx.bufferName(k.groups),
+              fmt::format("groups u32 [2, {}]: each target's first and last rows, cleared "
+                          "by its leader",
+                          k.cols));
   std::vector<std::string> about = {
       "the B-gradient part of [Note: the target-column residual] (Program.h):",
       fmt::format("out[t][j] += sum over rows r < N with target[r] == t (in row order) of "
                   "residual[r] * A[r][j], 0 <= t < {}, j < {}: one add per element",
                   k.cols, k.k),
-      "block 256, one warp per group leader (the group's first row), grid-stride"};
+      k.groups.valid()
+          ? "block 256, one warp per group leader (the group's first row, read from groups: "
+            "[Note: a group's first and last rows]), grid-stride"
+          : "block 256, one warp per group leader (the group's first row), grid-stride"};
   emitKernelHeader(w, ctx, about, roles);
   auto kb = openKernel(w, ctx, 256);
-  w.line("lcejit::target_correction_kernel<{}, {}>({}, {}, {}, {}, {}, {}LL, {}LL);", aTag,
+  w.line("lcejit::target_correction_kernel<{}, {}>({}, {}, {}, {}, {}, {}, {}LL, {}LL);", aTag,
          valueCType(k.residual.targetType),
          ctx.bufferName(k.residual.buf), ctx.bufferName(k.residual.target),
-         ctx.bufferName(k.a), ctx.bufferName(k.out), ctx.scalarParamName(Param::Kind::N), k.k,
-         k.cols);
+         ctx.bufferName(k.a), ctx.bufferName(k.out),
+         k.groups.valid() ? ctx.bufferName(k.groups) : std::string("nullptr"),
+         ctx.scalarParamName(Param::Kind::N), k.k, k.cols);
 }
 
 void emitRowDotKernel(CodeWriter &w, const KernelContext &ctx) {

@@ -1207,8 +1207,24 @@ private:
       if (lhsOut >= 0)
         parts.push_back(fmt::format("d{}[r] += res[r]*{}[t_r] in dA's last chunk", a, b));
       if (rhsOut >= 0 && rhsType == DType::F32) {
-        addKernel(fmt::format("{}_dzres{}", opt_.name, gi),
-                  correction(BufferRef{Space::Output, rhsOut}, TargetSums{}));
+        TargetCorrectionKernel c = correction(BufferRef{Space::Output, rhsOut}, TargetSums{});
+        if (opt_.targetGroups) {
+          // [Note: a group's first and last rows]: zero once per call, left zero by each
+          // launch (every row block's pair of kernels).
+          // No bytes until keepTargetGroups(), which gives them 8 * cols where the run
+          // schedules stay as they are.
+          c.groups = addWorkspace(fmt::format("dz_target_groups{}", gi), 0, 0,
+                                  BufferInit::Zero);
+          TargetCorrectionKernel find;
+          find.residual.target = residual.target;
+          find.residual.targetType = residual.targetType;
+          find.k = k;
+          find.cols = cols;
+          find.groups = c.groups;
+          find.findGroups = true;
+          addKernel(fmt::format("{}_dzgrp{}", opt_.name, gi), std::move(find));
+        }
+        addKernel(fmt::format("{}_dzres{}", opt_.name, gi), std::move(c));
         parts.push_back(fmt::format("d{}[t_r] += res[r]*{}[r] after the chunk loop, summed per "
                                     "target in row order",
                                     b, a));
@@ -1415,6 +1431,7 @@ private:
     }
     decideRowBlocks();
     tuneLhsTile();
+    keepTargetGroups(); // after the dA scratch buffers: those come first where both do not fit
     if (prog_.hasChunkLoop())
       for (int64_t n : {std::max<int64_t>(bucketLow_, 1), bucket_}) {
         if (!servesCall(prog_, exampleSchedule(n))) {
@@ -1429,6 +1446,97 @@ private:
         describeLhsSplit(n);
       }
     return true;
+  }
+
+  /// [Note: a group's first and last rows] (Program.h): the f32 corrections keep their
+  /// groups only where the words (8 bytes a column, zeroed once per call) are at most 1 %
+  /// of the budget and leave the run schedules of calls at the bucket's low end, middle and
+  /// top as they were, those that overwrite dW and those that add to it. Where the stored values fill the budget they
+  /// would cost rows of every block (Llama-3's 2048-row blocks became 1920, L's 32 blocks
+  /// 35); blocks that short keep the scans, which are quadratic in a block's rows only.
+  void keepTargetGroups() {
+    if (!opt_.targetGroups) {
+      for (const Kernel &k : prog_.kernels)
+        if (const auto *t = std::get_if<TargetCorrectionKernel>(&k.body); t && t->out.valid()) {
+          prog_.decisions.push_back(
+              "target groups ([Note: a group's first and last rows]): off "
+              "(LCEJIT_TARGET_GROUPS=0): the f32 correction finds each row's group by scanning "
+              "the rows of its block");
+          break;
+        }
+      return;
+    }
+    std::vector<int32_t> finds, buffers;
+    for (int32_t i = 0; i < static_cast<int32_t>(prog_.kernels.size()); ++i)
+      if (const auto *t =
+              std::get_if<TargetCorrectionKernel>(&prog_.kernels[static_cast<size_t>(i)].body);
+          t && t->findGroups) {
+        finds.push_back(i);
+        buffers.push_back(t->groups.index);
+      }
+    if (finds.empty())
+      return;
+    const int64_t top =
+        prog_.schedule.slabOnly ? std::min(bucket_, slabRowsMax(prog_)) : bucket_;
+    const int64_t low = std::max<int64_t>(bucketLow_, 1);
+    const std::vector<int64_t> ns = {low, std::max(low, top / 2), top};
+    auto schedules = [&] {
+      auto s = sampledSchedules(ns, /*free=*/false);
+      if (prog_.schedule.slabValues >= 0) {
+        auto f = sampledSchedules(ns, /*free=*/true);
+        s.insert(s.end(), f.begin(), f.end());
+      }
+      return s;
+    };
+    const auto without = schedules();
+    int64_t bytes = 0;
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const auto &t = std::get<TargetCorrectionKernel>(
+          prog_.kernels[static_cast<size_t>(finds[i])].body);
+      prog_.workspace[static_cast<size_t>(buffers[i])].bytesFixed = 8 * t.cols;
+      bytes += 8 * t.cols;
+    }
+    const auto with = schedules();
+    std::vector<std::string> names;
+    for (int32_t f : finds)
+      names.push_back(prog_.kernels[static_cast<size_t>(f)].name);
+    // As the dA scratch: the sampled calls are samples, so the words are taken only
+    // within 1 % of the budget.
+    const bool small = bytes * 100 <= prog_.schedule.budgetBytes;
+    if (small && with == without) {
+      prog_.decisions.push_back(fmt::format(
+          "target groups ([Note: a group's first and last rows]): each target's first and last "
+          "rows found by {} for the f32 correction ({} bytes, zeroed once per call): a row "
+          "whose target no other row has is added without a scan",
+          fmt::join(names, ", "), bytes));
+      return;
+    }
+    for (Kernel &k : prog_.kernels)
+      if (auto *t = std::get_if<TargetCorrectionKernel>(&k.body); t && !t->findGroups)
+        t->groups = BufferRef{};
+    const int32_t lastBlocked = prog_.schedule.lastBlockedStep;
+    for (auto f = finds.rbegin(); f != finds.rend(); ++f)
+      removeKernel(prog_, *f);
+    std::sort(buffers.begin(), buffers.end());
+    for (auto b = buffers.rbegin(); b != buffers.rend(); ++b)
+      removeWorkspaceBuffer(prog_, *b);
+    // decideRowBlocks() named the blocked steps with the finds among them.
+    if (lastBlocked != prog_.schedule.lastBlockedStep)
+      for (std::string &d : prog_.decisions)
+        if (d.rfind(fmt::format("rows: steps {}..{} ", prog_.schedule.firstBlockedStep,
+                                lastBlocked),
+                    0) == 0)
+          d = fmt::format("rows: steps {}..{} ", prog_.schedule.firstBlockedStep,
+                          prog_.schedule.lastBlockedStep) +
+              d.substr(d.find(' ', std::string("rows: steps ").size()) + 1);
+    prog_.decisions.push_back(fmt::format(
+        "target groups ([Note: a group's first and last rows]): not taken: their {} bytes {}; "
+        "the f32 correction finds each row's group by scanning the rows of its block",
+        bytes,
+        small ? fmt::format("would change the run schedules of calls with N = {}",
+                            fmt::join(ns, ", "))
+              : fmt::format("are more than 1 % of the {}-byte budget",
+                            prog_.schedule.budgetBytes)));
   }
 
   /// The run schedule of a call with N rows for the decisions: the one of a call that

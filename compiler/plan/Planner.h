@@ -50,6 +50,10 @@ struct PlanOptions {
   /// rank-1 update ([Note: the target-column residual] in Program.h). Off only for
   /// comparisons (LCEJIT_TARGET_RESIDUAL=0).
   bool targetResidual = true;
+  /// The f32 dB correction of that residual finds each target's first and last rows in a
+  /// kernel of its own instead of scanning the rows ([Note: a group's first and last rows]
+  /// in Program.h). Off only for comparisons (LCEJIT_TARGET_GROUPS=0).
+  bool targetGroups = true;
   /// The row loss of a peaked softmax from the target logit summed again in f64 ([Note:
   /// the exact target logit] in Program.h), and dZ's target column from the same terms
   /// ([Note: the target column's dZ]). Off only for comparisons (LCEJIT_EXACT_TARGET=0).

@@ -334,6 +334,10 @@ static json kernelBodyJson(const Kernel &k) {
             j["out"] = toJ(b.out);
           if (b.sums.valid())
             j["sums"] = toJ(b.sums);
+          if (b.groups.valid())
+            j["groups"] = toJ(b.groups);
+          if (b.findGroups)
+            j["find_groups"] = true;
         } else if constexpr (std::is_same_v<T, RowDotKernel>) {
           j = json{{"a", toJ(b.a)}, {"b", toJ(b.b)}, {"ab_type", std::string(dtypeName(b.abType))},
                    {"target", toJ(b.target)},
@@ -596,12 +600,19 @@ std::vector<Param> kernelParams(const Kernel &kernel) {
   }
   case KernelKind::TargetCorrection: {
     const auto &k = std::get<TargetCorrectionKernel>(kernel.body);
+    if (k.findGroups) { // [Note: a group's first and last rows]
+      pl.addBuffer(k.residual.target);
+      pl.addBuffer(k.groups); // grid-stride over rows
+      pl.add(Param::Kind::N, "n");
+      break;
+    }
     pl.addBuffer(k.residual.buf);
     pl.addBuffer(k.residual.target);
     pl.addBuffer(k.a);
     pl.addBuffer(k.out); // grid-stride over rows: any launch shape is correct
     pl.addBuffer(k.sums.sums);
     pl.addBuffer(k.sums.head);
+    pl.addBuffer(k.groups);
     pl.add(Param::Kind::N, "n");
     if (k.sums.valid()) { // [Note: target group sums]: the groups of the chunk's targets
       pl.add(Param::Kind::ChunkBegin, "chunk_begin");
@@ -999,6 +1010,13 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
     break;
   }
   case KernelKind::TargetCorrection:
+    if (std::get<TargetCorrectionKernel>(kernel.body).findGroups) {
+      // [Note: a group's first and last rows]: one thread per row (grid-stride).
+      d.block = 256;
+      d.grid[0] = std::min<int64_t>(ceilDiv(n, 256), int64_t(132) * 8);
+      break;
+    }
+    [[fallthrough]];
   case KernelKind::RowDot: {
     // One warp per row of the launch (grid-stride), 8 warps a block.
     d.block = 256;
@@ -1155,6 +1173,7 @@ void forEachBufferRef(Kernel &k, const std::function<void(BufferRef &)> &f) {
             f(b.sums.sums);
             f(b.sums.head);
             f(b.sums.target);
+            f(b.groups);
           } else if constexpr (std::is_same_v<T, RowDotKernel>) {
             f(b.a);
             f(b.b);
@@ -1271,6 +1290,13 @@ void removeWorkspaceBuffer(Program &p, int32_t index) {
     LCEJIT_CHECK(b.index != index, "removeWorkspaceBuffer: buffer '{}' is still used", name);
     --b.index;
   });
+  // The schedule's buffer indices too.
+  for (int32_t *i : {&p.schedule.slabValues, &p.schedule.slabScaledA, &p.schedule.lhsChain}) {
+    LCEJIT_CHECK(*i != index, "removeWorkspaceBuffer: buffer '{}' is still used by the schedule",
+                 name);
+    if (*i > index)
+      --*i;
+  }
   p.workspace.erase(p.workspace.begin() + index);
 }
 

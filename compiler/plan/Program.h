@@ -590,6 +590,28 @@ struct DzFormKernel {
   bool operator==(const DzFormKernel &) const = default;
 };
 
+/// [Note: a group's first and last rows] The f32 TargetCorrection's warp of row r must
+/// know whether an earlier row of the launch has the same target (then r adds nothing)
+/// and, when it leads, which rows follow with it. Found by scans that is ~N²/2 target
+/// reads each way (0.22-0.25 ms of Llama-3's head at N = 8192, a launch of one block;
+/// quadratic in a block's rows). Instead a launch with `groups` (u32 [2, cols]) runs in
+/// two kernels:
+///   - `findGroups`: one thread a row, for rows with 0 <= t < cols,
+///       groups[t] = max(groups[t], ~r)      (~r: the first row holds the largest)
+///       groups[cols + t] = max(groups[cols + t], r + 1)
+///     (atomic maxima: the same words in any order);
+///   - the correction: row r returns at once unless ~groups[t] == r (it leads); a leader
+///     reads last = groups[cols + t] − 1, adds the one row itself when last == r (no
+///     scan: nearly every row of random or natural targets, V ≫ N) and otherwise gathers
+///     the members from [r, last] in row order as before; then it sets both words to 0.
+/// The sums are the same, in the same order, as with the scans: the same bits. Every
+/// word a find sets is cleared by its group's leader, so a launch leaves `groups` as it
+/// found it, zero (BufferInit::Zero, set once per call): row blocks need no memset of
+/// their own. A row that reads a cleared word sees first = 0xFFFFFFFF, never a row of
+/// the launch, and returns. Launches of 2³¹ − 1 rows or more keep the scans (a row must
+/// fit 31 bits) and leave `groups` alone. Off only for comparisons (PlanOptions::
+/// targetGroups, LCEJIT_TARGET_GROUPS=0).
+///
 /// The dB part of [Note: the target-column residual]: for the rows r of the launch with
 /// 0 <= t_r < cols, grouped by t_r, out[t][j] += Σ_{r in the group, in row order}
 /// residual[r]·a[r][j] (f32, j < k), one add per element: deterministic. Runs after the
@@ -597,6 +619,9 @@ struct DzFormKernel {
 /// With `sums` valid ([Note: target group sums]) it runs inside the chunk loop instead,
 /// for the rows whose target lies in the chunk, and writes the groups' sums and heads for
 /// dB's epilogue (out is not valid then).
+/// With `groups` valid ([Note: a group's first and last rows]) an f32 correction reads
+/// each target's first and last rows from it; with `findGroups` too the kernel only finds
+/// them (it reads the residual's targets and writes `groups`, nothing else).
 struct TargetCorrectionKernel {
   Residual residual;
   BufferRef a;   ///< [N, k] of aType: the forward's A operand
@@ -604,6 +629,8 @@ struct TargetCorrectionKernel {
   BufferRef out; ///< f32 [cols, k]
   int64_t k = 0, cols = 0;
   TargetSums sums;
+  BufferRef groups; ///< u32 [2, cols], zero between launches
+  bool findGroups = false;
   bool operator==(const TargetCorrectionKernel &) const = default;
 };
 

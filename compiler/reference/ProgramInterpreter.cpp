@@ -1093,6 +1093,16 @@ private:
     Site site{name, "the target-column correction"};
     if (k.k <= 0 || k.cols <= 0)
       badProgram(name, fmt::format("k = {}, cols = {}", k.k, k.cols));
+    if (k.findGroups || k.groups.valid()) {
+      // [Note: a group's first and last rows]: the groups only say where the kernels find
+      // a group's rows; the sums below find them by their targets, the same rows in the
+      // same order, so a find adds nothing here.
+      if (!k.groups.valid() || k.sums.valid() || (k.findGroups && k.out.valid()) ||
+          (!k.findGroups && !k.out.valid()))
+        badProgram(name, "groups are found for, and read by, an f32 correction with an out");
+      if (k.findGroups)
+        return;
+    }
     if (k.sums.valid()) {
       // [Note: target group sums]: per block of groupRows rows, the groups of the
       // chunk's targets; the leader (first row) holds the sum and is the block's head.

@@ -38,6 +38,7 @@ constexpr std::string_view kGemmTile = "LCEJIT_GEMM_TILE";
 constexpr std::string_view kMainloop = "LCEJIT_MAINLOOP";
 constexpr std::string_view kBackward = "LCEJIT_BACKWARD";
 constexpr std::string_view kTargetResidual = "LCEJIT_TARGET_RESIDUAL";
+constexpr std::string_view kTargetGroups = "LCEJIT_TARGET_GROUPS";
 constexpr std::string_view kTmaStore = "LCEJIT_TMA_STORE";
 constexpr std::string_view kExactTarget = "LCEJIT_EXACT_TARGET";
 constexpr std::string_view kMulticast = "LCEJIT_MULTICAST";
@@ -71,6 +72,7 @@ struct Values {
   std::string mainloop = "auto";
   std::string backward = "materialized";
   bool targetResidual = true;
+  bool targetGroups = true;
   bool tmaStore = true;
   bool exactTarget = true;
   bool multicast = true;
@@ -254,6 +256,7 @@ std::unique_ptr<Values> readAll() {
     v->backward = t;
   }
   v->targetResidual = parseBool(kTargetResidual, readEnv(kTargetResidual), true);
+  v->targetGroups = parseBool(kTargetGroups, readEnv(kTargetGroups), true);
   v->tmaStore = parseBool(kTmaStore, readEnv(kTmaStore), true);
   v->exactTarget = parseBool(kExactTarget, readEnv(kExactTarget), true);
   v->multicast = parseBool(kMulticast, readEnv(kMulticast), true);
@@ -330,6 +333,10 @@ const std::vector<KnobInfo> &allKnobs() {
       {kTargetResidual, "bool", "1",
        "Fast precision: add dZ's target-column bf16 rounding residual back as a rank-1 "
        "update (0: leave it out, to measure what it buys; part of the cache key)."},
+      {kTargetGroups, "bool", "1",
+       "f32 dW: the target-column correction finds each target's first and last rows in a "
+       "kernel of its own instead of scanning the launch's rows for them (0: scan, to "
+       "measure what it buys; part of the cache key)."},
       {kSplitK, "bool", "1",
        "wgmma dA: tiles that would leave SMs idle run on clusters of 2 or 4 CTAs, each over "
        "part of K, summed in a fixed order (0: never split, to measure what it buys; part of "
@@ -389,6 +396,7 @@ std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
 const std::string &backward() { return current().backward; }
 bool targetResidual() { return current().targetResidual; }
+bool targetGroups() { return current().targetGroups; }
 bool tmaStore() { return current().tmaStore; }
 bool exactTarget() { return current().exactTarget; }
 bool multicast() { return current().multicast; }

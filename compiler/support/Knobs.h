@@ -108,6 +108,12 @@ const std::string &backward();
 /// to measure what it buys or costs.
 bool targetResidual();
 
+/// LCEJIT_TARGET_GROUPS (boolean, default on): the f32 dW correction of that residual finds
+/// each target's first and last rows in a kernel of its own ([Note: a group's first and
+/// last rows] in plan/Program.h) instead of scanning the rows; off only to measure what
+/// that buys.
+bool targetGroups();
+
 /// LCEJIT_TMA_STORE (boolean, default on): on the wgmma mainloop, dB's f32 output tiles
 /// leave through shared memory and TMA ([Note: sm90 TMA store]); off only to measure
 /// what that buys.

@@ -98,6 +98,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
                    ? plan::PlanOptions::Backward::Materialized
                    : plan::PlanOptions::Backward::Recompute;
   p.targetResidual = knobs::targetResidual();
+  p.targetGroups = knobs::targetGroups();
   p.tmaStore = knobs::tmaStore();
   p.exactTargetLogit = knobs::exactTarget();
   p.multicast = knobs::multicast();
@@ -133,6 +134,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += "|backward=" + b;
   if (!knobs::targetResidual())
     tile += "|no-target-residual";
+  if (!knobs::targetGroups())
+    tile += "|no-target-groups";
   if (!knobs::tmaStore())
     tile += "|no-tma-store";
   if (!knobs::exactTarget())

@@ -20,6 +20,7 @@
 //   dz_row_scale_kernel<TargetT>       DzFormKernel (rowScaled)
 //   dz_scale_values_kernel             DzFormKernel (rowScaled, scaleValues)
 //   target_correction_kernel<A, T>     TargetCorrectionKernel
+//   target_groups_kernel<T>            TargetCorrectionKernel (findGroups)
 //   target_group_sums_kernel<A, T>     TargetCorrectionKernel (group sums)
 //   row_dot_kernel<A, T>               RowDotKernel
 //
@@ -614,7 +615,9 @@ __device__ __forceinline__ void dz_scale_values_kernel(void *values, const void 
 // owns the group: it gathers the members by ballots over the targets, in row
 // order (up to 64 kept in registers, two per lane; a larger group is scanned
 // again per column chunk), and adds each column's sum once. No float atomics:
-// the result does not depend on scheduling.
+// the result does not depend on scheduling. With `groups` ([Note: a group's
+// first and last rows]) the leader and the group's last row are read, not
+// scanned for, and a group of one row is added without any scan.
 //===----------------------------------------------------------------------===//
 
 /// [Note: 16-byte rows] Rows of 2-byte elements whose length is a multiple of 8 and whose
@@ -730,10 +733,92 @@ __device__ __forceinline__ bool target_group(const float *res, const void *targe
   return true;
 }
 
+/// [Note: a group's first and last rows] (plan/Program.h): whether a launch of n rows
+/// uses `groups` (each row as 31 bits: ~r is never 0, r + 1 does not wrap).
+__device__ __forceinline__ bool groups_usable(const void *groups, i64 n) {
+  return groups != nullptr && n < 0x7FFFFFFFll;
+}
+
+/// TargetCorrectionKernel with findGroups: for rows r < n with 0 <= t < cols,
+/// groups[t] = max(groups[t], ~r) and groups[cols + t] = max(groups[cols + t], r + 1).
+/// Block 256, one thread per row (grid-stride).
+template <class TargetT>
+__device__ __forceinline__ void target_groups_kernel(const void *target, void *groups, i64 n,
+                                                     i64 cols) {
+  if (!groups_usable(groups, n))
+    return;
+  u32 *g = static_cast<u32 *>(groups);
+  for (i64 r = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; r < n;
+       r += static_cast<i64>(gridDim.x) * blockDim.x) {
+    const i64 t = target_of<TargetT>::at(target, r);
+    if (t < 0 || t >= cols)
+      continue;
+    atomicMax(g + t, ~static_cast<u32>(r));
+    atomicMax(g + cols + t, static_cast<u32>(r) + 1u);
+  }
+}
+
+/// out_t[j] += rm * a[m][j] for j < k, each as target_group's sink adds a group of the one
+/// row m (acc = 0, acc += rm * a, out += acc: the same bits). One warp; wide as there,
+/// four vectors a lane in flight before the adds.
+template <class AElem>
+__device__ __forceinline__ void add_one_row(float *o_t, const void *a, i64 m, float rm, i64 k,
+                                            int lane, bool wide) {
+  if (wide) {
+    constexpr int U = 4;
+    const uint4 *pa =
+        reinterpret_cast<const uint4 *>(static_cast<const char *>(a) + m * k * AElem::BYTES);
+    float4 *po = reinterpret_cast<float4 *>(o_t);
+    const i64 vecs = k / 8;
+    for (i64 v0 = lane; v0 < vecs; v0 += 32 * U) {
+      uint4 x[U];
+      float4 lo[U], hi[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const i64 v = v0 + 32 * u;
+        if (v < vecs) {
+          x[u] = pa[v];
+          lo[u] = po[2 * v];
+          hi[u] = po[2 * v + 1];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const i64 v = v0 + 32 * u;
+        if (v >= vecs)
+          continue;
+        float acc[8];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          acc[c] = 0.f;
+          acc[c] += rm * elem_of<AElem>(x[u], c);
+        }
+        lo[u].x += acc[0];
+        lo[u].y += acc[1];
+        lo[u].z += acc[2];
+        lo[u].w += acc[3];
+        hi[u].x += acc[4];
+        hi[u].y += acc[5];
+        hi[u].z += acc[6];
+        hi[u].w += acc[7];
+        po[2 * v] = lo[u];
+        po[2 * v + 1] = hi[u];
+      }
+    }
+    return;
+  }
+#pragma unroll 4
+  for (i64 j = lane; j < k; j += 32) {
+    float acc = 0.f;
+    acc += rm * load_f32<AElem>(a, m * k + j);
+    o_t[j] += acc;
+  }
+}
+
 template <class AElem, class TargetT>
 __device__ __forceinline__ void
 target_correction_kernel(const void *residual, const void *target, const void *a,
-                         void *out, i64 n, i64 k, i64 cols) {
+                         void *out, void *groups, i64 n, i64 k, i64 cols) {
   constexpr int CH = 8; // columns per lane per chunk: 256 per chunk
   const int lane = static_cast<int>(threadIdx.x % 32);
   const i64 warps = static_cast<i64>(gridDim.x) * (blockDim.x / 32);
@@ -743,13 +828,35 @@ target_correction_kernel(const void *residual, const void *target, const void *a
   // aligned) as two float4; each column's sum is the same either way.
   const bool wide =
       rows16<AElem>(a, k) && (reinterpret_cast<unsigned long long>(out) & 15) == 0;
+  const bool grouped = groups_usable(groups, n);
+  u32 *g = static_cast<u32 *>(groups);
   for (i64 r = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < n;
        r += warps) {
     const i64 t = target_of<TargetT>::at(target, r);
     if (t < 0 || t >= cols)
       continue; // the same for the whole warp
+    i64 lo = 0, hi = n;
+    if (grouped) {
+      // [Note: a group's first and last rows]: lane 0 reads the words and, for the
+      // leader, clears them; -1: another row leads.
+      i64 end = -1;
+      if (lane == 0 && ~g[t] == static_cast<u32>(r)) {
+        end = static_cast<i64>(g[cols + t]);
+        g[t] = 0u;
+        g[cols + t] = 0u;
+      }
+      end = __shfl_sync(0xffffffffu, end, 0);
+      if (end < 0)
+        continue;
+      lo = r;
+      hi = end > r + 1 ? (end < n ? end : n) : r + 1;
+      if (hi == r + 1) {
+        add_one_row<AElem>(o + t * k, a, r, res[r], k, lane, wide);
+        continue;
+      }
+    }
     target_group<AElem, TargetT, CH>(
-        res, target, a, r, t, 0, n, k, lane,
+        res, target, a, r, t, lo, hi, k, lane,
         [&](i64 j0, const float (&acc)[CH]) {
           if (wide) {
             const i64 j = j0 + 8 * lane;

@@ -49,6 +49,9 @@ struct Case {
   Precision precision = Precision::Fast;
   Logits logits = Logits::Random;
   int64_t budgetMb = 0; ///< 0: the default workspace budget
+  /// > 0: targets drawn from the first targetCols columns only: groups of many rows that
+  /// share a target ([Note: a group's first and last rows]).
+  int64_t targetCols = 0;
 };
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
@@ -129,7 +132,8 @@ TEST_P(LceGpu, MatchesFp64Reference) {
                                                 : 2.0 / std::pow(double(c.d), 0.25);
   k.fillRandom(h, c.dtype, c.n * c.d, seed, scale);
   k.fillRandom(w, c.dtype, c.v * c.d, seed + 1, scale);
-  k.fillTargets(y, c.target, c.n, seed + 2, c.v, o.ignoreIndex.value_or(0),
+  k.fillTargets(y, c.target, c.n, seed + 2, c.targetCols > 0 ? c.targetCols : c.v,
+                o.ignoreIndex.value_or(0),
                 c.ignoreIndexOption ? c.ignoreEvery : 0);
   if (c.logits == Logits::Peaked)
     k.peakRows(h, w, c.dtype, y, c.target, c.n, c.d, c.v, 20.0);
@@ -187,6 +191,10 @@ TEST_P(LceGpu, MatchesFp64Reference) {
                 std::string::npos)
           << "this case is meant to scale its values in place";
     }
+  }
+  if (c.targetCols > 0) {
+    EXPECT_NE(op.inspect(c.n, "plan").find("first and last rows found by"), std::string::npos)
+        << "this case is meant to find its target groups in a kernel of their own";
   }
   if (std::string(c.name).find("_widths_") != std::string::npos) {
     EXPECT_NE(op.inspect(c.n, "plan").find("dA widths per launch"), std::string::npos)
@@ -291,6 +299,12 @@ INSTANTIATE_TEST_SUITE_P(
              F32, DType::I64, true, Precision::Fast, Logits::Random, 4},
         Case{"bf16_exact_rowblocks_n3001_d256_v32003_budget4", BF, 3001, 256, 32003, {}, 0,
              R::Sum, F32, DType::I64, true, Precision::Exact, Logits::Random, 4},
+        // [Note: a group's first and last rows]: targets from 40 columns (~100 rows each,
+        // more than the 64 members a leader keeps), in one block and in three.
+        Case{"bf16_mat_fewtargets_n4097_d256_v32000", BF, 4097, 256, 32000, {}, 7, R::Mean,
+             F32, DType::I64, true, Precision::Fast, Logits::Random, 0, 40},
+        Case{"bf16_mat_fewtargets_rowblocks_n4097_d256_v32000_i32_budget100", BF, 4097, 256,
+             32000, 30.0, 0, R::Sum, F32, I32, true, Precision::Fast, Logits::Random, 100, 40},
         // The materialized backward ([Note: the materialized backward]; the default where
         // V is a multiple of 128 and dW is f32, so the bf16 cases above with V = 128256
         // run it too): row blocks (a 100 MiB budget cuts 4097 rows of 32000 columns into

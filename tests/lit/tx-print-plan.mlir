@@ -87,7 +87,8 @@
 // CHECK-NEXT: // decision: backward: lce_dzt0 forms dZ at each row's target column as a*expm1(-log1p(X)) + (a + b), {{.*}}([Note: the target column's dZ]){{$}}
 // The forward's partials and the row values that only the blocked steps read hold one
 // block's rows.
-// CHECK-NEXT: // decision: rows: steps 1..6 may run per block of rows (at least 1024 rows) when the budget needs it; partials0, row_l1_2, row_l1_3, row_l1_4, target_logit0, dz_residual0, target_dz0 hold one block's rows{{$}}
+// CHECK-NEXT: // decision: rows: steps 1..7 may run per block of rows (at least 1024 rows) when the budget needs it; partials0, row_l1_2, row_l1_3, row_l1_4, target_logit0, dz_residual0, target_dz0 hold one block's rows{{$}}
+// CHECK-NEXT: // decision: target groups ([Note: a group's first and last rows]): each target's first and last rows found by lce_dzgrp0 for the f32 correction (8000 bytes, zeroed once per call): a row whose target no other row has is added without a scan
 // CHECK-NEXT: // decision: run schedule (example): N = 4097: 1 row block of 4097 rows, 1 chunk of 1024 columns; workspace 8.5 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // CHECK-NEXT: // decision: run schedule (example): N = 16384: 1 row block of 16384 rows, 1 chunk of 1024 columns; workspace 34.0 MiB of the 512.0 MiB budget; one block, one chunk: everything fits
 // CHECK-NEXT: {
@@ -123,7 +124,15 @@
 // CHECK: "kind": "gemm_drhs",
 // CHECK-NEXT: "name": "[[DRHS:lce_drhs[0-9]+]]"
 // [Note: the target-column residual]: dW's part of it runs after the loop, in the blocked
-// steps.
+// steps, after a kernel that finds each target's first and last rows ([Note: a group's
+// first and last rows]) in a zeroed buffer both name.
+// CHECK: "find_groups": true,
+// CHECK-NEXT: "groups": {
+// CHECK-NEXT: "index": [[GRP:[0-9]+]],
+// CHECK: "kind": "target_correction",
+// CHECK-NEXT: "name": "[[DZGRP:lce_dzgrp[0-9]+]]"
+// CHECK: "groups": {
+// CHECK-NEXT: "index": [[GRP]],
 // CHECK: "kind": "target_correction",
 // CHECK-NEXT: "name": "[[DZRES:lce_dzres[0-9]+]]"
 // CHECK: "kind": "row",
@@ -134,7 +143,7 @@
 // CHECK-NEXT: "block_rows": 0,
 // CHECK-NEXT: "blocked_steps": [
 // CHECK-NEXT: 1,
-// CHECK-NEXT: 6
+// CHECK-NEXT: 7
 // CHECK-NEXT: ],
 // CHECK-NEXT: "budget_bytes": 536870912,
 // CHECK: "splits": 8,
@@ -160,6 +169,9 @@
 // CHECK-NEXT: "[[DLHS]]",
 // CHECK-NEXT: "[[DRHS]]"
 // CHECK-NEXT: ]
+// CHECK-NEXT: },
+// CHECK-NEXT: {
+// CHECK-NEXT: "launch": "[[DZGRP]]"
 // CHECK-NEXT: },
 // CHECK-NEXT: {
 // CHECK-NEXT: "launch": "[[DZRES]]"

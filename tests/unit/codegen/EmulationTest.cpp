@@ -30,6 +30,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <random>
 
 #include <unistd.h>
@@ -773,6 +774,99 @@ TEST(Emulation, TargetGroupSumsPutABf16DwAtItsFloor) {
   EXPECT_GT(err[1], 1.2) << "the data must show the target columns' rounding";
 }
 
+/// [Note: a group's first and last rows] on the CPU: a planned fast-precision Program with
+/// an f32 dW in row blocks of 256 rows, its groups found by `<name>_dzgrp0`, against the
+/// same Program planned with the scans (PlanOptions::targetGroups off): the same dW, dH
+/// and loss bits, on targets that give every block groups of one row, of two to 64 rows
+/// and of more than 64 (kept and scanned again), and ignored rows; A's rows 16-byte
+/// aligned (the vector path) and not. The groups' words are zero again after a call, and
+/// a second call on the same workspace writes the same bits.
+TEST(Emulation, TargetGroupsAddWhatTheScansAdd) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  LceOptions o = smallLce();
+  o.dwType = DType::F32;
+  const int64_t n = 600, blockRows = 256;
+  auto plan = [&](bool groups) {
+    return plannedLce(o, DType::BF16, [&](plan::PlanOptions &po) {
+      po.name = groups ? "tgrp_on" : "tgrp_off";
+      po.tokens = n;
+      po.blockRows = blockRows;
+      po.targetGroups = groups;
+    });
+  };
+  const Program on = plan(true), off = plan(false);
+  int32_t groupsBuffer = -1;
+  int finds = 0, readers = 0;
+  for (const plan::Kernel &k : on.kernels)
+    if (const auto *t = std::get_if<plan::TargetCorrectionKernel>(&k.body); t && t->groups.valid()) {
+      (t->findGroups ? finds : readers) += 1;
+      groupsBuffer = t->groups.index;
+    }
+  ASSERT_EQ(finds, 1);
+  ASSERT_EQ(readers, 1);
+  for (const plan::Kernel &k : off.kernels)
+    if (const auto *t = std::get_if<plan::TargetCorrectionKernel>(&k.body))
+      EXPECT_FALSE(t->groups.valid() || t->findGroups) << k.name;
+  ASSERT_EQ(on.runSchedule(n, false).rowBlocks, 3);
+  ASSERT_EQ(off.runSchedule(n, false).rowBlocks, 3);
+
+  auto targets = [&](LceRun &r) {
+    for (int64_t i = 0; i < n; ++i)
+      r.y[static_cast<size_t>(i)] = i % 13 == 3  ? -100
+                                    : i % 2 == 0 ? 7
+                                    : i % 6 == 1 ? 130 + i / blockRows
+                                                 : (i * 37 + 11) % o.v;
+  };
+  { // The data has every kind of group in every block.
+    LceRun r(on, o, n);
+    targets(r);
+    for (int64_t b = 0; b * blockRows < n; ++b) {
+      std::map<int64_t, int> size;
+      for (int64_t i = b * blockRows; i < std::min(n, (b + 1) * blockRows); ++i)
+        if (r.y[static_cast<size_t>(i)] >= 0)
+          ++size[r.y[static_cast<size_t>(i)]];
+      int one = 0, few = 0, many = 0;
+      for (auto [t, c] : size)
+        (c == 1 ? one : c <= 64 ? few : many) += 1;
+      EXPECT_GT(one, 0) << "block " << b;
+      EXPECT_GT(few, 0) << "block " << b;
+      if ((b + 1) * blockRows <= n)
+        EXPECT_GT(many, 0) << "block " << b;
+    }
+  }
+  HostModule modOn(on), modOff(off);
+  for (size_t misalign : {size_t(0), size_t(2)}) {
+    SCOPED_TRACE(fmt::format("A misaligned by {} bytes", misalign));
+    LceRun a(on, o, n, misalign), b(off, o, n, misalign);
+    targets(a);
+    targets(b);
+    a.run(modOn);
+    b.run(modOff);
+    EXPECT_EQ(a.errorWord(on)[0], 0);
+    EXPECT_EQ(b.errorWord(off)[0], 0);
+    const size_t dwBytes = static_cast<size_t>(o.v * o.d) * 4;
+    EXPECT_EQ(std::memcmp(a.dw.p, b.dw.p, dwBytes), 0) << "dW differs from the scans'";
+    EXPECT_EQ(std::memcmp(a.dh.p, b.dh.p, static_cast<size_t>(n * o.d * dtypeSize(o.dhType))),
+              0);
+    EXPECT_EQ(std::memcmp(a.loss.p, b.loss.p, 4), 0);
+    // Against fp64 with dZ rounded as fast precision rounds it, its target column exact
+    // (what the residual and this correction restore): f32 sums only.
+    Reference ref = reference(o, n, a.h, a.w, a.y, /*roundDz=*/true);
+    expectClose("grad_weight", o.dwType, a.dw.p, ref.dw);
+    // The words are zero again, and a second call on the same workspace writes the same.
+    const int64_t at = on.workspaceOffsets(n, nullptr)[static_cast<size_t>(groupsBuffer)];
+    const auto *words = reinterpret_cast<const uint32_t *>(a.ws.as<char>() + at);
+    int64_t set = 0;
+    for (int64_t i = 0; i < 2 * o.v; ++i)
+      set += words[i] != 0;
+    EXPECT_EQ(set, 0) << "words left set by the call";
+    std::vector<char> first(a.dw.as<char>(), a.dw.as<char>() + dwBytes);
+    std::memset(a.dw.p, 0x7f, dwBytes); // poison: the call must write every element
+    a.run(modOn);
+    EXPECT_EQ(std::memcmp(first.data(), a.dw.p, dwBytes), 0) << "the second call's dW";
+  }
+}
+
 /// Gradient accumulation ([Note: accumulating outputs] in Program.h): planned Programs'
 /// generated CUDA, run under the host emulation with row blocks (f32 dW) and vocabulary
 /// chunks, with the output mask of a run that accumulates into dH, dW or both. Each
@@ -1047,6 +1141,10 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
     po.target.numSMs = 4;
     if (c.planBudgetKb > 0)
       po.workspaceBudgetBytes = c.planBudgetKb * 1024;
+    // The planner keeps the f32 correction's groups where they leave the plan's budget's
+    // schedules alone ([Note: a group's first and last rows]); a case that sets a budget
+    // after planning is meant to run a schedule of that budget without them.
+    po.targetGroups = c.budgetKb == 0;
   });
   for (const plan::Kernel &k : q.kernels)
     if (const auto *f = std::get_if<plan::DzFormKernel>(&k.body); f && f->scaleValues)

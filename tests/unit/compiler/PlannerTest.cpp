@@ -577,12 +577,14 @@ TEST(Planner, MaterializedBackwardWhereItPays) {
                                   : "backward: materialized:"),
               "")
         << p.toJson(2);
-    // (The RowDot of [Note: the exact target logit] sums the target logit for the loss.)
+    // (The RowDot of [Note: the exact target logit] sums the target logit for the loss; the
+    // first TargetCorrection finds the second's groups: [Note: a group's first and last
+    // rows].)
     const std::vector<KernelKind> want = {
-        KernelKind::Row,      KernelKind::GemmReduce, KernelKind::RowDot,
-        KernelKind::Row,      KernelKind::Row,        KernelKind::DzForm,
-        KernelKind::GemmDLhs, KernelKind::GemmDRhs,   KernelKind::TargetCorrection,
-        KernelKind::Row};
+        KernelKind::Row,      KernelKind::GemmReduce,       KernelKind::RowDot,
+        KernelKind::Row,      KernelKind::Row,              KernelKind::DzForm,
+        KernelKind::GemmDLhs, KernelKind::GemmDRhs,         KernelKind::TargetCorrection,
+        KernelKind::TargetCorrection, KernelKind::Row};
     EXPECT_EQ(kinds(p), want);
     const plan::GemmReduceKernel *f = nullptr;
     const plan::DzFormKernel *z = nullptr;
@@ -1631,7 +1633,16 @@ TEST(Planner, EstimatedRunTimeMatchesItsCalibration) {
   // 4526 in 2048 + 2048 + 430 rows, not the rule's three of 1536 (192 dA tiles, 1.45 waves).
   EXPECT_EQ(p.runSchedule(4526).rowsPerBlock, 2048) << p.runSchedule(4526).describe();
   EXPECT_EQ(p.runSchedule(8192).rowsPerBlock, 2048);
-  EXPECT_EQ(p.runSchedule(65536).rowsPerBlock, 2048);
+  // (N = 65536 with its own bucket's Program: this one's may hold the correction's groups,
+  // [Note: a group's first and last rows], which fit its bucket's budget and not 65536's.)
+  EXPECT_EQ(g->plan([&] {
+               plan::PlanOptions o65 = o;
+               o65.tokens = 65536;
+               return o65;
+             }())
+                .runSchedule(65536)
+                .rowsPerBlock,
+            2048);
   // Gemma-2's head: the budget's 1024 rows.
   auto gemma = lceFused(2304, 256000, DType::BF16, 30.0);
   const plan::Program b = gemma->plan(o);

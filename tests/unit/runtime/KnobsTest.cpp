@@ -226,6 +226,7 @@ TEST_F(KnobsTest, DefaultOnSwitches) {
     bool (*get)();
   };
   const Switch switches[] = {{"LCEJIT_TARGET_RESIDUAL", knobs::targetResidual},
+                             {"LCEJIT_TARGET_GROUPS", knobs::targetGroups},
                              {"LCEJIT_TMA_STORE", knobs::tmaStore},
                              {"LCEJIT_EXACT_TARGET", knobs::exactTarget},
                              {"LCEJIT_MULTICAST", knobs::multicast},
@@ -303,7 +304,7 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP",     "LCEJIT_BACKWARD",
       "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K",     "LCEJIT_BLOCK_ROWS",
       "LCEJIT_STORE_IN_OUTPUT", "LCEJIT_DA_TILE",   "LCEJIT_DA_STREAMK",
-      "LCEJIT_DA_CHAIN"};
+      "LCEJIT_DA_CHAIN",       "LCEJIT_TARGET_GROUPS"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();

@@ -252,6 +252,12 @@ inline unsigned long long atomicMax(unsigned long long *p, unsigned long long v)
     *p = v;
   return old;
 }
+inline unsigned atomicMax(unsigned *p, unsigned v) {
+  unsigned old = *p;
+  if (v > old)
+    *p = v;
+  return old;
+}
 
 namespace lcejit_emu {
 
