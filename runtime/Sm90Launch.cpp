@@ -23,6 +23,11 @@ void checkSm90GemmLaunch(const Sm90GemmLaunch &l) {
                    l.sharedBytes);
   LCEJIT_CHECK_ARG(l.bm == 128 || l.bm == 64 || l.bm == 192, "sm90 GEMM bm = {} (64, 128 or 192)",
                    l.bm);
+  // The kernel checks its block against its GemmConfig (launch_ok): a wrong count of
+  // these two returns from every CTA having written nothing.
+  LCEJIT_CHECK_ARG(l.threads == 384 || l.threads == 512,
+                   "sm90 GEMM threads = {} (the kernel's codegen::sm90GemmThreads: 384 or 512)",
+                   l.threads);
   LCEJIT_CHECK_ARG(l.clusterM == 1 || (l.clusterM == 2 && l.bKMajor),
                    "sm90 GEMM clusterM = {} (1, or 2 with a K-major B)", l.clusterM);
   LCEJIT_CHECK_ARG(l.ldOut >= l.n, "sm90 GEMM ldOut = {} is smaller than n = {}", l.ldOut, l.n);
@@ -71,7 +76,7 @@ void launchSm90Gemm(const Module &module, CUfunction f, const Sm90GemmLaunch &l,
   cfg.gridDimY = 1;
   cfg.gridDimZ = 1;
   // [Note: sm90 three consumers]: 192-row tiles run a third consumer warpgroup.
-  cfg.blockDimX = l.bm == 192 ? 512 : 384;
+  cfg.blockDimX = static_cast<unsigned>(l.threads);
   cfg.blockDimY = 1;
   cfg.blockDimZ = 1;
   cfg.sharedMemBytes = static_cast<unsigned>(l.sharedBytes);

@@ -2,8 +2,9 @@
 //
 // Host half of the kernel ABI in compiler/codegen/Sm90GemmEmitter.h: encodes the two
 // operand tensor maps ([Note: sm90 operand maps] in runtime/TensorMap.h), reserves the
-// dynamic shared memory and launches CTAs of 384 threads (512 for 192-row tiles), one
-// per SM or one per tile when there are fewer tiles.
+// dynamic shared memory and launches CTAs of the kernel's threads (its spec's
+// codegen::sm90GemmThreads: 384, or 512 for 192-row tiles), one per SM or one per tile
+// when there are fewer tiles.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -28,6 +29,7 @@ struct Sm90GemmLaunch {
   /// single CTAs (each then loads both halves).
   int32_t clusterM = 1;
   int32_t sharedBytes = 0;   ///< codegen::sm90GemmSharedBytes of the kernel's spec
+  int32_t threads = 0;       ///< codegen::sm90GemmThreads of the kernel's spec
   int32_t group = 8;         ///< tile rows per group of the tile order
   int32_t grid = 0;          ///< CTAs; 0: min(tiles, SMs of the device)
 };

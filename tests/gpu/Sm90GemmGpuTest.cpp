@@ -132,6 +132,7 @@ void runOne(const Layout &l, const Config &c, const Shape &s, int group = 3) {
   launch.bm = c.bm;
   launch.clusterM = c.clusterM;
   launch.sharedBytes = codegen::sm90GemmSharedBytes(*spec);
+  launch.threads = codegen::sm90GemmThreads(*spec);
   launch.group = group;
   launch.grid = s.grid;
   runtime::launchSm90Gemm(mod.module, mod.module.function(spec->name), launch, nullptr);
@@ -263,6 +264,7 @@ TEST(Sm90GemmLaunch, RejectsMisalignedPitchNamingIt) {
   launch.k = 60;
   launch.bn = 256;
   launch.sharedBytes = codegen::sm90GemmSharedBytes(mod.specs[0]);
+  launch.threads = codegen::sm90GemmThreads(mod.specs[0]);
   try {
     runtime::launchSm90Gemm(mod.module, mod.module.function(mod.specs[0].name), launch, nullptr);
     FAIL() << "expected an error";

@@ -756,6 +756,7 @@ int runGemmOnly(const Args &a, const std::vector<CaseShape> &shapes, const runti
           l.bm = spec.bm;
           l.clusterM = spec.clusterM;
           l.sharedBytes = codegen::sm90GemmSharedBytes(spec);
+          l.threads = codegen::sm90GemmThreads(spec);
           l.group = a.gemmConfigs[c][2];
           CUfunction f = mod.function(spec.name);
           cu(d.memsetD8Async(out, 0xFF, size_t(gm.m * gm.n) * (variant ? 4 : 2), s), "poison");

@@ -865,13 +865,18 @@ TEST(Sm90LaunchArgs, BadRowsAndClustersAreNamedBeforeTheDriver) {
   l.m = l.n = l.k = 256;
   l.ldOut = 256;
   l.sharedBytes = 1;
+  std::string msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::checkSm90GemmLaunch(l); });
+  EXPECT_NE(msg.find("threads = 0 (the kernel's codegen::sm90GemmThreads: 384 or 512)"),
+            std::string::npos)
+      << msg;
+  l.threads = 384;
   runtime::checkSm90GemmLaunch(l); // the defaults are valid
   l.bm = 64;
   runtime::checkSm90GemmLaunch(l);
   l.bm = 192;
   runtime::checkSm90GemmLaunch(l);
   l.bm = 96;
-  std::string msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::checkSm90GemmLaunch(l); });
+  msg = expectError(ErrorKind::InvalidArgument, [&] { runtime::checkSm90GemmLaunch(l); });
   EXPECT_NE(msg.find("bm = 96 (64, 128 or 192)"), std::string::npos) << msg;
   l.bm = 128;
   l.clusterM = 2;
