@@ -884,17 +884,24 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
       w.line("epi.store_head = {};", ctx.scalarParamName(Param::Kind::SlabHead));
     }
   }
-  if (isWgmma(ctx))
-    w.line("lcejit::sm90::gemm_reduce_kernel<{}_config>(map_a, map_b, epi, {}, {}, {}LL, "
+  if (isWgmma(ctx)) {
+    // [Note: forward CTA order]: the group of the order when it is not the default.
+    LCEJIT_CHECK(k.orderGroup >= 2 && k.orderGroup % 2 == 0,
+                 "gemm_reduce kernel '{}': order group {} (an even count, at least 2)",
+                 ctx.name(), k.orderGroup);
+    w.line("lcejit::sm90::gemm_reduce_kernel<{}_config{}>(map_a, map_b, epi, {}, {}, {}LL, "
            "{}LL, {});",
-           ctx.name(), ctx.bufferName(k.partials), epi.n(), g.cols, g.k,
+           ctx.name(),
+           k.orderGroup != plan::kForwardOrderGroup ? fmt::format(", {}", k.orderGroup) : "",
+           ctx.bufferName(k.partials), epi.n(), g.cols, g.k,
            ctx.scalarParamName(Param::Kind::Splits));
-  else
+  } else {
     w.line("lcejit::gemm_reduce_kernel<{}_config>(epi, {}, {}, {}, {}, {}LL, "
            "{}LL, {});",
            ctx.name(), ctx.bufferName(g.a), ctx.bufferName(g.b),
            ctx.bufferName(k.partials), epi.n(), g.cols, g.k,
            ctx.scalarParamName(Param::Kind::Splits));
+  }
 }
 
 /// Live exp/log/tanh-like instructions of an epilogue function: the length of

@@ -948,6 +948,14 @@ private:
     }
     k.partials = addWorkspace(fmt::format("partials{}", fwdCount_),
                               int64_t(4) * prog_.splits * k.slotsPerRow(), 0);
+    if (opt_.forwardOrderGroup > 0 && k.gemm.math == MathMode::WgmmaBF16) {
+      // [Note: forward CTA order]: the caller's group (comparisons).
+      k.orderGroup = opt_.forwardOrderGroup;
+      prog_.decisions.push_back(fmt::format(
+          "forward CTA order: groups of {} row tiles, given by the caller (LCEJIT_FWD_GROUP), "
+          "not {}",
+          k.orderGroup, kForwardOrderGroup));
+    }
     int32_t idx = addKernel(fmt::format("{}_fwd{}", opt_.name, fwdCount_++), std::move(k));
     const auto &kk = std::get<GemmReduceKernel>(prog_.kernels[static_cast<size_t>(idx)].body);
     for (auto [i, r] : llvm::enumerate(op.getResults()))

@@ -95,6 +95,9 @@ struct PlanOptions {
   /// > 0: the materialized schedule's wgmma dA tile width (128, 192 or 256) instead of the
   /// planner's choice ([Note: dA tile width]; comparisons: LCEJIT_DA_TILE).
   int32_t lhsTileWidth = 0;
+  /// > 0 (even): the wgmma forward's CTA order in groups of this many row tiles instead of
+  /// kForwardOrderGroup ([Note: forward CTA order]; comparisons: LCEJIT_FWD_GROUP).
+  int32_t forwardOrderGroup = 0;
   /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).
   std::optional<TileConfig> tensorCoreTile;
   Mainloop mainloop = Mainloop::Auto;

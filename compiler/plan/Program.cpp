@@ -229,6 +229,8 @@ static json kernelBodyJson(const Kernel &k) {
           for (ReduceKind r : b.reductions)
             red.push_back(reduceKindName(r));
           j = json{{"gemm", toJ(b.gemm)}, {"reductions", red}, {"partials", toJ(b.partials)}};
+          if (b.orderGroup != kForwardOrderGroup)
+            j["order_group"] = b.orderGroup;
           if (b.stored)
             j["stored"] = json{{"values", toJ(b.stored->values)},
                                {"tile_max", toJ(b.stored->tileMax)},

@@ -362,11 +362,18 @@ struct StoredTile {
   bool operator==(const StoredTile &) const = default;
 };
 
+/// [Note: forward CTA order] (lcejit_sm90.cuh): the wgmma forward's CTAs run in groups of
+/// this many row tiles (each group over all its column splits before the next).
+inline constexpr int32_t kForwardOrderGroup = 16;
+
 struct GemmReduceKernel {
   FusedGemm gemm;
   std::vector<ReduceKind> reductions; ///< one per epilogue result
   BufferRef partials;                 ///< f32 [N, splits, slotsPerRow()]
   std::optional<StoredTile> stored;   ///< the materialized schedule's forward store
+  /// WgmmaBF16: row tiles per group of the CTA order, even ([Note: forward CTA order];
+  /// kForwardOrderGroup unless asked: PlanOptions::forwardOrderGroup, LCEJIT_FWD_GROUP).
+  int32_t orderGroup = kForwardOrderGroup;
   int32_t slotsPerRow() const;
   int32_t slotOf(int32_t result) const; ///< first slot of a result's partial
   bool operator==(const GemmReduceKernel &) const = default;

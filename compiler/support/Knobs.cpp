@@ -48,6 +48,7 @@ constexpr std::string_view kDaStreamK = "LCEJIT_DA_STREAMK";
 constexpr std::string_view kDaChain = "LCEJIT_DA_CHAIN";
 constexpr std::string_view kStoreInOutput = "LCEJIT_STORE_IN_OUTPUT";
 constexpr std::string_view kDaTile = "LCEJIT_DA_TILE";
+constexpr std::string_view kFwdGroup = "LCEJIT_FWD_GROUP";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -68,6 +69,7 @@ struct Values {
   std::optional<int64_t> workspaceMB;
   std::optional<int64_t> blockRows;
   std::optional<int64_t> daTile;
+  std::optional<int64_t> fwdGroup;
   std::optional<std::array<int32_t, 6>> gemmTile;
   std::string mainloop = "auto";
   std::string backward = "materialized";
@@ -239,6 +241,10 @@ std::unique_ptr<Values> readAll() {
   if (v->daTile && *v->daTile != 128 && *v->daTile != 192 && *v->daTile != 256)
     LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' must be 128, 192 or 256",
                  kDaTile, *v->daTile);
+  v->fwdGroup = parsePositiveInt(kFwdGroup, readEnv(kFwdGroup));
+  if (v->fwdGroup && (*v->fwdGroup % 2 != 0 || *v->fwdGroup > 64))
+    LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' must be even, 2 to 64",
+                 kFwdGroup, *v->fwdGroup);
   v->gemmTile = parseTile(kGemmTile, readEnv(kGemmTile));
   if (std::optional<std::string> m = readEnv(kMainloop)) {
     std::string t(trim(*m));
@@ -320,6 +326,9 @@ const std::vector<KnobInfo> &allKnobs() {
       {kDaTile, "128 | 192 | 256", "(planner's choice)",
        "The materialized schedule's wgmma dA tile width instead of the planner's choice "
        "([Note: dA tile width]): to measure the others (part of the cache key)."},
+      {kFwdGroup, "even, 2 to 64", "16",
+       "The wgmma forward's CTA order in groups of this many row tiles ([Note: forward CTA "
+       "order]): to measure other orders (part of the cache key)."},
       {kGemmTile, "BMxBNxBK:WMxWN:STAGES", "(planner's choice)",
        "Tensor-core GEMM tile for every GEMM of a plan (tuning; part of the cache key)."},
       {kMainloop, "auto | mma | wgmma", "auto",
@@ -392,6 +401,7 @@ const std::vector<std::string> &cudaIncludeDirs() { return current().cudaInclude
 std::optional<int64_t> workspaceMB() { return current().workspaceMB; }
 std::optional<int64_t> blockRows() { return current().blockRows; }
 std::optional<int64_t> daTile() { return current().daTile; }
+std::optional<int64_t> fwdGroup() { return current().fwdGroup; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
 const std::string &backward() { return current().backward; }

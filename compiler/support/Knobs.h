@@ -90,6 +90,10 @@ std::optional<int64_t> blockRows();
 /// instead of the planner's choice ([Note: dA tile width]), to measure the others.
 /// Default: unset.
 std::optional<int64_t> daTile();
+/// LCEJIT_FWD_GROUP: the wgmma forward's CTA order in groups of this many row tiles (even,
+/// 2 to 64) instead of 16 ([Note: forward CTA order]), to measure other orders. Default:
+/// unset.
+std::optional<int64_t> fwdGroup();
 /// LCEJIT_GEMM_TILE: a tensor-core GEMM tile for every GEMM of a plan, for tuning:
 /// "BMxBNxBK:WMxWN:STAGES" (e.g. "128x256x32:2x4:3") as {bm, bn, bk, warpsM, warpsN,
 /// stages}. Unset: the planner's choice.

@@ -109,6 +109,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.storeInOutput = knobs::storeInOutput();
   p.blockRows = knobs::blockRows().value_or(0);
   p.lhsTileWidth = static_cast<int32_t>(knobs::daTile().value_or(0));
+  p.forwardOrderGroup = static_cast<int32_t>(knobs::fwdGroup().value_or(0));
   if (forwardOnly_)
     p.outputTypes = {DType::F32};
   else
@@ -156,6 +157,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += fmt::format("|block-rows={}", *r);
   if (auto t = knobs::daTile())
     tile += fmt::format("|da-tile={}", *t);
+  if (auto g = knobs::fwdGroup())
+    tile += fmt::format("|fwd-group={}", *g);
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice.
   static_assert(sizeof(plan::Target) == 3 * sizeof(int32_t),

@@ -1582,11 +1582,12 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
 
 /// `splits` partial entries per row (Program::splits): one per CTA split, or two
 /// (one per consumer) with ping-pong. Grid: ceil(n / 128) * (CTA splits) CTAs, one per
-/// (row tile, split), in the grouped order of TileOrder (16 row tiles at a time), so that
-/// the CTAs resident together share their A tiles and their current B tiles in L2. CTA
-/// split s reduces the column tiles [s * per, (s + 1) * per) of per = ceil(ceil(cols /
-/// BN) / CTA splits); an empty range (or consumer) writes empty partials.
-template <class Cfg, class Epi>
+/// (row tile, split), in the grouped order of TileOrder (GROUP row tiles at a time: 16,
+/// GemmReduceKernel::orderGroup), so that the CTAs resident together share their A tiles
+/// and their current B tiles in L2. CTA split s reduces the column tiles [s * per, (s + 1)
+/// * per) of per = ceil(ceil(cols / BN) / CTA splits); an empty range (or consumer) writes
+/// empty partials.
+template <class Cfg, int GROUP = 16, class Epi>
 __device__ __forceinline__ void
 gemm_reduce_kernel(const TensorMap &map_a, const TensorMap &map_b,
                    const Epi &epi, void *partials, i64 n, i64 cols, i64 k,
@@ -1600,8 +1601,10 @@ gemm_reduce_kernel(const TensorMap &map_a, const TensorMap &map_b,
   // row blocks of 2048 rows every row tile of a split runs in the same wave, so each B
   // tile is read from DRAM about once (groups of 8 split them over two waves: ncu
   // measured 2.9 GB of DRAM reads per block for 1.05 GB of W; groups of 16: 1.6 GB,
-  // H200, 2026-12-02).
-  const TileOrder order{row_tiles, static_cast<i64>(cta_splits), 16};
+  // H200, 2026-12-02). Other even group sizes for measurements (LCEJIT_FWD_GROUP; an H100
+  // ran Llama-3's 8192-row block 3-4 % faster in groups of 8 or 4, session 29).
+  static_assert(GROUP >= 2 && GROUP % 2 == 0, "pairs need groups of an even row-tile count");
+  const TileOrder order{row_tiles, static_cast<i64>(cta_splits), GROUP};
   i64 row_tile, split64;
   order.tile(static_cast<i64>(blockIdx.x), row_tile, split64);
   // [Note: sm90 multicast] A cluster pair shares B only when it walks the same column

@@ -1081,6 +1081,7 @@ struct Sm90Case {
   const char *expect;   ///< in the schedule's description
   int64_t d = 72;
   int64_t planBudgetKb = 0; ///< > 0: the budget the planner plans for
+  int32_t orderGroup = 0;   ///< > 0: PlanOptions::forwardOrderGroup
 };
 /// What the launches of the calls run so far did.
 struct Sm90Seen {
@@ -1145,6 +1146,7 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
     // schedules alone ([Note: a group's first and last rows]); a case that sets a budget
     // after planning is meant to run a schedule of that budget without them.
     po.targetGroups = c.budgetKb == 0;
+    po.forwardOrderGroup = c.orderGroup;
   });
   for (const plan::Kernel &k : q.kernels)
     if (const auto *f = std::get_if<plan::DzFormKernel>(&k.body); f && f->scaleValues)
@@ -1231,6 +1233,9 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
       // Planned for 56 KB, the lean form: no scaled copy of A, the values scaled in place
       // by a DzForm pass ([Note: values scaled in place]).
       {384, 5.0, 140, 0, 0, false, "its stored values in the gradient's memory", 72, 56},
+      // [Note: forward CTA order] in groups of 2 row tiles (LCEJIT_FWD_GROUP): 4 row tiles
+      // in two groups, still in cluster pairs.
+      {384, 0.0, 512, 0, 0, false, "one row block", 72, 0, 2},
   };
   Sm90Seen seen;
   for (const Sm90Case &c : cases)

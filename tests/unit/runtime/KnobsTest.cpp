@@ -157,6 +157,22 @@ TEST_F(KnobsTest, DaTile) {
   }
 }
 
+/// LCEJIT_FWD_GROUP: an even count from 2 to 64, or an error naming the variable and value.
+TEST_F(KnobsTest, FwdGroup) {
+  EXPECT_FALSE(knobs::fwdGroup().has_value()) << "default: the planner's 16";
+  for (const char *good : {"2", "4", "8", "64"}) {
+    env.set("LCEJIT_FWD_GROUP", good);
+    ASSERT_TRUE(knobs::fwdGroup().has_value());
+    EXPECT_EQ(*knobs::fwdGroup(), std::stoll(good));
+  }
+  for (const char *bad : {"3", "0", "66", "many"}) {
+    env.set("LCEJIT_FWD_GROUP", bad);
+    std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::fwdGroup(); });
+    EXPECT_NE(msg.find("LCEJIT_FWD_GROUP"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+  }
+}
+
 TEST_F(KnobsTest, BlockRows) {
   EXPECT_FALSE(knobs::blockRows().has_value()) << "default: the run schedule's choice";
   env.set("LCEJIT_BLOCK_ROWS", "2048");
@@ -304,7 +320,7 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP",     "LCEJIT_BACKWARD",
       "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K",     "LCEJIT_BLOCK_ROWS",
       "LCEJIT_STORE_IN_OUTPUT", "LCEJIT_DA_TILE",   "LCEJIT_DA_STREAMK",
-      "LCEJIT_DA_CHAIN",       "LCEJIT_TARGET_GROUPS"};
+      "LCEJIT_DA_CHAIN",       "LCEJIT_TARGET_GROUPS", "LCEJIT_FWD_GROUP"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();
