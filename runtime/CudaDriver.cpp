@@ -213,6 +213,7 @@ DeviceInfo deviceInfo(int ordinal) {
   info.numSMs = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
   info.maxSharedPerBlock = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
   info.maxSharedPerBlockOptin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+  info.memoryBusBits = attr(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH);
   size_t total = 0;
   LCEJIT_CU(d.deviceTotalMem(&total, dev));
   info.totalMemoryBytes = static_cast<int64_t>(total);
@@ -234,6 +235,7 @@ plan::Target targetFor(const DeviceInfo &info) {
   t.smVersion = info.smVersion();
   t.numSMs = info.numSMs;
   t.maxSharedPerBlock = info.maxSharedPerBlockOptin;
+  t.memoryBusBits = info.memoryBusBits;
   return t;
 }
 

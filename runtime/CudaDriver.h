@@ -143,6 +143,7 @@ struct DeviceInfo {
   int maxSharedPerBlock = 0;      ///< without opt-in (48 KB)
   int maxSharedPerBlockOptin = 0; ///< with CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
   int64_t totalMemoryBytes = 0;
+  int memoryBusBits = 0; ///< CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH
   int driverVersion = 0;
   int smVersion() const { return smMajor * 10 + smMinor; }
 };

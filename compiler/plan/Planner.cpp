@@ -953,8 +953,15 @@ private:
       k.orderGroup = opt_.forwardOrderGroup;
       prog_.decisions.push_back(fmt::format(
           "forward CTA order: groups of {} row tiles, given by the caller (LCEJIT_FWD_GROUP), "
-          "not {}",
-          k.orderGroup, kForwardOrderGroup));
+          "not the planner's",
+          k.orderGroup));
+    } else if (k.gemm.math == MathMode::WgmmaBF16 && opt_.target.memoryBusBits > 0 &&
+               opt_.target.memoryBusBits < kWideMemoryBusBits) {
+      k.orderGroup = kNarrowBusOrderGroup;
+      prog_.decisions.push_back(fmt::format(
+          "forward CTA order ([Note: forward CTA order by card]): groups of {} row tiles on a "
+          "{}-bit memory interface (an H100's is 5120), {} on {} bits or more",
+          k.orderGroup, opt_.target.memoryBusBits, kForwardOrderGroup, kWideMemoryBusBits));
     }
     int32_t idx = addKernel(fmt::format("{}_fwd{}", opt_.name, fwdCount_++), std::move(k));
     const auto &kk = std::get<GemmReduceKernel>(prog_.kernels[static_cast<size_t>(idx)].body);

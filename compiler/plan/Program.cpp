@@ -362,6 +362,8 @@ std::string Program::toJson(int indent) const {
   j["bucket"] = json{{"low", bucketLow}, {"high", bucket}};
   j["target"] = json{{"arch", target.archName()}, {"sms", target.numSMs},
                      {"max_shared_per_block", target.maxSharedPerBlock}};
+  if (target.memoryBusBits > 0)
+    j["target"]["memory_bus_bits"] = target.memoryBusBits;
   auto tensors = [](const std::vector<TensorSpec> &ts) {
     json a = json::array();
     for (const TensorSpec &t : ts)

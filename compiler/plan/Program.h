@@ -365,6 +365,17 @@ struct StoredTile {
 /// [Note: forward CTA order] (lcejit_sm90.cuh): the wgmma forward's CTAs run in groups of
 /// this many row tiles (each group over all its column splits before the next).
 inline constexpr int32_t kForwardOrderGroup = 16;
+/// [Note: forward CTA order by card] Groups of 16 were chosen on an H200 (6144-bit HBM3e,
+/// 4.8 TB/s), where larger ones read H's row tiles again from DRAM (session 21). On an
+/// H100 (5120-bit HBM3, 3.35 TB/s) the forward of Llama-3's 8192-row block in groups of 16
+/// read 18.4-19.4 GB from DRAM (ncu; the H200 read 9.8) at 84 % tensor-pipe activity, and
+/// ran 0.4-0.7 ms (3-5 %) slower than in groups of 8 or 4 in every one of six alternating
+/// runs (session 29; B's, L's and S's forwards the same either way). So a device whose
+/// memory interface is narrower than kWideMemoryBusBits runs groups of
+/// kNarrowBusOrderGroup; an unknown one (Target::memoryBusBits = 0: lcejit-dump without a
+/// GPU, the tests) is planned as the H200.
+inline constexpr int32_t kWideMemoryBusBits = 6144;
+inline constexpr int32_t kNarrowBusOrderGroup = 8;
 
 struct GemmReduceKernel {
   FusedGemm gemm;
@@ -923,6 +934,10 @@ struct Target {
   int32_t smVersion = 90;   ///< 90 = sm_90a, 80 = sm_80, ...
   int32_t numSMs = 132;
   int32_t maxSharedPerBlock = 232448;
+  /// The DRAM interface's width in bits (CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH): an
+  /// H100 5120, an H200 6144; 0 = unknown (planned as the H200 on which the defaults were
+  /// measured). It picks the forward's CTA order ([Note: forward CTA order by card]).
+  int32_t memoryBusBits = 0;
   std::string archName() const; ///< "sm_90a" for 90, else "sm_XY"
   bool operator==(const Target &) const = default;
 };

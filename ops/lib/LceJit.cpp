@@ -160,9 +160,12 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
   if (auto g = knobs::fwdGroup())
     tile += fmt::format("|fwd-group={}", *g);
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
-  // limit bounds the tile and stage choice.
-  static_assert(sizeof(plan::Target) == 3 * sizeof(int32_t),
+  // limit bounds the tile and stage choice, the memory interface the forward's CTA order
+  // (absent when unknown).
+  static_assert(sizeof(plan::Target) == 4 * sizeof(int32_t),
                 "a new plan::Target field changes plans: add it to this key");
+  if (target.memoryBusBits > 0)
+    tile += fmt::format("|bus={}", target.memoryBusBits);
   return fmt::format("{}|D={}|V={}|{}/{}/{}|budget={}|{}|{}|sm={}|sms={}|smem={}{}|bucket={}",
                      fused_->fingerprint(), o.hidden, o.vocab, dtypeName(o.dtype),
                      dtypeName(o.targetDType), dtypeName(o.gradWeightDType),

@@ -2067,3 +2067,39 @@ TEST(Planner, LhsStreamKLaunchesOfTheGpuTest) {
     EXPECT_EQ(launches, 1);
   }
 }
+
+/// [Note: forward CTA order by card]: the wgmma forward runs its CTAs in groups of 16 row
+/// tiles on a device with a memory interface of 6144 bits or more (an H200) or an unknown
+/// one, and of 8 on a narrower one (an H100's 5120), saying so; a caller's group
+/// (LCEJIT_FWD_GROUP) wins on any device; the mma.sync forward has no such order.
+TEST(Planner, ForwardOrderGroupFollowsTheMemoryInterface) {
+  auto g = lceFused(4096, 128256, DType::BF16, std::nullopt);
+  auto forward = [&](int32_t busBits, int32_t asked, plan::Mainloop mainloop) {
+    plan::PlanOptions o = wgmmaOptions(8192);
+    o.mainloop = mainloop;
+    o.target.memoryBusBits = busBits;
+    o.forwardOrderGroup = asked;
+    plan::Program p = g->plan(o);
+    for (const plan::Kernel &k : p.kernels)
+      if (const auto *f = std::get_if<plan::GemmReduceKernel>(&k.body))
+        return std::make_pair(f->orderGroup, decision(p, "forward CTA order"));
+    ADD_FAILURE() << "no forward GEMM";
+    return std::make_pair(0, std::string());
+  };
+  for (int32_t bus : {0, 6144, 8192}) {
+    const auto [group, why] = forward(bus, 0, plan::Mainloop::Auto);
+    EXPECT_EQ(group, plan::kForwardOrderGroup) << bus << " bits";
+    EXPECT_EQ(why, "") << bus << " bits";
+  }
+  const auto [narrow, why] = forward(5120, 0, plan::Mainloop::Auto);
+  EXPECT_EQ(narrow, 8);
+  EXPECT_EQ(why, "forward CTA order ([Note: forward CTA order by card]): groups of 8 row tiles "
+                 "on a 5120-bit memory interface (an H100's is 5120), 16 on 6144 bits or more");
+  const auto [asked, askedWhy] = forward(5120, 4, plan::Mainloop::Auto);
+  EXPECT_EQ(asked, 4);
+  EXPECT_NE(askedWhy.find("given by the caller (LCEJIT_FWD_GROUP)"), std::string::npos)
+      << askedWhy;
+  const auto [mma, mmaWhy] = forward(5120, 0, plan::Mainloop::MmaSync);
+  EXPECT_EQ(mma, plan::kForwardOrderGroup) << "the mma.sync forward has no CTA order group";
+  EXPECT_EQ(mmaWhy, "");
+}

@@ -120,11 +120,13 @@ TEST(CudaDriverTest, TargetFromDeviceInfo) {
   h200.smMinor = 0;
   h200.numSMs = 132;
   h200.maxSharedPerBlockOptin = 232448;
+  h200.memoryBusBits = 6144;
   plan::Target t = targetFor(h200);
   EXPECT_EQ(t.smVersion, 90);
   EXPECT_EQ(t.archName(), "sm_90a");
   EXPECT_EQ(t.numSMs, 132);
   EXPECT_EQ(t.maxSharedPerBlock, 232448);
+  EXPECT_EQ(t.memoryBusBits, 6144);
   DeviceInfo a100;
   a100.smMajor = 8;
   a100.smMinor = 6;
@@ -155,6 +157,8 @@ TEST(CudaDriverGpuTest, DeviceInfoAndContext) {
   EXPECT_GT(info.numSMs, 0);
   EXPECT_GE(info.maxSharedPerBlockOptin, info.maxSharedPerBlock);
   EXPECT_GT(info.totalMemoryBytes, 0);
+  EXPECT_GT(info.memoryBusBits, 0);
+  EXPECT_EQ(targetFor(info).memoryBusBits, info.memoryBusBits);
   EXPECT_EQ(info.driverVersion, cudaDriver().driverVersion);
   expectError(ErrorKind::InvalidArgument, [] { deviceInfo(1000); });
   // The D3 pitfall: cuCtxSynchronize called through the v2000 signature works.
