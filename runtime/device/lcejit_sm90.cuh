@@ -1601,8 +1601,9 @@ gemm_reduce_kernel(const TensorMap &map_a, const TensorMap &map_b,
   // row blocks of 2048 rows every row tile of a split runs in the same wave, so each B
   // tile is read from DRAM about once (groups of 8 split them over two waves: ncu
   // measured 2.9 GB of DRAM reads per block for 1.05 GB of W; groups of 16: 1.6 GB,
-  // H200, 2026-12-02). Other even group sizes for measurements (LCEJIT_FWD_GROUP; an H100
-  // ran Llama-3's 8192-row block 3-4 % faster in groups of 8 or 4, session 29).
+  // H200, 2026-12-02). GROUP is the plan's (GemmReduceKernel::orderGroup): 8 on a narrower
+  // memory interface ([Note: forward CTA order by card] in plan/Program.h: an H100 ran
+  // Llama-3's 8192-row block 3-5 % faster so), any even count with LCEJIT_FWD_GROUP.
   static_assert(GROUP >= 2 && GROUP % 2 == 0, "pairs need groups of an even row-tile count");
   const TileOrder order{row_tiles, static_cast<i64>(cta_splits), GROUP};
   i64 row_tile, split64;
