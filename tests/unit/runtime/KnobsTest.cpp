@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <thread>
+#include <vector>
 
 using namespace lcejit;
 using lcejit::testing::expectError;
@@ -141,35 +143,36 @@ TEST_F(KnobsTest, WorkspaceMB) {
   }
 }
 
-/// LCEJIT_DA_TILE: one of the three widths, or an error naming the variable and value.
-TEST_F(KnobsTest, DaTile) {
-  EXPECT_FALSE(knobs::daTile().has_value()) << "default: the planner's choice";
-  for (const char *good : {"128", "192", "256"}) {
-    env.set("LCEJIT_DA_TILE", good);
-    ASSERT_TRUE(knobs::daTile().has_value());
-    EXPECT_EQ(*knobs::daTile(), std::stoll(good));
-  }
-  for (const char *bad : {"100", "0", "wide", "512"}) {
-    env.set("LCEJIT_DA_TILE", bad);
-    std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::daTile(); });
-    EXPECT_NE(msg.find("LCEJIT_DA_TILE"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(bad), std::string::npos) << msg;
-  }
-}
-
-/// LCEJIT_FWD_GROUP: an even count from 2 to 64, or an error naming the variable and value.
-TEST_F(KnobsTest, FwdGroup) {
-  EXPECT_FALSE(knobs::fwdGroup().has_value()) << "default: the planner's 16";
-  for (const char *good : {"2", "4", "8", "64"}) {
-    env.set("LCEJIT_FWD_GROUP", good);
-    ASSERT_TRUE(knobs::fwdGroup().has_value());
-    EXPECT_EQ(*knobs::fwdGroup(), std::stoll(good));
-  }
-  for (const char *bad : {"3", "0", "66", "many"}) {
-    env.set("LCEJIT_FWD_GROUP", bad);
-    std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::fwdGroup(); });
-    EXPECT_NE(msg.find("LCEJIT_FWD_GROUP"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+/// The integer knobs with a fixed set of values: unset by default (the planner's choice),
+/// each good value read back, each bad one an error naming the variable and the value.
+/// LCEJIT_DA_TILE takes one of the three dA widths, LCEJIT_FWD_GROUP an even count from 2
+/// to 64.
+TEST_F(KnobsTest, ChoiceKnobs) {
+  struct Choice {
+    const char *name;
+    std::optional<int64_t> (*get)();
+    std::vector<const char *> good, bad;
+  };
+  const Choice choices[] = {
+      {"LCEJIT_DA_TILE", knobs::daTile, {"128", "192", "256"}, {"100", "0", "wide", "512"}},
+      {"LCEJIT_FWD_GROUP", knobs::fwdGroup, {"2", "4", "8", "64"}, {"3", "0", "66", "many"}},
+  };
+  for (const Choice &c : choices) {
+    SCOPED_TRACE(c.name);
+    env.set(c.name, std::nullopt);
+    EXPECT_FALSE(c.get().has_value()) << "default: the planner's choice";
+    for (const char *good : c.good) {
+      env.set(c.name, good);
+      ASSERT_TRUE(c.get().has_value()) << good;
+      EXPECT_EQ(*c.get(), std::stoll(good));
+    }
+    for (const char *bad : c.bad) {
+      env.set(c.name, bad);
+      std::string msg = expectError(ErrorKind::InvalidArgument, [&] { c.get(); });
+      EXPECT_NE(msg.find(c.name), std::string::npos) << msg;
+      EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+    }
+    env.set(c.name, std::nullopt);
   }
 }
 
