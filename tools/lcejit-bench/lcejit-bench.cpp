@@ -977,8 +977,9 @@ int main(int argc, char **argv) {
       shapes.push_back(CaseShape{"custom", a.n, a.d, a.v, a.softcap});
     if (a.gemmOnly)
       return runGemmOnly(a, shapes, fillModule, fill, haveBlas ? &blas : nullptr, info);
-    fmt::print("device: {} (sm_{}, {} SMs); precision {}; dW {}; logits {}; budget {}; cuBLAS {}\n",
-               info.name, info.smVersion(), info.numSMs,
+    fmt::print("device: {} (sm_{}, {} SMs, {}-bit memory); precision {}; dW {}; logits {}; "
+               "budget {}; cuBLAS {}\n",
+               info.name, info.smVersion(), info.numSMs, info.memoryBusBits,
                a.precision == Precision::Exact ? "exact" : "fast", dtypeName(a.gradWeight),
                a.peaked ? "peaked" : "random",
                a.budgetMb ? fmt::format("{} MiB", a.budgetMb) : std::string("default"),
