@@ -1463,12 +1463,20 @@ private:
     return true;
   }
 
+  /// The N of the calls whose run schedules stand for the bucket's: its low end, middle and
+  /// top (a slab-only Program's served calls only).
+  std::vector<int64_t> sampledNs() const {
+    const int64_t top = prog_.schedule.slabOnly ? std::min(bucket_, slabRowsMax(prog_)) : bucket_;
+    const int64_t low = std::max<int64_t>(bucketLow_, 1);
+    return {low, std::max(low, top / 2), top};
+  }
+
   /// [Note: a group's first and last rows] (Program.h): the f32 corrections keep their
   /// groups only where the words (8 bytes a column, zeroed once per call) are at most 1 %
-  /// of the budget and leave the run schedules of calls at the bucket's low end, middle and
-  /// top as they were, those that overwrite dW and those that add to it. Where the stored values fill the budget they
-  /// would cost rows of every block (Llama-3's 2048-row blocks became 1920, L's 32 blocks
-  /// 35); blocks that short keep the scans, which are quadratic in a block's rows only.
+  /// of the budget and leave the run schedules of the sampledNs() calls as they were, those
+  /// that overwrite dW and those that add to it. Where the stored values fill the budget
+  /// they would cost rows of every block (Llama-3's 2048-row blocks became 1920, L's 32
+  /// blocks 35); blocks that short keep the scans, which are quadratic in a block's rows.
   void keepTargetGroups() {
     if (!opt_.targetGroups) {
       for (const Kernel &k : prog_.kernels)
@@ -1491,10 +1499,7 @@ private:
       }
     if (finds.empty())
       return;
-    const int64_t top =
-        prog_.schedule.slabOnly ? std::min(bucket_, slabRowsMax(prog_)) : bucket_;
-    const int64_t low = std::max<int64_t>(bucketLow_, 1);
-    const std::vector<int64_t> ns = {low, std::max(low, top / 2), top};
+    const std::vector<int64_t> ns = sampledNs();
     auto schedules = [&] {
       auto s = sampledSchedules(ns, /*free=*/false);
       if (prog_.schedule.slabValues >= 0) {
@@ -1708,9 +1713,7 @@ private:
     // values in slabs (one long block, then ordinary ones), else the ordinary blocks; a
     // slab-only Program's served calls only.
     const bool free = prog_.schedule.slabValues >= 0;
-    const int64_t top = prog_.schedule.slabOnly ? std::min(bucket_, slabRowsMax(prog_)) : bucket_;
-    const int64_t low = std::max<int64_t>(bucketLow_, 1);
-    std::vector<int64_t> ns = {low, std::max(low, top / 2), top};
+    const std::vector<int64_t> ns = sampledNs();
     std::vector<int64_t> blocks;
     for (int64_t n : ns) {
       const RunSchedule s = prog_.runSchedule(n, free);

@@ -326,7 +326,7 @@ const std::vector<KnobInfo> &allKnobs() {
       {kDaTile, "128 | 192 | 256", "(planner's choice)",
        "The materialized schedule's wgmma dA tile width instead of the planner's choice "
        "([Note: dA tile width]): to measure the others (part of the cache key)."},
-      {kFwdGroup, "even, 2 to 64", "16",
+      {kFwdGroup, "even, 2 to 64", "(planner's choice: 16, 8 below a 6144-bit memory bus)",
        "The wgmma forward's CTA order in groups of this many row tiles ([Note: forward CTA "
        "order]): to measure other orders (part of the cache key)."},
       {kGemmTile, "BMxBNxBK:WMxWN:STAGES", "(planner's choice)",

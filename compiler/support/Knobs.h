@@ -91,8 +91,8 @@ std::optional<int64_t> blockRows();
 /// Default: unset.
 std::optional<int64_t> daTile();
 /// LCEJIT_FWD_GROUP: the wgmma forward's CTA order in groups of this many row tiles (even,
-/// 2 to 64) instead of 16 ([Note: forward CTA order]), to measure other orders. Default:
-/// unset.
+/// 2 to 64) instead of the planner's (16, or 8 on a memory interface narrower than 6144
+/// bits: [Note: forward CTA order by card]), to measure other orders. Default: unset.
 std::optional<int64_t> fwdGroup();
 /// LCEJIT_GEMM_TILE: a tensor-core GEMM tile for every GEMM of a plan, for tuning:
 /// "BMxBNxBK:WMxWN:STAGES" (e.g. "128x256x32:2x4:3") as {bm, bn, bk, warpsM, warpsN,
