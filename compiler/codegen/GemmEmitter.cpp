@@ -889,10 +889,15 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
     LCEJIT_CHECK(k.orderGroup >= 2 && k.orderGroup % 2 == 0,
                  "gemm_reduce kernel '{}': order group {} (an even count, at least 2)",
                  ctx.name(), k.orderGroup);
+    // [Note: sm90 L2 hints]: the hints' code after the group, when there are any.
+    std::string targs;
+    if (!k.l2.none())
+      targs = fmt::format(", {}, {} /* L2 {} */", k.orderGroup, k.l2.code(), k.l2.str());
+    else if (k.orderGroup != plan::kForwardOrderGroup)
+      targs = fmt::format(", {}", k.orderGroup);
     w.line("lcejit::sm90::gemm_reduce_kernel<{}_config{}>(map_a, map_b, epi, {}, {}, {}LL, "
            "{}LL, {});",
-           ctx.name(),
-           k.orderGroup != plan::kForwardOrderGroup ? fmt::format(", {}", k.orderGroup) : "",
+           ctx.name(), targs,
            ctx.bufferName(k.partials), epi.n(), g.cols, g.k,
            ctx.scalarParamName(Param::Kind::Splits));
   } else {

@@ -963,6 +963,14 @@ private:
           "{}-bit memory interface (an H100's is 5120), {} on {} bits or more",
           k.orderGroup, opt_.target.memoryBusBits, kForwardOrderGroup, kWideMemoryBusBits));
     }
+    if (opt_.forwardL2 && !opt_.forwardL2->none() && k.gemm.math == MathMode::WgmmaBF16) {
+      // [Note: sm90 L2 hints]: the caller's (comparisons).
+      k.l2 = *opt_.forwardL2;
+      prog_.decisions.push_back(fmt::format(
+          "forward L2 hints ([Note: sm90 L2 hints]): H's loads evict-{}, W's evict-{}, given "
+          "by the caller (LCEJIT_FWD_L2)",
+          l2HintName(k.l2.a), l2HintName(k.l2.b)));
+    }
     int32_t idx = addKernel(fmt::format("{}_fwd{}", opt_.name, fwdCount_++), std::move(k));
     const auto &kk = std::get<GemmReduceKernel>(prog_.kernels[static_cast<size_t>(idx)].body);
     for (auto [i, r] : llvm::enumerate(op.getResults()))

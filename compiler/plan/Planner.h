@@ -98,6 +98,9 @@ struct PlanOptions {
   /// > 0 (even): the wgmma forward's CTA order in groups of this many row tiles instead of
   /// kForwardOrderGroup ([Note: forward CTA order]; comparisons: LCEJIT_FWD_GROUP).
   int32_t forwardOrderGroup = 0;
+  /// The wgmma forward's L2 hints for its loads of H (a) and W (b) instead of none
+  /// ([Note: sm90 L2 hints]; comparisons: LCEJIT_FWD_L2).
+  std::optional<L2Hints> forwardL2;
   /// A tile for every tensor-core GEMM instead of the planner's (tuning: LCEJIT_GEMM_TILE).
   std::optional<TileConfig> tensorCoreTile;
   Mainloop mainloop = Mainloop::Auto;

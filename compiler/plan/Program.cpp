@@ -12,6 +12,26 @@ namespace lcejit::plan {
 
 using json = nlohmann::json;
 
+std::string_view l2HintName(L2Hint h) {
+  switch (h) {
+  case L2Hint::Normal: return "normal";
+  case L2Hint::EvictFirst: return "first";
+  case L2Hint::EvictLast: return "last";
+  }
+  return "?";
+}
+
+std::optional<L2Hint> parseL2Hint(std::string_view s) {
+  for (L2Hint h : {L2Hint::Normal, L2Hint::EvictFirst, L2Hint::EvictLast})
+    if (s == l2HintName(h))
+      return h;
+  return std::nullopt;
+}
+
+std::string L2Hints::str() const {
+  return std::string(l2HintName(a)) + "," + std::string(l2HintName(b));
+}
+
 const char *scalarOpName(ScalarOp op) {
   switch (op) {
   case ScalarOp::Arg: return "arg";
@@ -231,6 +251,8 @@ static json kernelBodyJson(const Kernel &k) {
           j = json{{"gemm", toJ(b.gemm)}, {"reductions", red}, {"partials", toJ(b.partials)}};
           if (b.orderGroup != kForwardOrderGroup)
             j["order_group"] = b.orderGroup;
+          if (!b.l2.none())
+            j["l2"] = b.l2.str();
           if (b.stored)
             j["stored"] = json{{"values", toJ(b.stored->values)},
                                {"tile_max", toJ(b.stored->tileMax)},

@@ -37,6 +37,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -377,6 +378,23 @@ inline constexpr int32_t kForwardOrderGroup = 16;
 inline constexpr int32_t kWideMemoryBusBits = 6144;
 inline constexpr int32_t kNarrowBusOrderGroup = 8;
 
+/// [Note: sm90 L2 hints] (lcejit_sm90.cuh): the L2 eviction priority of a Hopper
+/// mainloop's TMA loads of one operand (the device's L2_NORMAL, L2_EVICT_FIRST,
+/// L2_EVICT_LAST: the same numbers).
+enum class L2Hint : uint8_t { Normal = 0, EvictFirst = 1, EvictLast = 2 };
+std::string_view l2HintName(L2Hint h); ///< "normal", "first", "last"
+std::optional<L2Hint> parseL2Hint(std::string_view s);
+
+/// The hints of A's and B's loads (the forward: H's row tiles and W's column tiles).
+struct L2Hints {
+  L2Hint a = L2Hint::Normal, b = L2Hint::Normal;
+  /// The device template's L2 argument: A's in bits 0-1, B's in bits 2-3.
+  int32_t code() const { return int32_t(a) | int32_t(b) << 2; }
+  bool none() const { return code() == 0; }
+  std::string str() const; ///< "a,b", e.g. "last,normal"
+  bool operator==(const L2Hints &) const = default;
+};
+
 struct GemmReduceKernel {
   FusedGemm gemm;
   std::vector<ReduceKind> reductions; ///< one per epilogue result
@@ -385,6 +403,9 @@ struct GemmReduceKernel {
   /// WgmmaBF16: row tiles per group of the CTA order, even ([Note: forward CTA order];
   /// kForwardOrderGroup unless asked: PlanOptions::forwardOrderGroup, LCEJIT_FWD_GROUP).
   int32_t orderGroup = kForwardOrderGroup;
+  /// WgmmaBF16: the L2 hints of the mainloop's loads ([Note: sm90 L2 hints]; none unless
+  /// asked: PlanOptions::forwardL2, LCEJIT_FWD_L2).
+  L2Hints l2;
   int32_t slotsPerRow() const;
   int32_t slotOf(int32_t result) const; ///< first slot of a result's partial
   bool operator==(const GemmReduceKernel &) const = default;

@@ -49,6 +49,7 @@ constexpr std::string_view kDaChain = "LCEJIT_DA_CHAIN";
 constexpr std::string_view kStoreInOutput = "LCEJIT_STORE_IN_OUTPUT";
 constexpr std::string_view kDaTile = "LCEJIT_DA_TILE";
 constexpr std::string_view kFwdGroup = "LCEJIT_FWD_GROUP";
+constexpr std::string_view kFwdL2 = "LCEJIT_FWD_L2";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -70,6 +71,7 @@ struct Values {
   std::optional<int64_t> blockRows;
   std::optional<int64_t> daTile;
   std::optional<int64_t> fwdGroup;
+  std::optional<std::string> fwdL2;
   std::optional<std::array<int32_t, 6>> gemmTile;
   std::string mainloop = "auto";
   std::string backward = "materialized";
@@ -245,6 +247,19 @@ std::unique_ptr<Values> readAll() {
   if (v->fwdGroup && (*v->fwdGroup % 2 != 0 || *v->fwdGroup > 64))
     LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' must be even, 2 to 64",
                  kFwdGroup, *v->fwdGroup);
+  if (std::optional<std::string> h = readEnv(kFwdL2)) {
+    // "a,b": H's and W's hint, each normal, first or last ([Note: sm90 L2 hints]).
+    const std::vector<std::string> parts = split(lower(trim(*h)), ',');
+    auto hint = [](const std::string &x) {
+      return x == "normal" || x == "first" || x == "last";
+    };
+    if (parts.size() != 2 || !hint(parts[0]) || !hint(parts[1]))
+      LCEJIT_THROW(InvalidArgument,
+                   "environment variable {}='{}' must be two of normal, first, last: the "
+                   "hints of H's and W's loads, e.g. 'last,normal'",
+                   kFwdL2, *h);
+    v->fwdL2 = parts[0] + "," + parts[1];
+  }
   v->gemmTile = parseTile(kGemmTile, readEnv(kGemmTile));
   if (std::optional<std::string> m = readEnv(kMainloop)) {
     std::string t(trim(*m));
@@ -329,6 +344,9 @@ const std::vector<KnobInfo> &allKnobs() {
       {kFwdGroup, "even, 2 to 64", "(planner's choice: 16, 8 below a 6144-bit memory bus)",
        "The wgmma forward's CTA order in groups of this many row tiles ([Note: forward CTA "
        "order]): to measure other orders (part of the cache key)."},
+      {kFwdL2, "H,W: each normal | first | last", "normal,normal",
+       "The L2 eviction priority of the wgmma forward's TMA loads of H's row tiles and W's "
+       "column tiles ([Note: sm90 L2 hints]): to measure them (part of the cache key)."},
       {kGemmTile, "BMxBNxBK:WMxWN:STAGES", "(planner's choice)",
        "Tensor-core GEMM tile for every GEMM of a plan (tuning; part of the cache key)."},
       {kMainloop, "auto | mma | wgmma", "auto",
@@ -402,6 +420,7 @@ std::optional<int64_t> workspaceMB() { return current().workspaceMB; }
 std::optional<int64_t> blockRows() { return current().blockRows; }
 std::optional<int64_t> daTile() { return current().daTile; }
 std::optional<int64_t> fwdGroup() { return current().fwdGroup; }
+const std::optional<std::string> &fwdL2() { return current().fwdL2; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
 const std::string &backward() { return current().backward; }

@@ -94,6 +94,10 @@ std::optional<int64_t> daTile();
 /// 2 to 64) instead of the planner's (16, or 8 on a memory interface narrower than 6144
 /// bits: [Note: forward CTA order by card]), to measure other orders. Default: unset.
 std::optional<int64_t> fwdGroup();
+/// LCEJIT_FWD_L2: "a,b", the L2 eviction priority (normal, first or last) of the wgmma
+/// forward's loads of H (a) and W (b) ([Note: sm90 L2 hints]), to measure them; normalized
+/// to lower case without blanks. Default: unset (no hints).
+const std::optional<std::string> &fwdL2();
 /// LCEJIT_GEMM_TILE: a tensor-core GEMM tile for every GEMM of a plan, for tuning:
 /// "BMxBNxBK:WMxWN:STAGES" (e.g. "128x256x32:2x4:3") as {bm, bn, bk, warpsM, warpsN,
 /// stages}. Unset: the planner's choice.

@@ -110,6 +110,12 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.blockRows = knobs::blockRows().value_or(0);
   p.lhsTileWidth = static_cast<int32_t>(knobs::daTile().value_or(0));
   p.forwardOrderGroup = static_cast<int32_t>(knobs::fwdGroup().value_or(0));
+  if (const std::optional<std::string> &h = knobs::fwdL2()) {
+    // Checked by the knob: two of normal, first, last.
+    const size_t comma = h->find(',');
+    p.forwardL2 = plan::L2Hints{*plan::parseL2Hint(std::string_view(*h).substr(0, comma)),
+                                *plan::parseL2Hint(std::string_view(*h).substr(comma + 1))};
+  }
   if (forwardOnly_)
     p.outputTypes = {DType::F32};
   else
@@ -159,6 +165,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += fmt::format("|da-tile={}", *t);
   if (auto g = knobs::fwdGroup())
     tile += fmt::format("|fwd-group={}", *g);
+  if (const std::optional<std::string> &h = knobs::fwdL2())
+    tile += fmt::format("|fwd-l2={}", *h);
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice, the memory interface the forward's CTA order
   // (absent when unknown).

@@ -75,6 +75,13 @@ struct alignas(64) TensorMap {
   unsigned char bytes[128];
 };
 
+/// [Note: sm90 L2 hints] The L2 eviction priority of a TMA load's lines (plan::L2Hint has
+/// the same numbers). A mainloop's L2 template argument holds two: A's in bits 0-1, B's in
+/// bits 2-3 (plan::L2Hints::code).
+enum { L2_NORMAL = 0, L2_EVICT_FIRST = 1, L2_EVICT_LAST = 2 };
+__host__ __device__ constexpr int l2_hint_a(int l2) { return l2 & 3; }
+__host__ __device__ constexpr int l2_hint_b(int l2) { return (l2 >> 2) & 3; }
+
 // Under LCEJIT_EMU_SM90 (the codegen unit tests, never NVRTC; [Note: sm90 host
 // emulation] in tests/unit/codegen/emu/lcejit_emu_sm90.h) every function of inline PTX
 // below, up to wgmma_bf16, comes from that header under the same name and signature; the
@@ -166,37 +173,79 @@ __device__ __forceinline__ void cluster_sync() {
 // TMA
 //===----------------------------------------------------------------------===//
 
+/// [Note: sm90 L2 hints] The policy of a TMA load's `.L2::cache_hint` operand.
+template <int HINT> __device__ __forceinline__ u64 l2_policy() {
+  static_assert(HINT == L2_EVICT_FIRST || HINT == L2_EVICT_LAST, "sm90: an L2 hint");
+  u64 p;
+  if constexpr (HINT == L2_EVICT_LAST)
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
 __device__ __forceinline__ void tma_prefetch(const TensorMap *map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(map))
                : "memory");
 }
 /// Loads the box at (x = inner, y = outer) into shared memory at `dst`; the
 /// bytes complete a transaction on `bar`. Out-of-bounds elements read as 0.
+///
+/// [Note: sm90 L2 hints] HINT (L2_NORMAL, L2_EVICT_FIRST, L2_EVICT_LAST) is the L2
+/// eviction priority of the lines the copy reads: anything but L2_NORMAL adds the
+/// `.L2::cache_hint` operand, a policy made by `createpolicy.fractional` for all of the
+/// lines (fraction 1.0). Normal lines are replaced before evict-last ones and after
+/// evict-first ones. Plan data for the forward's operands (GemmReduceKernel::l2).
+template <int HINT = L2_NORMAL>
 __device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap *map,
                                             u32 bar, int x, int y) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
-               "complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
-               "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y)
-               : "memory");
+  if constexpr (HINT == L2_NORMAL)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
+                 "complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+                 "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
+                 "complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+                 "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y),
+                 "l"(l2_policy<HINT>())
+                 : "memory");
 }
 /// The box at (x, y, z) of a 3D map ([Note: stored values in dW]: column in the slab,
 /// row, slab).
+template <int HINT = L2_NORMAL>
 __device__ __forceinline__ void tma_load_3d(u32 dst, const TensorMap *map, u32 bar, int x,
                                             int y, int z) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::"
-               "complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
-               "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "r"(z)
-               : "memory");
+  if constexpr (HINT == L2_NORMAL)
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::"
+                 "complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+                 "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "r"(z)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::"
+                 "complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(dst),
+                 "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "r"(z),
+                 "l"(l2_policy<HINT>())
+                 : "memory");
 }
 /// tma_load_2d into every CTA of the cluster named in `mask` (bit r: rank r): the box
 /// lands at offset `dst` of each one's shared memory and completes its bytes on each
 /// one's barrier at offset `bar` ([Note: sm90 multicast]).
+template <int HINT = L2_NORMAL>
 __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TensorMap *map,
                                                       u32 bar, int x, int y, u16 mask) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
-               "complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-               "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "h"(mask)
-               : "memory");
+  if constexpr (HINT == L2_NORMAL)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
+                 "complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+                 "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "h"(mask)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
+                 "complete_tx::bytes.multicast::cluster.L2::cache_hint [%0], [%1, {%3, %4}], "
+                 "[%2], %5, %6;" ::"r"(dst),
+                 "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "h"(mask),
+                 "l"(l2_policy<HINT>())
+                 : "memory");
 }
 
 /// Writes the box at (x = inner, y = outer) from shared memory at `src` (the
@@ -959,12 +1008,14 @@ struct SlabA {
 // Epi::finish(g, t) after the last (also when the CTA or the consumer has no tile).
 //===----------------------------------------------------------------------===//
 
-template <class Cfg, class Tiles, class Epi>
+template <class Cfg, int L2 = 0, class Tiles, class Epi>
 __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
                                            const TensorMap &map_b,
                                            const Tiles &tiles, Epi &epi,
                                            i64 k, u32 pair = 1, SlabA slab_a = {}) {
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES;
+  // [Note: sm90 L2 hints] of A's and B's loads.
+  constexpr int HA = l2_hint_a(L2), HB = l2_hint_b(L2);
   const u32 base = smem_base();
   const u32 full = base + Cfg::BAR_OFFSET;
   const u32 empty = full + STAGES * 8;
@@ -1036,44 +1087,44 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
               // [Note: stored values in dW]: k-blocks of 64 columns, two a slab.
               const i64 sl = k0 >> 7;
               if (m0 >= slab_a.head) // [Note: slab tails]: the tile's rows lie in the tails
-                tma_load_3d(a_dst, slab_a.tail, bar, k0 & 127,
+                tma_load_3d<HA>(a_dst, slab_a.tail, bar, k0 & 127,
                             m0 - static_cast<int>(slab_a.head), static_cast<int>(sl));
               else if (sl < slab_a.split)
-                tma_load_3d(a_dst, &map_a, bar, k0 & 127, m0, static_cast<int>(sl));
+                tma_load_3d<HA>(a_dst, &map_a, bar, k0 & 127, m0, static_cast<int>(sl));
               else
-                tma_load_3d(a_dst, slab_a.map2, bar, k0 & 127, m0,
+                tma_load_3d<HA>(a_dst, slab_a.map2, bar, k0 & 127, m0,
                             static_cast<int>(sl - slab_a.split));
             } else {
-              tma_load_2d(a_dst, &map_a, bar, k0, m0);
+              tma_load_2d<HA>(a_dst, &map_a, bar, k0, m0);
             }
           } else {
 #pragma unroll
             for (int j = 0; j < BM / 64; ++j) {
               const int m = m0 + 64 * j;
               if (slab_a.split >= 0 && k0 >= slab_a.head) // [Note: slab tails]
-                tma_load_3d(a_dst + j * 8192, slab_a.tail, bar, m & 127,
+                tma_load_3d<HA>(a_dst + j * 8192, slab_a.tail, bar, m & 127,
                             k0 - static_cast<int>(slab_a.head), m >> 7);
               else if (slab_a.split >= 0)
-                tma_load_3d(a_dst + j * 8192, &map_a, bar, m & 127, k0, m >> 7);
+                tma_load_3d<HA>(a_dst + j * 8192, &map_a, bar, m & 127, k0, m >> 7);
               else
-                tma_load_2d(a_dst + j * 8192, &map_a, bar, m, k0);
+                tma_load_2d<HA>(a_dst + j * 8192, &map_a, bar, m, k0);
             }
           }
           if (MC) {
             constexpr int HALF = BN / 2; // rows; 128 bytes each
             if (cn > 1) {
-              tma_load_2d_multicast(b_dst + rank * HALF * 128, &map_b, bar, k0,
+              tma_load_2d_multicast<HB>(b_dst + rank * HALF * 128, &map_b, bar, k0,
                                     n0 + static_cast<int>(rank) * HALF, u16(3));
             } else {
-              tma_load_2d(b_dst, &map_b, bar, k0, n0);
-              tma_load_2d(b_dst + HALF * 128, &map_b, bar, k0, n0 + HALF);
+              tma_load_2d<HB>(b_dst, &map_b, bar, k0, n0);
+              tma_load_2d<HB>(b_dst + HALF * 128, &map_b, bar, k0, n0 + HALF);
             }
           } else if (Cfg::MAJOR_B == K_MAJOR) {
-            tma_load_2d(b_dst, &map_b, bar, k0, n0);
+            tma_load_2d<HB>(b_dst, &map_b, bar, k0, n0);
           } else {
 #pragma unroll
             for (int j = 0; j < BN / 64; ++j)
-              tma_load_2d(b_dst + j * 8192, &map_b, bar, n0 + 64 * j, k0);
+              tma_load_2d<HB>(b_dst + j * 8192, &map_b, bar, n0 + 64 * j, k0);
           }
           if (++s == STAGES) {
             s = 0;
@@ -1587,7 +1638,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
 /// and their current B tiles in L2. CTA split s reduces the column tiles [s * per, (s + 1)
 /// * per) of per = ceil(ceil(cols / BN) / CTA splits); an empty range (or consumer) writes
 /// empty partials.
-template <class Cfg, int GROUP = 16, class Epi>
+template <class Cfg, int GROUP = 16, int L2 = 0, class Epi>
 __device__ __forceinline__ void
 gemm_reduce_kernel(const TensorMap &map_a, const TensorMap &map_b,
                    const Epi &epi, void *partials, i64 n, i64 cols, i64 k,
@@ -1626,7 +1677,8 @@ gemm_reduce_kernel(const TensorMap &map_a, const TensorMap &map_b,
   const i64 t_begin = static_cast<i64>(split) * tiles / cta_splits;
   const i64 t_end = static_cast<i64>(split + 1) * tiles / cta_splits;
   ReduceEpilogue<Cfg, Epi> e{epi, partials, n, cols, row_tile, splits, split};
-  gemm_tiles<Cfg>(map_a, map_b, RowOfTiles{row_tile, t_begin, t_end}, e, k, pair);
+  // [Note: sm90 L2 hints]: L2, the plan's GemmReduceKernel::l2 (none unless given).
+  gemm_tiles<Cfg, L2>(map_a, map_b, RowOfTiles{row_tile, t_begin, t_end}, e, k, pair);
 }
 
 /// GemmDz: dz[row][c] = Epi::value(acc) for the columns of one chunk, bf16

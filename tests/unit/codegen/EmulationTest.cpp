@@ -1082,6 +1082,7 @@ struct Sm90Case {
   int64_t d = 72;
   int64_t planBudgetKb = 0; ///< > 0: the budget the planner plans for
   int32_t orderGroup = 0;   ///< > 0: PlanOptions::forwardOrderGroup
+  std::optional<plan::L2Hints> l2; ///< PlanOptions::forwardL2
 };
 /// What the launches of the calls run so far did.
 struct Sm90Seen {
@@ -1147,7 +1148,16 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
     // after planning is meant to run a schedule of that budget without them.
     po.targetGroups = c.budgetKb == 0;
     po.forwardOrderGroup = c.orderGroup;
+    po.forwardL2 = c.l2;
   });
+  if (c.l2) {
+    // [Note: sm90 L2 hints]: the plan carries them to the generated call.
+    bool hinted = false;
+    for (const plan::Kernel &k : q.kernels)
+      if (const auto *f = std::get_if<plan::GemmReduceKernel>(&k.body))
+        hinted |= f->l2 == *c.l2;
+    EXPECT_TRUE(hinted) << "no forward took the L2 hints " << c.l2->str();
+  }
   for (const plan::Kernel &k : q.kernels)
     if (const auto *f = std::get_if<plan::DzFormKernel>(&k.body); f && f->scaleValues)
       seen.inPlace = true;
@@ -1236,6 +1246,10 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
       // [Note: forward CTA order] in groups of 2 row tiles (LCEJIT_FWD_GROUP): 4 row tiles
       // in two groups, still in cluster pairs.
       {384, 0.0, 512, 0, 0, false, "one row block", 72, 0, 2},
+      // [Note: sm90 L2 hints] (LCEJIT_FWD_L2): the forward's loads of H evict-last and of
+      // W evict-first, in groups of 2 (the template's group written out before the code).
+      {384, 5.0, 512, 0, 0, false, "one row block", 72, 0, 2,
+       plan::L2Hints{plan::L2Hint::EvictLast, plan::L2Hint::EvictFirst}},
   };
   Sm90Seen seen;
   for (const Sm90Case &c : cases)

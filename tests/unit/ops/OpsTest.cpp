@@ -829,6 +829,9 @@ TEST_P(OpsNvrtc, EveryGeneratedKernelCompilesForSm90aAndSm80) {
   knob.set("LCEJIT_BACKWARD", std::string(c.name).find("recompute") != std::string::npos
                                   ? "recompute"
                                   : "materialized");
+  // A case named "l2hints" gives the wgmma forward's loads L2 hints ([Note: sm90 L2 hints]).
+  const bool l2hints = std::string(c.name).find("l2hints") != std::string::npos;
+  knob.set("LCEJIT_FWD_L2", l2hints ? std::optional<std::string>("last,first") : std::nullopt);
   ops::LceJit jit(c.options);
   for (int sm : {90, 80}) {
     plan::Target t;
@@ -859,6 +862,16 @@ TEST_P(OpsNvrtc, EveryGeneratedKernelCompilesForSm90aAndSm80) {
                                  "mbarrier.arrive.shared::cluster", "barrier.cluster.arrive",
                                  "%cluster_nctarank"})
           EXPECT_NE(body.find(want), std::string::npos) << k.name << " lacks " << want;
+      }
+      // [Note: sm90 L2 hints]: the forward's loads carry the policies only when asked.
+      if (sm == 90 && std::holds_alternative<plan::GemmReduceKernel>(k.body) &&
+          plan::gemmMath(k) == plan::MathMode::WgmmaBF16) {
+        const std::string body = entryBody(out.ptx, k.name);
+        ASSERT_FALSE(body.empty()) << k.name;
+        for (const char *want : {"createpolicy.fractional.L2::evict_last",
+                                 "createpolicy.fractional.L2::evict_first", ".L2::cache_hint"})
+          EXPECT_EQ(body.find(want) != std::string::npos, l2hints)
+              << k.name << (l2hints ? " lacks " : " has ") << want;
       }
       bool found = false;
       for (const runtime::PtxasKernelInfo &info : out.kernels)
@@ -896,6 +909,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         compileCase("bf16_mean_ignore_small", DType::BF16, {}, true, Reduction::Mean, DType::F32, 100),
         compileCase("bf16_softcap_large", DType::BF16, 30.0, true, Reduction::Mean, DType::F32, 8192),
+        compileCase("bf16_l2hints_large", DType::BF16, {}, true, Reduction::Mean, DType::F32, 8192, 32000),
         compileCase("bf16_sum_noignore_dWbf16", DType::BF16, {}, false, Reduction::Sum, DType::BF16, 5000),
         compileCase("f16_softcap", DType::F16, 30.0, true, Reduction::Mean, DType::F16, 1000),
         compileCase("f32_softcap_sum", DType::F32, 30.0, true, Reduction::Sum, DType::F32, 3000),

@@ -176,6 +176,31 @@ TEST_F(KnobsTest, ChoiceKnobs) {
   }
 }
 
+/// LCEJIT_FWD_L2: unset by default (no hints); two of normal, first, last, read back
+/// normalized (lower case, no blanks); anything else an error naming the variable and
+/// the value.
+TEST_F(KnobsTest, ForwardL2Hints) {
+  env.set("LCEJIT_FWD_L2", std::nullopt);
+  EXPECT_FALSE(knobs::fwdL2().has_value()) << "default: no hints";
+  const std::pair<const char *, const char *> good[] = {
+      {"last,normal", "last,normal"},
+      {"normal,first", "normal,first"},
+      {" Last , First ", "last,first"},
+      {"normal,normal", "normal,normal"}};
+  for (const auto &[in, out] : good) {
+    env.set("LCEJIT_FWD_L2", in);
+    ASSERT_TRUE(knobs::fwdL2().has_value()) << in;
+    EXPECT_EQ(*knobs::fwdL2(), out) << in;
+  }
+  for (const char *bad : {"last", "last,", "last,normal,first", "keep,normal", "1,2"}) {
+    env.set("LCEJIT_FWD_L2", bad);
+    std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::fwdL2(); });
+    EXPECT_NE(msg.find("LCEJIT_FWD_L2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+  }
+  env.set("LCEJIT_FWD_L2", std::nullopt);
+}
+
 TEST_F(KnobsTest, BlockRows) {
   EXPECT_FALSE(knobs::blockRows().has_value()) << "default: the run schedule's choice";
   env.set("LCEJIT_BLOCK_ROWS", "2048");
@@ -323,7 +348,8 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_GEMM_TILE",      "LCEJIT_MAINLOOP",     "LCEJIT_BACKWARD",
       "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K",     "LCEJIT_BLOCK_ROWS",
       "LCEJIT_STORE_IN_OUTPUT", "LCEJIT_DA_TILE",   "LCEJIT_DA_STREAMK",
-      "LCEJIT_DA_CHAIN",       "LCEJIT_TARGET_GROUPS", "LCEJIT_FWD_GROUP"};
+      "LCEJIT_DA_CHAIN",       "LCEJIT_TARGET_GROUPS", "LCEJIT_FWD_GROUP",
+      "LCEJIT_FWD_L2"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();

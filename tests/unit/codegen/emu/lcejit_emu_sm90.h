@@ -468,14 +468,23 @@ inline void store_now(const emu::PendingStore &s) {
 } // namespace detail_emu
 
 inline void tma_prefetch(const TensorMap *map) { detail_emu::map_of(map); }
+// [Note: sm90 L2 hints]: the eviction priority changes no byte a load delivers; the
+// emulation checks that it is one of the three (L2_NORMAL 0, L2_EVICT_FIRST 1,
+// L2_EVICT_LAST 2, declared after this header).
+template <int HINT = 0>
 inline void tma_load_2d(emu::u32 dst, const TensorMap *map, emu::u32 bar, int x, int y) {
+  static_assert(HINT >= 0 && HINT <= 2, "an L2 hint");
   detail_emu::load(dst, map, bar, x, y, 0, 1u << emu::cta().rank);
 }
+template <int HINT = 0>
 inline void tma_load_3d(emu::u32 dst, const TensorMap *map, emu::u32 bar, int x, int y, int z) {
+  static_assert(HINT >= 0 && HINT <= 2, "an L2 hint");
   detail_emu::load(dst, map, bar, x, y, z, 1u << emu::cta().rank);
 }
+template <int HINT = 0>
 inline void tma_load_2d_multicast(emu::u32 dst, const TensorMap *map, emu::u32 bar, int x,
                                   int y, u16 mask) {
+  static_assert(HINT >= 0 && HINT <= 2, "an L2 hint");
   detail_emu::load(dst, map, bar, x, y, 0, mask);
 }
 template <bool ADD> inline void tma_store_2d(const TensorMap *map, emu::u32 src, int x, int y) {
