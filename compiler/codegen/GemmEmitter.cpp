@@ -115,9 +115,9 @@ void checkShape(const GemmShape &s, const std::string &what) {
     LCEJIT_CHECK(t.stages >= 2 && t.stages <= 8, "{}: {} stages (2 to 8)", what, t.stages);
     LCEJIT_CHECK(!t.tmaStore || !t.pingpong,
                  "{}: the TMA store epilogue runs on cooperative consumers only", what);
-    LCEJIT_CHECK(t.clusterM == 1 || (t.clusterM == 2 && s.bKMajor),
-                 "{}: clusterM = {} (1, or 2 with a K-major B: [Note: sm90 multicast])", what,
-                 t.clusterM);
+    LCEJIT_CHECK(t.clusterM == 1 || ((t.clusterM == 2 || t.clusterM == 4) && s.bKMajor),
+                 "{}: clusterM = {} (1, or 2 or 4 with a K-major B: [Note: sm90 multicast])",
+                 what, t.clusterM);
     LCEJIT_CHECK(t.splitK == 1 || ((t.splitK == 2 || t.splitK == 4) && !t.pingpong &&
                                    !t.tmaStore && t.clusterM == 1),
                  "{}: splitK = {} (1, or 2 or 4 on cooperative consumers without clusters "
@@ -222,7 +222,7 @@ std::string tileText(const GemmShape &s) {
                        t.tmaStore ? "; f32 tiles out through shared memory and TMA" : "",
                        t.clusterM > 1 ? fmt::format("; clusters of {} along the rows share "
                                                     "each B tile by TMA multicast when the "
-                                                    "row tiles pair up",
+                                                    "row tiles group so",
                                                     t.clusterM)
                                       : "",
                        t.splitK > 1 ? fmt::format("; up to {} CTAs (a cluster) per tile, each "

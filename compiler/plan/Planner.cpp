@@ -867,7 +867,10 @@ private:
         // [Note: sm90 multicast]: the forward reduce's CTAs walk the same column tiles
         // in pairs of row tiles; the persistent dZ GEMM's CTAs do not.
         if (opt_.multicast && isa<tx::GemmReduceOp>(op))
-          g.tile.clusterM = 2;
+          g.tile.clusterM = opt_.forwardCluster > 0 ? opt_.forwardCluster : kForwardCluster;
+        if (g.tile.clusterM != 1 && g.tile.clusterM != 2 && g.tile.clusterM != 4)
+          return fail(op, fmt::format("the forward's cluster size {} must be 2 or 4",
+                                      g.tile.clusterM));
       } else {
         g.math = MathMode::TensorCoreBF16;
         g.tile = tcTile();
@@ -963,6 +966,13 @@ private:
           "{}-bit memory interface (an H100's is 5120), {} on {} bits or more",
           k.orderGroup, opt_.target.memoryBusBits, kForwardOrderGroup, kWideMemoryBusBits));
     }
+    if (k.gemm.tile.clusterM > 2 && k.orderGroup % k.gemm.tile.clusterM != 0) {
+      // [Note: sm90 multicast]: a cluster's CTAs must be one group's row tiles of one split.
+      prog_.decisions.push_back(fmt::format(
+          "forward clusters: pairs, not {}: groups of {} row tiles do not hold whole clusters",
+          k.gemm.tile.clusterM, k.orderGroup));
+      k.gemm.tile.clusterM = 2;
+    }
     if (opt_.forwardL2 && !opt_.forwardL2->none() && k.gemm.math == MathMode::WgmmaBF16) {
       // [Note: sm90 L2 hints]: the caller's (comparisons).
       k.l2 = *opt_.forwardL2;
@@ -1025,8 +1035,12 @@ private:
           g.tile.pingpong ? ", ping-pong consumers" : "", tiles, prog_.splits / (g.tile.pingpong ? 2 : 1),
           (tiles + ctaSplits - 1) / ctaSplits, prog_.splits,
           g.tile.clusterM > 1
-              ? "CTAs of row tiles 2i and 2i + 1 as clusters of 2 sharing each W tile by TMA "
-                "multicast when a call's row tiles pair up"
+              ? fmt::format("CTAs of {} adjacent row tiles as clusters sharing each W tile by "
+                            "TMA multicast when a call's row tiles are a multiple of {}{}{}",
+                            g.tile.clusterM, g.tile.clusterM,
+                            g.tile.clusterM > 2 ? " (else pairs where they pair up)" : "",
+                            opt_.forwardCluster > 0 ? ", given by the caller (LCEJIT_FWD_CLUSTER)"
+                                                    : "")
               : opt_.multicast ? "no clusters" : "no clusters (LCEJIT_MULTICAST=0)"));
       return;
     }

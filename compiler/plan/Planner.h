@@ -65,6 +65,10 @@ struct PlanOptions {
   /// each B tile through TMA multicast ([Note: sm90 multicast] in lcejit_sm90.cuh). Off
   /// only for comparisons (LCEJIT_MULTICAST=0).
   bool multicast = true;
+  /// > 0 (2 or 4): the wgmma forward's cluster size along the rows instead of
+  /// kForwardCluster ([Note: sm90 multicast]; comparisons: LCEJIT_FWD_CLUSTER). Needs
+  /// `multicast`.
+  int32_t forwardCluster = 0;
   /// The materialized schedule stores a bounded value (a softcap) against a constant
   /// reference, any other against each row's target value ([Note: a per-row reference]),
   /// and the backward scales rows instead of forming dZ in a pass over the stored values

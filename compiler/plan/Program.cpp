@@ -924,10 +924,15 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
       // One CTA per (row tile, split), grouped order; with ping-pong each CTA split fills
       // two partial entries (one per consumer), so it has splits / 2 of them.
       d.grid[0] = ceilDiv(n, 128) * (t.pingpong ? splits / 2 : splits);
-      // [Note: sm90 multicast]: pairs of CTAs on row tiles (2i, 2i + 1) of one split,
-      // which the grouped order makes consecutive when the row tiles are even in number.
-      if (t.clusterM > 1 && ceilDiv(n, 128) % t.clusterM == 0)
-        d.cluster = t.clusterM;
+      // [Note: sm90 multicast]: clusters of c CTAs on row tiles (c i .. c i + c - 1) of one
+      // split, which the grouped order makes consecutive when the row tiles are a multiple
+      // of c: c = clusterM, else the largest power of two below it that divides them
+      // (quads fall back to pairs; the kernel loads the parts a smaller cluster leaves).
+      for (int32_t c = t.clusterM; c > 1; c /= 2)
+        if (ceilDiv(n, 128) % c == 0) {
+          d.cluster = c;
+          break;
+        }
       return d;
     case KernelKind::GemmDz:
       // [Note: a per-row reference]: a filtered dZ GEMM runs kRowFilterSplits CTAs per row

@@ -193,11 +193,12 @@ struct TileConfig {
   /// consumers go on to the next tile while the copies drain ([Note: sm90 TMA store] in
   /// lcejit_sm90.cuh). GemmDRhs only.
   bool tmaStore = false;
-  /// WgmmaBF16 GemmReduce (ping-pong) only: 2 = the CTAs of adjacent row tiles of one
-  /// column split run as a thread-block cluster of 2, each loading half of every B tile
-  /// and multicasting it to both ([Note: sm90 multicast] in lcejit_sm90.cuh); launched
-  /// as clusters when the call's row tiles pair up (Program::launchDims), else one CTA
-  /// loads both halves. B's TMA box is then bn / clusterM rows.
+  /// WgmmaBF16 GemmReduce (ping-pong) only: 2 or 4 = the CTAs of adjacent row tiles of
+  /// one column split run as a thread-block cluster of that many, each loading a part of
+  /// every B tile and multicasting it to all ([Note: sm90 multicast] in lcejit_sm90.cuh);
+  /// launched as clusters of clusterM when the call's row tiles are a multiple of it, else
+  /// of the largest power of two that divides them (Program::launchDims), else one CTA
+  /// loads every part. B's TMA box is then bn / clusterM rows.
   int32_t clusterM = 1;
   /// WgmmaBF16 cooperative GemmDLhs only: at most this many CTAs (2 or 4, a thread-block
   /// cluster) may share one output tile, each over its own k-blocks, rank 0 adding the
@@ -362,6 +363,11 @@ struct StoredTile {
   bool slabs = false;
   bool operator==(const StoredTile &) const = default;
 };
+
+/// [Note: sm90 multicast] (lcejit_sm90.cuh): the wgmma forward's CTAs of this many
+/// adjacent row tiles run as a cluster sharing each W tile (PlanOptions::forwardCluster,
+/// LCEJIT_FWD_CLUSTER, for comparisons).
+inline constexpr int32_t kForwardCluster = 2;
 
 /// [Note: forward CTA order] (lcejit_sm90.cuh): the wgmma forward's CTAs run in groups of
 /// this many row tiles (each group over all its column splits before the next).

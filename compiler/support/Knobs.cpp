@@ -50,6 +50,7 @@ constexpr std::string_view kStoreInOutput = "LCEJIT_STORE_IN_OUTPUT";
 constexpr std::string_view kDaTile = "LCEJIT_DA_TILE";
 constexpr std::string_view kFwdGroup = "LCEJIT_FWD_GROUP";
 constexpr std::string_view kFwdL2 = "LCEJIT_FWD_L2";
+constexpr std::string_view kFwdCluster = "LCEJIT_FWD_CLUSTER";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -72,6 +73,7 @@ struct Values {
   std::optional<int64_t> daTile;
   std::optional<int64_t> fwdGroup;
   std::optional<std::string> fwdL2;
+  std::optional<int64_t> fwdCluster;
   std::optional<std::array<int32_t, 6>> gemmTile;
   std::string mainloop = "auto";
   std::string backward = "materialized";
@@ -247,6 +249,10 @@ std::unique_ptr<Values> readAll() {
   if (v->fwdGroup && (*v->fwdGroup % 2 != 0 || *v->fwdGroup > 64))
     LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' must be even, 2 to 64",
                  kFwdGroup, *v->fwdGroup);
+  v->fwdCluster = parsePositiveInt(kFwdCluster, readEnv(kFwdCluster));
+  if (v->fwdCluster && *v->fwdCluster != 2 && *v->fwdCluster != 4)
+    LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' must be 2 or 4", kFwdCluster,
+                 *v->fwdCluster);
   if (std::optional<std::string> h = readEnv(kFwdL2)) {
     // "a,b": H's and W's hint, each normal, first or last ([Note: sm90 L2 hints]).
     const std::vector<std::string> parts = split(lower(trim(*h)), ',');
@@ -344,6 +350,10 @@ const std::vector<KnobInfo> &allKnobs() {
       {kFwdGroup, "even, 2 to 64", "(planner's choice: 16, 8 below a 6144-bit memory bus)",
        "The wgmma forward's CTA order in groups of this many row tiles ([Note: forward CTA "
        "order]): to measure other orders (part of the cache key)."},
+      {kFwdCluster, "2 | 4", "2",
+       "The wgmma forward's CTAs of this many adjacent row tiles as a cluster sharing each W "
+       "tile by TMA multicast ([Note: sm90 multicast]): to measure them (part of the cache "
+       "key; LCEJIT_MULTICAST=0 turns clusters off)."},
       {kFwdL2, "H,W: each normal | first | last", "normal,normal",
        "The L2 eviction priority of the wgmma forward's TMA loads of H's row tiles and W's "
        "column tiles ([Note: sm90 L2 hints]): to measure them (part of the cache key)."},
@@ -421,6 +431,7 @@ std::optional<int64_t> blockRows() { return current().blockRows; }
 std::optional<int64_t> daTile() { return current().daTile; }
 std::optional<int64_t> fwdGroup() { return current().fwdGroup; }
 const std::optional<std::string> &fwdL2() { return current().fwdL2; }
+std::optional<int64_t> fwdCluster() { return current().fwdCluster; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
 const std::string &backward() { return current().backward; }

@@ -98,6 +98,9 @@ std::optional<int64_t> fwdGroup();
 /// forward's loads of H (a) and W (b) ([Note: sm90 L2 hints]), to measure them; normalized
 /// to lower case without blanks. Default: unset (no hints).
 const std::optional<std::string> &fwdL2();
+/// LCEJIT_FWD_CLUSTER: the wgmma forward's cluster size along the rows (2 or 4) instead of
+/// 2 ([Note: sm90 multicast]), to measure it. Default: unset.
+std::optional<int64_t> fwdCluster();
 /// LCEJIT_GEMM_TILE: a tensor-core GEMM tile for every GEMM of a plan, for tuning:
 /// "BMxBNxBK:WMxWN:STAGES" (e.g. "128x256x32:2x4:3") as {bm, bn, bk, warpsM, warpsN,
 /// stages}. Unset: the planner's choice.

@@ -118,20 +118,20 @@ __device__ __forceinline__ void mbar_arrive_if(u32 bar, u32 pred) {
                "r"(pred)
                : "memory");
 }
-/// [Note: sm90 multicast] Arrives (when `pred`) on this CTA's barrier at `bar` and (when
-/// `pred_peer`) on the barrier at the same offset in cluster CTA `peer`: the peer's
-/// producer may then overwrite this CTA's stage. The stage was read by wgmma (the async
-/// proxy), which has retired, and nothing here wrote it: the default semantics suffice.
-/// `.release.cluster` would put a MEMBAR.ALL.GPU before every arrive, waiting for the
-/// epilogue's outstanding global stores. Predicates inside the asm, as for mbar_arrive_if.
-__device__ __forceinline__ void mbar_arrive_pair_if(u32 bar, u32 pred, u32 peer,
-                                                    u32 pred_peer) {
-  asm volatile("{\n.reg .pred p, q;\n.reg .b32 remote;\n"
-               "setp.ne.b32 p, %1, 0;\nsetp.ne.b32 q, %3, 0;\n"
-               "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+/// [Note: sm90 multicast] Arrives (when `pred`) on the barrier at offset `bar` in cluster
+/// CTA `target` (this CTA's own rank included): in a cluster of n CTAs sharing B, lane l <
+/// n of a consumer warp frees the stage in CTA rank ^ l, so the warp's n arrivals reach
+/// every CTA whose producer writes into this CTA's stage, in one instruction. The stage was
+/// read by wgmma (the async proxy), which has retired, and nothing here wrote it: the
+/// default semantics suffice. `.release.cluster` would put a MEMBAR.ALL.GPU before every
+/// arrive, waiting for the epilogue's outstanding global stores. Predicate inside the asm,
+/// as for mbar_arrive_if.
+__device__ __forceinline__ void mbar_arrive_rank_if(u32 bar, u32 pred, u32 target) {
+  asm volatile("{\n.reg .pred p;\n.reg .b32 remote;\n"
+               "setp.ne.b32 p, %1, 0;\n"
                "mapa.shared::cluster.u32 remote, %0, %2;\n"
-               "@q mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-               "r"(pred), "r"(peer), "r"(pred_peer)
+               "@p mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+               "r"(pred), "r"(target)
                : "memory");
 }
 __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
@@ -546,8 +546,9 @@ struct GemmConfig {
   /// [Note: sm90 TMA store] 1: an f32 output tile leaves through shared memory
   /// and TMA (two 8 KB boxes per consumer after the stages).
   static constexpr int TMA_STORE = TMA_STORE_;
-  /// [Note: sm90 multicast] 2: B arrives in two halves of BN / 2 rows, each loaded by one
-  /// CTA of a cluster pair and multicast to both (one CTA alone loads both halves).
+  /// [Note: sm90 multicast] 2 or 4: B arrives in CLUSTER_M parts of BN / CLUSTER_M rows,
+  /// each loaded by one CTA of a cluster and multicast to all of them (a smaller cluster's
+  /// CTAs load several parts each; one CTA alone loads them all).
   static constexpr int CLUSTER_M = CLUSTER_M_;
   /// [Note: sm90 split-K] > 1: launched as clusters of up to SPLIT_K CTAs, each over its
   /// own k-blocks of one tile, summed through distributed shared memory (SplitKTiles).
@@ -589,8 +590,9 @@ struct GemmConfig {
   static_assert(!TMA_STORE || (!PINGPONG && BN % 32 == 0),
                 "sm90 GEMM: the TMA store epilogue runs on cooperative consumers");
   static_assert(SMEM_BYTES <= 232448, "sm90 GEMM: shared memory over 227 KB");
-  static_assert(CLUSTER_M == 1 || (CLUSTER_M == 2 && MAJOR_B == K_MAJOR),
-                "sm90 GEMM: clusters of 2 along M, with a K-major B (halves of BN / 2 rows)");
+  static_assert(CLUSTER_M == 1 || ((CLUSTER_M == 2 || CLUSTER_M == 4) && MAJOR_B == K_MAJOR),
+                "sm90 GEMM: clusters of 2 or 4 along M, with a K-major B (parts of BN / "
+                "CLUSTER_M rows)");
   /// A consumer's partial tile in the split-K exchange: BN / 2 floats per thread.
   static constexpr int SPLIT_BYTES = 128 * (BN / 2) * 4;
   static_assert(SPLIT_K == 1 || ((SPLIT_K == 2 || SPLIT_K == 4) && !PINGPONG && !TMA_STORE &&
@@ -1024,15 +1026,16 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
   // index and the descriptors, in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   const int t = static_cast<int>(threadIdx.x) % 128;
-  // [Note: sm90 multicast] With CLUSTER_M = 2 and a cluster launch the CTA pair (ranks 0
-  // and 1) walks the same column tiles over adjacent row tiles: each producer loads its
-  // own A and half r of B, multicast into both CTAs' stage (the full barrier expects the
-  // whole stage either way), and every consumer warp frees a stage in both CTAs, so that
-  // empty[s] counts both CTAs' consumers before either producer overwrites stage s in
-  // both. Launched without a cluster (row tiles that do not pair up) the CTA loads both
-  // halves itself.
+  // [Note: sm90 multicast] With CLUSTER_M = 2 or 4 and a cluster launch of `pair` CTAs
+  // (2 or 4, dividing CLUSTER_M), the cluster walks the same column tiles over adjacent
+  // row tiles: each producer loads its own A and the parts p = rank, rank + pair, ... of
+  // B's CLUSTER_M parts, multicast into every CTA's stage (the full barrier expects the
+  // whole stage either way), and every consumer warp frees a stage in all of the
+  // cluster's CTAs, so that empty[s] counts all their consumers before any producer
+  // overwrites stage s anywhere. Launched without a cluster (row tiles that do not group)
+  // the CTA loads every part itself.
   constexpr bool MC = Cfg::CLUSTER_M > 1;
-  const u32 cn = MC ? pair : 1u; // CTAs sharing B: 2 in a cluster pair, else 1
+  const u32 cn = MC ? pair : 1u; // CTAs sharing B: the cluster's 2 or 4, else 1
   const u32 rank = MC && cn > 1 ? cluster_ctarank() : 0u;
 
   if (threadIdx.x == 0) {
@@ -1111,13 +1114,17 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
             }
           }
           if (MC) {
-            constexpr int HALF = BN / 2; // rows; 128 bytes each
-            if (cn > 1) {
-              tma_load_2d_multicast<HB>(b_dst + rank * HALF * 128, &map_b, bar, k0,
-                                    n0 + static_cast<int>(rank) * HALF, u16(3));
-            } else {
-              tma_load_2d<HB>(b_dst, &map_b, bar, k0, n0);
-              tma_load_2d<HB>(b_dst + HALF * 128, &map_b, bar, k0, n0 + HALF);
+            constexpr int PART = BN / Cfg::CLUSTER_M; // rows; 128 bytes each
+            const u16 mask = static_cast<u16>((1u << cn) - 1u);
+#pragma unroll
+            for (int p = 0; p < Cfg::CLUSTER_M; ++p) {
+              if (static_cast<u32>(p) % cn != rank)
+                continue; // another CTA's part
+              if (cn > 1)
+                tma_load_2d_multicast<HB>(b_dst + p * PART * 128, &map_b, bar, k0,
+                                          n0 + p * PART, mask);
+              else
+                tma_load_2d<HB>(b_dst + p * PART * 128, &map_b, bar, k0, n0 + p * PART);
             }
           } else if (Cfg::MAJOR_B == K_MAJOR) {
             tma_load_2d<HB>(b_dst, &map_b, bar, k0, n0);
@@ -1141,12 +1148,14 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     setmaxnreg_inc<Cfg::CONSUMER_REGS>();
     const int g = wg - 1;
     const u32 warp_leader = (t & 31) == 0 ? 1u : 0u;
-    // Frees stage `st` here and, in a cluster pair, in the peer CTA.
-    const u32 peer = cn > 1 ? (rank ^ 1u) : rank;
-    const u32 leader_peer = cn > 1 ? warp_leader : 0u;
+    // Frees stage `st` here and, in a cluster, in every CTA of it: lane l < cn arrives in
+    // CTA rank ^ l (every lane maps a rank of the cluster, cn being 1, 2 or 4).
+    const u32 lane = static_cast<u32>(t & 31);
+    const u32 arrive_lane = lane < cn ? 1u : 0u;
+    const u32 arrive_rank = rank ^ (lane & (cn - 1u));
     auto release = [&](int st) {
       if (MC)
-        mbar_arrive_pair_if(empty + 8 * st, warp_leader, peer, leader_peer);
+        mbar_arrive_rank_if(empty + 8 * st, arrive_lane, arrive_rank);
       else
         mbar_arrive_if(empty + 8 * st, warp_leader);
     };
@@ -1285,7 +1294,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     }
     epi.finish(g, t);
   }
-  // No CTA of a pair leaves while the other may still arrive on its barriers.
+  // No CTA of a cluster leaves while another may still arrive on its barriers.
   if (MC && cn > 1)
     cluster_sync();
 }
@@ -1299,7 +1308,7 @@ template <class Cfg, class Epi>
 __device__ __forceinline__ void gemm(const TensorMap &map_a,
                                      const TensorMap &map_b, Epi &epi, i64 m,
                                      i64 n, i64 k, int group) {
-  const u32 pair = Cfg::CLUSTER_M > 1 && cluster_nctarank() > 1 ? 2u : 1u;
+  const u32 pair = Cfg::CLUSTER_M > 1 ? cluster_nctarank() : 1u;
   gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(m, n, group), epi, k, pair);
 }
 
@@ -1659,16 +1668,25 @@ gemm_reduce_kernel(const TensorMap &map_a, const TensorMap &map_b,
   const TileOrder order{row_tiles, static_cast<i64>(cta_splits), GROUP};
   i64 row_tile, split64;
   order.tile(static_cast<i64>(blockIdx.x), row_tile, split64);
-  // [Note: sm90 multicast] A cluster pair shares B only when it walks the same column
-  // tiles: the host launches clusters when the row tiles are even in number, so that
-  // every group of the order is, and CTAs 2i and 2i + 1 are row tiles 2j and 2j + 1 of
-  // one split. Both CTAs test the same thing, so a pair that does not share (a
-  // launch outside that contract) runs as two single CTAs instead of hanging.
+  // [Note: sm90 multicast] A cluster of c CTAs (2 or 4) shares B only when it walks the
+  // same column tiles: the host launches clusters of c when the row tiles are a multiple
+  // of c, so that every group of the order is (groups of a multiple of 4 row tiles), and
+  // CTAs c i .. c i + c - 1 are row tiles c j .. c j + c - 1 of one split. Every CTA of
+  // the cluster tests the same thing, so a cluster that does not share (a launch outside
+  // that contract) runs as single CTAs instead of hanging.
   u32 pair = 1;
-  if (Cfg::CLUSTER_M > 1 && cluster_nctarank() > 1) {
-    i64 peer_row, peer_split;
-    order.tile(static_cast<i64>(blockIdx.x ^ 1u), peer_row, peer_split);
-    pair = peer_split == split64 ? 2u : 1u;
+  if (Cfg::CLUSTER_M > 1) {
+    const u32 c = cluster_nctarank();
+    if (c > 1) {
+      bool shared = true;
+      const i64 first = static_cast<i64>(blockIdx.x / c * c);
+      for (u32 r = 0; r < c; ++r) {
+        i64 peer_row, peer_split;
+        order.tile(first + r, peer_row, peer_split);
+        shared = shared && peer_split == split64;
+      }
+      pair = shared ? c : 1u;
+    }
   }
   const int split = static_cast<int>(split64);
   const i64 tiles = (cols + Cfg::BN - 1) / Cfg::BN;

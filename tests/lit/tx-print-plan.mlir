@@ -38,7 +38,7 @@
 // WGMMA-LABEL: // plan @lce{{$}}
 // WGMMA-NEXT: // decision: bucket: N in [4097, 16384] (powers of four from 256)
 // WGMMA-NEXT: // decision: mainloop: wgmma for bf16 GEMMs whose K and column count are multiples of 8 (TMA operands, producer + 2 consumer warpgroups): forward and dZ 128x128x64, 6 stages, ping-pong; dA and dB 128x256x64, 4 stages, cooperative
-// WGMMA-NEXT: // decision: forward GEMM: tile 128x128x64 (wgmma.bf16, 6 stages, 384 threads, ping-pong consumers), 8 column tiles -> 1 column splits of about 8 tiles, one CTA per (row tile, split); 2 partial entries per row; CTAs of row tiles 2i and 2i + 1 as clusters of 2 sharing each W tile by TMA multicast when a call's row tiles pair up
+// WGMMA-NEXT: // decision: forward GEMM: tile 128x128x64 (wgmma.bf16, 6 stages, 384 threads, ping-pong consumers), 8 column tiles -> 1 column splits of about 8 tiles, one CTA per (row tile, split); 2 partial entries per row; CTAs of 2 adjacent row tiles as clusters sharing each W tile by TMA multicast when a call's row tiles are a multiple of 2
 // WGMMA: "math": "wgmma.bf16",
 // WGMMA-NEXT: "tile": {
 // WGMMA-NEXT: "bk": 64,

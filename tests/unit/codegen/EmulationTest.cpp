@@ -1083,10 +1083,12 @@ struct Sm90Case {
   int64_t planBudgetKb = 0; ///< > 0: the budget the planner plans for
   int32_t orderGroup = 0;   ///< > 0: PlanOptions::forwardOrderGroup
   std::optional<plan::L2Hints> l2; ///< PlanOptions::forwardL2
+  int32_t cluster = 0;             ///< > 0: PlanOptions::forwardCluster
 };
 /// What the launches of the calls run so far did.
 struct Sm90Seen {
-  bool pairs = false, tmaStore = false, splitK = false, streamK = false, inPlace = false;
+  bool pairs = false, quads = false, tmaStore = false, splitK = false, streamK = false,
+       inPlace = false;
 };
 /// A fast-precision gradient against fp64 on peaked or saturating data: its relative norm
 /// error within kFastDzFloorFactor of `floor`'s (the fp64 gradient of the same inputs with
@@ -1149,6 +1151,7 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
     po.targetGroups = c.budgetKb == 0;
     po.forwardOrderGroup = c.orderGroup;
     po.forwardL2 = c.l2;
+    po.forwardCluster = c.cluster;
   });
   if (c.l2) {
     // [Note: sm90 L2 hints]: the plan carries them to the generated call.
@@ -1189,6 +1192,7 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
     const bool dA = std::holds_alternative<plan::GemmDLhsKernel>(
         q.kernels[static_cast<size_t>(l.kernel)].body);
     seen.pairs |= !dA && l.dims.cluster == 2;
+    seen.quads |= !dA && l.dims.cluster == 4;
     seen.splitK |= dA && l.dims.cluster > 1;
     seen.streamK |= dA && l.dims.cooperative;
     seen.tmaStore |= l.maps.size() == 3;
@@ -1250,11 +1254,18 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
       // W evict-first, in groups of 2 (the template's group written out before the code).
       {384, 5.0, 512, 0, 0, false, "one row block", 72, 0, 2,
        plan::L2Hints{plan::L2Hint::EvictLast, plan::L2Hint::EvictFirst}},
+      // [Note: sm90 multicast] in clusters of 4 (LCEJIT_FWD_CLUSTER=4): 8 row tiles in two
+      // quads, each CTA loading a quarter of every W tile; 6 row tiles as pairs, each CTA
+      // loading two quarters; 3 row tiles as single CTAs loading all four.
+      {384, 5.0, 1024, 0, 0, false, "one row block", 72, 0, 0, std::nullopt, 4},
+      {384, 0.0, 768, 0, 0, false, "one row block", 72, 0, 0, std::nullopt, 4},
+      {384, 0.0, 300, 0, 0, false, "one row block", 72, 0, 0, std::nullopt, 4},
   };
   Sm90Seen seen;
   for (const Sm90Case &c : cases)
     runSm90Case(c, seen);
   EXPECT_TRUE(seen.pairs) << "no forward ran in cluster pairs";
+  EXPECT_TRUE(seen.quads) << "no forward ran in clusters of 4";
   EXPECT_TRUE(seen.tmaStore) << "no dB wrote through a TMA output map";
   EXPECT_TRUE(seen.splitK) << "no dA split its k-blocks over a cluster";
   EXPECT_TRUE(seen.streamK) << "no dA ran stream-K groups or chains";

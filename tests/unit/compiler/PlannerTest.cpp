@@ -2068,6 +2068,56 @@ TEST(Planner, LhsStreamKLaunchesOfTheGpuTest) {
   }
 }
 
+/// [Note: sm90 multicast]: LCEJIT_FWD_CLUSTER=4 runs the forward's CTAs as clusters of 4
+/// adjacent row tiles sharing each W tile; a call whose row tiles are not a multiple of 4
+/// launches pairs where they pair up, single CTAs where they do not; groups of row tiles
+/// that cannot hold whole clusters of 4 keep pairs. The default is pairs.
+TEST(Planner, ForwardClustersOfFourFallBackToPairs) {
+  auto g = lceFused(4096, 128256, DType::BF16, std::nullopt);
+  auto plan = [&](int32_t cluster, int32_t group) {
+    plan::PlanOptions o = wgmmaOptions(8192);
+    o.forwardCluster = cluster;
+    o.forwardOrderGroup = group;
+    return g->plan(o);
+  };
+  auto forward = [](const plan::Program &p) -> int32_t {
+    for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k)
+      if (std::holds_alternative<plan::GemmReduceKernel>(p.kernels[static_cast<size_t>(k)].body))
+        return k;
+    ADD_FAILURE() << "no forward GEMM";
+    return 0;
+  };
+  const plan::Program pairs = plan(0, 0);
+  EXPECT_EQ(plan::gemmTile(pairs.kernels[static_cast<size_t>(forward(pairs))]).clusterM,
+            plan::kForwardCluster);
+  EXPECT_EQ(plan::kForwardCluster, 2);
+
+  const plan::Program quads = plan(4, 0);
+  const int32_t f = forward(quads);
+  EXPECT_EQ(plan::gemmTile(quads.kernels[static_cast<size_t>(f)]).clusterM, 4);
+  const std::string why = decision(quads, "forward GEMM");
+  EXPECT_NE(why.find("CTAs of 4 adjacent row tiles as clusters sharing each W tile by TMA "
+                     "multicast when a call's row tiles are a multiple of 4 (else pairs where "
+                     "they pair up), given by the caller (LCEJIT_FWD_CLUSTER)"),
+            std::string::npos)
+      << why;
+  // Row tiles (128 rows each) -> cluster size: 64 -> 4, 62 -> 2, 63 -> 1, 4 -> 4, 2 -> 2,
+  // 1 -> 1; the grid is a whole number of clusters in every case.
+  for (const auto &[n, cluster] : std::vector<std::pair<int64_t, int32_t>>{
+           {8192, 4}, {8192 - 127, 4}, {8192 - 256, 2}, {8192 - 128, 1}, {512, 4},
+           {256, 2}, {100, 1}}) {
+    const plan::LaunchDims d = quads.launchDims(f, n, 8192);
+    EXPECT_EQ(d.cluster, cluster) << "N = " << n;
+    EXPECT_EQ(d.grid[0] % d.cluster, 0) << "N = " << n;
+  }
+  // Groups of 6 row tiles cannot hold whole clusters of 4: pairs, and the plan says why.
+  const plan::Program six = plan(4, 6);
+  EXPECT_EQ(plan::gemmTile(six.kernels[static_cast<size_t>(forward(six))]).clusterM, 2);
+  EXPECT_EQ(decision(six, "forward clusters"),
+            "forward clusters: pairs, not 4: groups of 6 row tiles do not hold whole clusters");
+  EXPECT_EQ(decision(quads, "forward clusters"), "");
+}
+
 /// [Note: forward CTA order by card]: the wgmma forward runs its CTAs in groups of 16 row
 /// tiles on a device with a memory interface of 6144 bits or more (an H200) or an unknown
 /// one, and of 8 on a narrower one (an H100's 5120), saying so; a caller's group

@@ -315,16 +315,12 @@ inline void mbar_arrive_if(emu::u32 bar, emu::u32 pred) {
   if (pred)
     emu::mbar_arrive_on(emu::cta(), bar, 0);
 }
-inline void mbar_arrive_pair_if(emu::u32 bar, emu::u32 pred, emu::u32 peer,
-                                emu::u32 pred_peer) {
+inline void mbar_arrive_rank_if(emu::u32 bar, emu::u32 pred, emu::u32 target) {
+  emu::Cluster *c = emu::cta().cluster;
+  if (target >= c->ctas.size())
+    ::lcejit_emu::fail("mapa: cluster rank out of range");
   if (pred)
-    emu::mbar_arrive_on(emu::cta(), bar, 0);
-  if (pred_peer) {
-    emu::Cluster *c = emu::cta().cluster;
-    if (peer >= c->ctas.size())
-      ::lcejit_emu::fail("mapa: cluster rank out of range");
-    emu::mbar_arrive_on(*c->ctas[peer], bar, 0);
-  }
+    emu::mbar_arrive_on(*c->ctas[target], bar, 0);
 }
 /// Blocks until the phase of `parity` has completed (the hardware's try_wait suspends
 /// for a while and may fail; the callers loop either way).
