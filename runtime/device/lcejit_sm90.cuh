@@ -118,20 +118,45 @@ __device__ __forceinline__ void mbar_arrive_if(u32 bar, u32 pred) {
                "r"(pred)
                : "memory");
 }
-/// [Note: sm90 multicast] Arrives (when `pred`) on the barrier at offset `bar` in cluster
-/// CTA `target` (this CTA's own rank included): in a cluster of n CTAs sharing B, lane l <
-/// n of a consumer warp frees the stage in CTA rank ^ l, so the warp's n arrivals reach
-/// every CTA whose producer writes into this CTA's stage, in one instruction. The stage was
-/// read by wgmma (the async proxy), which has retired, and nothing here wrote it: the
-/// default semantics suffice. `.release.cluster` would put a MEMBAR.ALL.GPU before every
-/// arrive, waiting for the epilogue's outstanding global stores. Predicate inside the asm,
-/// as for mbar_arrive_if.
-__device__ __forceinline__ void mbar_arrive_rank_if(u32 bar, u32 pred, u32 target) {
-  asm volatile("{\n.reg .pred p;\n.reg .b32 remote;\n"
-               "setp.ne.b32 p, %1, 0;\n"
+/// [Note: sm90 multicast] Arrives (when `pred`) on this CTA's barrier at `bar` and (when
+/// `pred_peer`) on the barrier at the same offset in cluster CTA `peer`: the peer's
+/// producer may then overwrite this CTA's stage. The stage was read by wgmma (the async
+/// proxy), which has retired, and nothing here wrote it: the default semantics suffice.
+/// `.release.cluster` would put a MEMBAR.ALL.GPU before every arrive, waiting for the
+/// epilogue's outstanding global stores. Predicates inside the asm, as for mbar_arrive_if.
+__device__ __forceinline__ void mbar_arrive_pair_if(u32 bar, u32 pred, u32 peer,
+                                                    u32 pred_peer) {
+  asm volatile("{\n.reg .pred p, q;\n.reg .b32 remote;\n"
+               "setp.ne.b32 p, %1, 0;\nsetp.ne.b32 q, %3, 0;\n"
+               "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
                "mapa.shared::cluster.u32 remote, %0, %2;\n"
-               "@p mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-               "r"(pred), "r"(target)
+               "@q mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+               "r"(pred), "r"(peer), "r"(pred_peer)
+               : "memory");
+}
+/// [Note: sm90 multicast] Frees the stage whose empty barrier is at offset `bar` in every
+/// CTA of a cluster of cn (1, 2 or 4) sharing B, this one being rank (`cluster` = rank |
+/// cn << 8): lane 0 of the warp arrives here, lane l in 1 .. cn - 1 in cluster CTA rank ^
+/// l, so the warp's cn arrivals reach every CTA whose producer writes into this CTA's
+/// stage, in one instruction (lane, predicates and target computed inside the asm from
+/// one register), with mbar_arrive_pair_if's semantics. Pairs keep mbar_arrive_pair_if:
+/// with this one the 512-thread pairs of the plain GEMM spilled 4 bytes of their 128
+/// registers.
+__device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cluster) {
+  asm volatile("{\n.reg .pred p, q;\n.reg .b32 l, n, m, r;\n"
+               "mov.u32 l, %%laneid;\n"
+               "setp.eq.u32 p, l, 0;\n"
+               "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+               "shr.u32 n, %1, 8;\n"
+               "setp.lt.u32 q, l, n;\n"
+               "setp.ne.and.u32 q, l, 0, q;\n"
+               "sub.u32 m, n, 1;\n"
+               "and.b32 m, l, m;\n"
+               "and.b32 r, %1, 255;\n"
+               "xor.b32 r, m, r;\n"
+               "mapa.shared::cluster.u32 r, %0, r;\n"
+               "@q mbarrier.arrive.shared::cluster.b64 _, [r];\n}\n" ::"r"(bar),
+               "r"(cluster)
                : "memory");
 }
 __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
@@ -1118,8 +1143,8 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
             const u16 mask = static_cast<u16>((1u << cn) - 1u);
 #pragma unroll
             for (int p = 0; p < Cfg::CLUSTER_M; ++p) {
-              if (static_cast<u32>(p) % cn != rank)
-                continue; // another CTA's part
+              if ((static_cast<u32>(p) & (cn - 1u)) != rank)
+                continue; // another CTA's part (cn is 1, 2 or 4)
               if (cn > 1)
                 tma_load_2d_multicast<HB>(b_dst + p * PART * 128, &map_b, bar, k0,
                                           n0 + p * PART, mask);
@@ -1148,14 +1173,15 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     setmaxnreg_inc<Cfg::CONSUMER_REGS>();
     const int g = wg - 1;
     const u32 warp_leader = (t & 31) == 0 ? 1u : 0u;
-    // Frees stage `st` here and, in a cluster, in every CTA of it: lane l < cn arrives in
-    // CTA rank ^ l (every lane maps a rank of the cluster, cn being 1, 2 or 4).
-    const u32 lane = static_cast<u32>(t & 31);
-    const u32 arrive_lane = lane < cn ? 1u : 0u;
-    const u32 arrive_rank = rank ^ (lane & (cn - 1u));
+    // Frees stage `st` here and, in a cluster, in every CTA of it.
+    const u32 peer = cn > 1 ? (rank ^ 1u) : rank;
+    const u32 leader_peer = cn > 1 ? warp_leader : 0u;
+    const u32 cluster = rank | cn << 8;
     auto release = [&](int st) {
-      if (MC)
-        mbar_arrive_rank_if(empty + 8 * st, arrive_lane, arrive_rank);
+      if constexpr (Cfg::CLUSTER_M > 2)
+        mbar_arrive_cluster(empty + 8 * st, cluster);
+      else if (MC)
+        mbar_arrive_pair_if(empty + 8 * st, warp_leader, peer, leader_peer);
       else
         mbar_arrive_if(empty + 8 * st, warp_leader);
     };
@@ -1308,7 +1334,8 @@ template <class Cfg, class Epi>
 __device__ __forceinline__ void gemm(const TensorMap &map_a,
                                      const TensorMap &map_b, Epi &epi, i64 m,
                                      i64 n, i64 k, int group) {
-  const u32 pair = Cfg::CLUSTER_M > 1 ? cluster_nctarank() : 1u;
+  // The host launches a plain GEMM's clusters of exactly CLUSTER_M CTAs, or none.
+  const u32 pair = Cfg::CLUSTER_M > 1 && cluster_nctarank() > 1 ? u32(Cfg::CLUSTER_M) : 1u;
   gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(m, n, group), epi, k, pair);
 }
 

@@ -315,11 +315,26 @@ inline void mbar_arrive_if(emu::u32 bar, emu::u32 pred) {
   if (pred)
     emu::mbar_arrive_on(emu::cta(), bar, 0);
 }
-inline void mbar_arrive_rank_if(emu::u32 bar, emu::u32 pred, emu::u32 target) {
+inline void mbar_arrive_pair_if(emu::u32 bar, emu::u32 pred, emu::u32 peer,
+                                emu::u32 pred_peer) {
+  if (pred)
+    emu::mbar_arrive_on(emu::cta(), bar, 0);
+  if (pred_peer) {
+    emu::Cluster *c = emu::cta().cluster;
+    if (peer >= c->ctas.size())
+      ::lcejit_emu::fail("mapa: cluster rank out of range");
+    emu::mbar_arrive_on(*c->ctas[peer], bar, 0);
+  }
+}
+inline void mbar_arrive_cluster(emu::u32 bar, emu::u32 cluster) {
+  const emu::u32 lane = threadIdx.x & 31u, cn = cluster >> 8, rank = cluster & 255u;
+  if (lane == 0)
+    emu::mbar_arrive_on(emu::cta(), bar, 0);
   emu::Cluster *c = emu::cta().cluster;
+  const emu::u32 target = rank ^ (lane & (cn - 1u));
   if (target >= c->ctas.size())
     ::lcejit_emu::fail("mapa: cluster rank out of range");
-  if (pred)
+  if (lane != 0 && lane < cn)
     emu::mbar_arrive_on(*c->ctas[target], bar, 0);
 }
 /// Blocks until the phase of `parity` has completed (the hardware's try_wait suspends
