@@ -113,6 +113,11 @@ void checkShape(const GemmShape &s, const std::string &what) {
     LCEJIT_CHECK(!t.pingpong || t.bn <= 128,
                  "{}: a ping-pong wgmma tile is at most 128 wide, not {}", what, t.bn);
     LCEJIT_CHECK(t.stages >= 2 && t.stages <= 8, "{}: {} stages (2 to 8)", what, t.stages);
+    LCEJIT_CHECK(!t.halves || (t.bn == 256 && !t.pingpong && !t.tmaStore && t.splitK == 1 &&
+                               s.bKMajor),
+                 "{}: column halves are a cooperative 128 x 256 tile with a K-major B, "
+                 "without a TMA store or split-K ([Note: sm90 column halves])",
+                 what);
     LCEJIT_CHECK(!t.tmaStore || !t.pingpong,
                  "{}: the TMA store epilogue runs on cooperative consumers only", what);
     LCEJIT_CHECK(t.clusterM == 1 || ((t.clusterM == 2 || t.clusterM == 4) && s.bKMajor),
@@ -180,6 +185,8 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
                                      ctx.kernel().kind() == plan::KernelKind::GemmReduce),
                "kernel '{}': only a wgmma GemmReduce runs as clusters (clusterM = {})",
                ctx.name(), t.clusterM);
+  LCEJIT_CHECK(!t.halves || ctx.kernel().kind() == plan::KernelKind::GemmReduce,
+               "kernel '{}': only a wgmma GemmReduce runs column halves", ctx.name());
   LCEJIT_CHECK(t.splitK == 1 || (s.math == MathMode::WgmmaBF16 &&
                                   ctx.kernel().kind() == plan::KernelKind::GemmDLhs),
                "kernel '{}': only a wgmma GemmDLhs splits K over a cluster (splitK = {})",
@@ -191,7 +198,7 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
            ctx.name());
     w.line("#endif");
     w.line("{}", sm90GemmConfigTypedef(cfg, t.bn, t.stages, s.aKMajor, s.bKMajor, t.pingpong,
-                                       t.tmaStore, t.clusterM, t.splitK, t.bm));
+                                       t.tmaStore, t.clusterM, t.splitK, t.bm, t.halves));
     w.line("static_assert({}::SMEM_BYTES == {}, \"shared-memory layout must match "
            "plan::wgmmaSharedBytes\");",
            cfg, ctx.launchDims().sharedBytes);
@@ -218,7 +225,10 @@ std::string tileText(const GemmShape &s) {
     return fmt::format("math {}, tile {}x{}x{}, 384 threads (TMA producer warpgroup + 2 "
                        "wgmma consumer warpgroups, {}), {} stages{}{}{}",
                        plan::mathModeName(s.math), t.bm, t.bn, t.bk,
-                       t.pingpong ? "ping-pong: alternate tiles" : "cooperative", t.stages,
+                       t.pingpong ? "ping-pong: alternate tiles"
+                       : t.halves ? "cooperative: each consumer all rows, half the columns"
+                                  : "cooperative",
+                       t.stages,
                        t.tmaStore ? "; f32 tiles out through shared memory and TMA" : "",
                        t.clusterM > 1 ? fmt::format("; clusters of {} along the rows share "
                                                     "each B tile by TMA multicast when the "
@@ -273,10 +283,10 @@ CodeWriter::Block openGemmKernel(CodeWriter &w, const KernelContext &ctx, int th
   switch (ctx.kernel().kind()) {
   case plan::KernelKind::GemmReduce:
     if (isWgmma(ctx)) {
-      // Ping-pong: two partial entries per CTA split, so splits is even
+      // Ping-pong or column halves: two partial entries per CTA split, so splits is even
       // (an odd one expects no grid at all: 0 never matches a launch).
       const std::string &sp = ctx.scalarParamName(Param::Kind::Splits);
-      gx = fmt::format("({0}::PINGPONG && {1} % 2 != 0 ? 0LL : {2} * ({0}::PINGPONG ? {1} / 2 : {1}))",
+      gx = fmt::format("({0}::ALL_ROWS && {1} % 2 != 0 ? 0LL : {2} * ({0}::ALL_ROWS ? {1} / 2 : {1}))",
                        cfg, sp, ceil(n, "BM"));
     } else {
       gx = ceil(n, "BM");
@@ -756,7 +766,7 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
       what, slots);
 
   LCEJIT_CHECK(!k.stored || (isWgmma(ctx) && g.cols % g.tile.bn == 0 &&
-                              k.stored->tileCols == g.tile.bn),
+                              k.stored->tileCols == g.tile.epilogueCols()),
                "{}: stored values need the wgmma mainloop and whole column tiles (cols = "
                "{}, bn = {}, tile_cols = {})",
                what, g.cols, g.tile.bn, k.stored ? k.stored->tileCols : 0);
@@ -784,7 +794,7 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
     roles.add(ctx.bufferName(k.stored->values),
               fmt::format("stored fp16 factor(v) * exp(v - tile max) [N][{}]", g.cols));
     roles.add(ctx.bufferName(k.stored->tileMax),
-              fmt::format("f32 tile maxima [N][{}]", g.cols / g.tile.bn));
+              fmt::format("f32 tile maxima [N][{}]", g.cols / g.tile.epilogueCols()));
   }
   std::vector<std::string> about = {
       fmt::format(
@@ -874,10 +884,11 @@ void emitGemmReduce(CodeWriter &w, const KernelContext &ctx,
                                            ? std::string("nullptr")
                                            : ctx.bufferName(k.stored->tileMax));
     if (k.stored->slabs) {
-      LCEJIT_CHECK(isWgmma(ctx) && g.tile.bn <= 128 && 128 % g.tile.bn == 0,
-                   "{}: stored values in slabs need a wgmma forward whose tiles lie in one "
-                   "slab (bn {})",
-                   ctx.name(), g.tile.bn);
+      LCEJIT_CHECK(isWgmma(ctx) && g.tile.epilogueCols() <= 128 &&
+                       128 % g.tile.epilogueCols() == 0,
+                   "{}: stored values in slabs need a wgmma forward whose epilogue tiles lie "
+                   "in one slab (their width {})",
+                   ctx.name(), g.tile.epilogueCols());
       w.line("epi.store_split = {};", ctx.scalarParamName(Param::Kind::SlabSplit));
       w.line("epi.store_stride = {};", ctx.scalarParamName(Param::Kind::SlabStride));
       w.line("epi.store_slabs2 = {};", ctx.scalarParamName(Param::Kind::SlabBase));

@@ -845,7 +845,7 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
     std::optional<RowKernel> refKernel; // ... and the row kernel that writes it
     if (full) {
       st.values = Z.dz;
-      st.tileCols = F.gemm.tile.bn;
+      st.tileCols = F.gemm.tile.epilogueCols();
       st.lseResult = lseResult;
       st.factor = std::move(factorFn);
       if (hasTarget)
@@ -894,7 +894,8 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
         refKernel = std::move(ref);
       }
       if (!st.rowScaled)
-        st.tileMax = addBuf("tile_max0", int64_t(4) * (F.gemm.cols / F.gemm.tile.bn), true);
+        st.tileMax =
+            addBuf("tile_max0", int64_t(4) * (F.gemm.cols / F.gemm.tile.epilogueCols()), true);
     }
 
     // 9. The row kernel: L, a_row and dZ on the target column.
@@ -1106,6 +1107,7 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
         // against 128 with ping-pong's 128x128: the module is on the first call's path).
         Zm.gemm.tile.bn = 64;
         Zm.gemm.tile.pingpong = false;
+        Zm.gemm.tile.halves = false;
         if (!(Zm.residual.buf == dzf.residual) || !(Zm.dz == st.values))
           throw Fail{"internal: the dZ GEMM does not write the stored values and residual"};
       }
@@ -1132,7 +1134,7 @@ std::string materialize(Program &p, const std::string &name, Rewrite mode, bool 
           const bool inParts = refKernel && d->math == MathMode::WgmmaBF16 &&
                                d->tile.tmaStore && part % 64 == 0 &&
                                part * kScaledAParts == F.gemm.k &&
-                               int64_t(2) * F.gemm.k > int64_t(4) * (F.gemm.cols / F.gemm.tile.bn);
+                               int64_t(2) * F.gemm.k > int64_t(4) * (F.gemm.cols / F.gemm.tile.epilogueCols());
           if (!dzf.aScaled.valid()) {
             dzf.aScaled =
                 addBuf("dzrow_a_scaled0", int64_t(2) * (inParts ? part : F.gemm.k), true);

@@ -866,6 +866,11 @@ private:
         g.tile = wgmmaPingPongTile();
         // [Note: sm90 multicast]: the forward reduce's CTAs walk the same column tiles
         // in pairs of row tiles; the persistent dZ GEMM's CTAs do not.
+        // [Note: sm90 column halves]: the forward on a cooperative 128 x 256 tile whose
+        // consumers share H's k-block, where the caller asks and the columns fill whole
+        // 256-column tiles (the stored values need whole tiles).
+        if (opt_.forwardHalves && isa<tx::GemmReduceOp>(op) && g.cols % 256 == 0)
+          g.tile = wgmmaHalvesTile();
         if (opt_.multicast && isa<tx::GemmReduceOp>(op))
           g.tile.clusterM = opt_.forwardCluster > 0 ? opt_.forwardCluster : kForwardCluster;
         if (g.tile.clusterM != 1 && g.tile.clusterM != 2 && g.tile.clusterM != 4)
@@ -913,6 +918,13 @@ private:
   /// The forward-reduce and dZ GEMMs evaluate the loss's function per element: 128 x 128
   /// x 64 tiles, 6 stages, ping-pong consumers, so that one consumer's epilogue runs under
   /// the other's mainloop.
+  /// [Note: sm90 column halves]: 128 x 256 x 64, 4 stages (48 KB each), both consumers on
+  /// every tile, each all rows and 128 columns.
+  static TileConfig wgmmaHalvesTile() {
+    TileConfig t{128, 256, 64, 3, 4, 4};
+    t.halves = true;
+    return t;
+  }
   static TileConfig wgmmaPingPongTile() {
     TileConfig t{128, 128, 64, 3, 4, 6};
     t.pingpong = true;
@@ -999,9 +1011,10 @@ private:
         if (!setupGemm(&op, g.getLhs(), g.getRhs(), fg))
           return false;
         decideSplits(fg);
-        pingpong |= fg.tile.pingpong;
+        pingpong |= fg.tile.twoEntries();
       }
-    // A ping-pong reduce fills two entries per CTA split: the shared count must be even.
+    // A ping-pong (or column-halves) reduce fills two entries per CTA split: the shared
+    // count must be even.
     if (pingpong && prog_.splits % 2 != 0)
       ++prog_.splits;
     return true;
@@ -1020,19 +1033,25 @@ private:
       // split keeps perSplit / 2 tiles, so that a block of a multiple of 4 row tiles (512
       // rows) can fill whole waves (Llama-3's 1002 tiles alone would give 32 splits: 64
       // row tiles x 32 = 15.5 waves; 33 make 16).
-      const int64_t perSplit = g.tile.pingpong ? 32 : 8;
+      // [Note: sm90 column halves]: 16 tiles of 256 columns, the same columns a CTA as 32
+      // of ping-pong's 128.
+      const int64_t perSplit = g.tile.halves ? 16 : g.tile.pingpong ? 32 : 8;
       const int64_t quarter =
           std::min<int64_t>((int64_t(opt_.target.numSMs) + 3) / 4, tiles / (perSplit / 2));
       const int32_t ctaSplits = static_cast<int32_t>(std::clamp<int64_t>(
           std::max((tiles + perSplit - 1) / perSplit, quarter), 1, tiles));
-      const int32_t entries = g.tile.pingpong ? 2 * ctaSplits : ctaSplits;
+      const int32_t entries = g.tile.twoEntries() ? 2 * ctaSplits : ctaSplits;
       prog_.splits = std::max(prog_.splits, entries);
       prog_.decisions.push_back(fmt::format(
           "forward GEMM: tile {}x{}x{} ({}, {} stages, 384 threads{}), {} column tiles -> {} "
           "column splits of about {} tiles, one CTA per (row tile, split); {} partial "
           "entries per row; {}",
           g.tile.bm, g.tile.bn, g.tile.bk, mathModeName(g.math), g.tile.stages,
-          g.tile.pingpong ? ", ping-pong consumers" : "", tiles, prog_.splits / (g.tile.pingpong ? 2 : 1),
+          g.tile.pingpong ? ", ping-pong consumers"
+          : g.tile.halves ? ", consumers on column halves ([Note: sm90 column halves]), given "
+                            "by the caller (LCEJIT_FWD_HALVES)"
+                          : "",
+          tiles, prog_.splits / (g.tile.twoEntries() ? 2 : 1),
           (tiles + ctaSplits - 1) / ctaSplits, prog_.splits,
           g.tile.clusterM > 1
               ? fmt::format("CTAs of {} adjacent row tiles as clusters sharing each W tile by "
@@ -1633,8 +1652,8 @@ private:
         fwd = g;
     if (!fwd || !fwd->stored->rowScaled)
       return "the stored values are formed into dZ in place (tile maxima)";
-    if (fwd->gemm.math != MathMode::WgmmaBF16 || fwd->gemm.tile.bn > kSlabCols ||
-        kSlabCols % fwd->gemm.tile.bn != 0)
+    if (fwd->gemm.math != MathMode::WgmmaBF16 || fwd->gemm.tile.epilogueCols() > kSlabCols ||
+        kSlabCols % fwd->gemm.tile.epilogueCols() != 0)
       return "the forward is not a wgmma GEMM whose tiles lie in one slab";
     const BufferRef values = fwd->stored->values;
     if (values.space != Space::Workspace)

@@ -208,6 +208,8 @@ static json toJ(const TileConfig &t) {
     j["cluster_m"] = t.clusterM;
   if (t.splitK != 1)
     j["split_k"] = t.splitK;
+  if (t.halves)
+    j["halves"] = true;
   return j;
 }
 
@@ -923,7 +925,7 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
     case KernelKind::GemmReduce:
       // One CTA per (row tile, split), grouped order; with ping-pong each CTA split fills
       // two partial entries (one per consumer), so it has splits / 2 of them.
-      d.grid[0] = ceilDiv(n, 128) * (t.pingpong ? splits / 2 : splits);
+      d.grid[0] = ceilDiv(n, 128) * (t.twoEntries() ? splits / 2 : splits);
       // [Note: sm90 multicast]: clusters of c CTAs on row tiles (c i .. c i + c - 1) of one
       // split, which the grouped order makes consecutive when the row tiles are a multiple
       // of c: c = clusterM, else the largest power of two below it that divides them

@@ -206,7 +206,19 @@ struct TileConfig {
   /// split-K] in lcejit_sm90.cuh). Program::launchDims picks 1, 2 or 4 for the call's
   /// tile count (plan::chooseSplitK): a block whose tiles leave SMs idle runs split.
   int32_t splitK = 1;
+  /// WgmmaBF16 GemmReduce only, bn = 256, not ping-pong: both consumers take every tile,
+  /// each all of its rows and half of its columns, sharing the stage's A ([Note: sm90
+  /// column halves] in lcejit_sm90.cuh): each consumer's epilogue then sees tiles of bn /
+  /// 2 columns (epilogueCols), as a ping-pong consumer sees bn, and writes its own partial
+  /// entry.
+  bool halves = false;
   int32_t threads() const { return 32 * warpsM * warpsN; }
+  /// The columns of a consumer's epilogue tile: the stored values' tile (their tile
+  /// maxima, a slab's share) and the forward's partials are per this many columns.
+  int32_t epilogueCols() const { return halves ? bn / 2 : bn; }
+  /// Whether each consumer covers every row of a tile and writes its own partial entry
+  /// (ping-pong or column halves): Program::splits counts two entries a CTA split.
+  bool twoEntries() const { return pingpong || halves; }
   bool operator==(const TileConfig &) const = default;
 };
 

@@ -51,6 +51,7 @@ constexpr std::string_view kDaTile = "LCEJIT_DA_TILE";
 constexpr std::string_view kFwdGroup = "LCEJIT_FWD_GROUP";
 constexpr std::string_view kFwdL2 = "LCEJIT_FWD_L2";
 constexpr std::string_view kFwdCluster = "LCEJIT_FWD_CLUSTER";
+constexpr std::string_view kFwdHalves = "LCEJIT_FWD_HALVES";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -74,6 +75,7 @@ struct Values {
   std::optional<int64_t> fwdGroup;
   std::optional<std::string> fwdL2;
   std::optional<int64_t> fwdCluster;
+  bool fwdHalves = false;
   std::optional<std::array<int32_t, 6>> gemmTile;
   std::string mainloop = "auto";
   std::string backward = "materialized";
@@ -292,6 +294,7 @@ std::unique_ptr<Values> readAll() {
   v->daStreamK = parseBool(kDaStreamK, readEnv(kDaStreamK), true);
   v->daChain = parseBool(kDaChain, readEnv(kDaChain), true);
   v->storeInOutput = parseBool(kStoreInOutput, readEnv(kStoreInOutput), true);
+  v->fwdHalves = parseBool(kFwdHalves, readEnv(kFwdHalves), false);
   return v;
 }
 
@@ -354,6 +357,11 @@ const std::vector<KnobInfo> &allKnobs() {
        "The wgmma forward's CTAs of this many adjacent row tiles as a cluster sharing each W "
        "tile by TMA multicast ([Note: sm90 multicast]): to measure them (part of the cache "
        "key; LCEJIT_MULTICAST=0 turns clusters off)."},
+      {kFwdHalves, "bool", "0",
+       "The wgmma forward on a cooperative 128 x 256 tile whose consumers take column halves "
+       "and share H's k-block, instead of ping-pong 128 x 128 tiles ([Note: sm90 column "
+       "halves]; where the vocabulary is a multiple of 256): to measure it (part of the "
+       "cache key)."},
       {kFwdL2, "H,W: each normal | first | last", "normal,normal",
        "The L2 eviction priority of the wgmma forward's TMA loads of H's row tiles and W's "
        "column tiles ([Note: sm90 L2 hints]): to measure them (part of the cache key)."},
@@ -432,6 +440,7 @@ std::optional<int64_t> daTile() { return current().daTile; }
 std::optional<int64_t> fwdGroup() { return current().fwdGroup; }
 const std::optional<std::string> &fwdL2() { return current().fwdL2; }
 std::optional<int64_t> fwdCluster() { return current().fwdCluster; }
+bool fwdHalves() { return current().fwdHalves; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
 const std::string &backward() { return current().backward; }

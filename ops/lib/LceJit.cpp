@@ -111,6 +111,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.lhsTileWidth = static_cast<int32_t>(knobs::daTile().value_or(0));
   p.forwardOrderGroup = static_cast<int32_t>(knobs::fwdGroup().value_or(0));
   p.forwardCluster = static_cast<int32_t>(knobs::fwdCluster().value_or(0));
+  p.forwardHalves = knobs::fwdHalves();
   if (const std::optional<std::string> &h = knobs::fwdL2()) {
     // Checked by the knob: two of normal, first, last.
     const size_t comma = h->find(',');
@@ -170,6 +171,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += fmt::format("|fwd-l2={}", *h);
   if (auto c = knobs::fwdCluster())
     tile += fmt::format("|fwd-cluster={}", *c);
+  if (knobs::fwdHalves())
+    tile += "|fwd-halves";
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice, the memory interface the forward's CTA order
   // (absent when unknown).

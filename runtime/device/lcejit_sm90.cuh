@@ -555,7 +555,8 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[BN / 2], u64 desc_a,
 //===----------------------------------------------------------------------===//
 
 template <int BN_, int STAGES_, int MAJOR_A_, int MAJOR_B_, int PINGPONG_ = 0,
-          int TMA_STORE_ = 0, int CLUSTER_M_ = 1, int SPLIT_K_ = 1, int BM_ = 128>
+          int TMA_STORE_ = 0, int CLUSTER_M_ = 1, int SPLIT_K_ = 1, int BM_ = 128,
+          int HALVES_ = 0>
 struct GemmConfig {
   /// [Note: sm90 64-row ping-pong] BM = 64 (ping-pong only): a consumer's tile is one
   /// 64-row slice, as wide as 256 columns (m64n256k16: 128 accumulators a thread, as a
@@ -578,7 +579,18 @@ struct GemmConfig {
   /// [Note: sm90 split-K] > 1: launched as clusters of up to SPLIT_K CTAs, each over its
   /// own k-blocks of one tile, summed through distributed shared memory (SplitKTiles).
   static constexpr int SPLIT_K = SPLIT_K_;
-  static constexpr int SLICES = PINGPONG ? BM / 64 : 1; ///< 64-row slices per consumer
+  /// [Note: sm90 column halves] 1: both consumers take every tile (cooperative, BN = 256),
+  /// each all BM rows (two 64-row slices) of its own BN / 2 columns: the stage's A is read
+  /// by both, so a k-block pulls 16 + 32 KB from L2 for 2 M MACs (16 + 16 in pairs: 16
+  /// bytes a thousand MACs, against ping-pong's 23.4), and the epilogue of a tile no
+  /// longer runs under the other consumer's mainloop.
+  static constexpr int HALVES = HALVES_;
+  /// The consumers cover every row of a tile (ping-pong: alternate tiles; halves: column
+  /// halves), each in BM / 64 slices, and each writes its own partial entry of a row.
+  static constexpr int ALL_ROWS = PINGPONG || HALVES;
+  static constexpr int SLICES = ALL_ROWS ? BM / 64 : 1; ///< 64-row slices per consumer
+  /// The width of a consumer's wgmma (and of its epilogue's tile): BN, or BN / 2 in halves.
+  static constexpr int WN = HALVES ? BN / 2 : BN;
   /// [Note: sm90 three consumers] Consumer warpgroups: 2, or BM / 64 = 3 for a cooperative
   /// 192-row tile (each consumer one 64-row slice, as at 128 rows), then 512 threads.
   static constexpr int CONSUMERS = PINGPONG ? 2 : (BM == 192 ? 3 : 2);
@@ -597,7 +609,7 @@ struct GemmConfig {
   static constexpr int BAR_OFFSET = EPI_OFFSET + EPI_BYTES;
   /// 1024 bytes of slack to align the base, the stages, the barriers.
   static constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;
-  static constexpr int ACC = BN / 2; ///< accumulator registers per slice
+  static constexpr int ACC = WN / 2; ///< accumulator registers per slice
   static constexpr int EMPTY_ARRIVALS = PINGPONG ? 4 : 4 * CONSUMERS; ///< consumer warps per stage
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
                 "sm90 GEMM: BN must be 64, 128, 192 or 256");
@@ -608,6 +620,9 @@ struct GemmConfig {
   static_assert(BM != 192 || BN <= 192,
                 "sm90 GEMM: three consumers hold at most 96 accumulators (ptxas compiles a "
                 "512-thread kernel in 128 registers)");
+  static_assert(!HALVES || (!PINGPONG && BM == 128 && BN == 256 && !TMA_STORE &&
+                             SPLIT_K_ == 1 && MAJOR_B_ == K_MAJOR),
+                "sm90 GEMM: column halves are a cooperative 128 x 256 tile with a K-major B");
   static_assert(!PINGPONG || SLICES * BN <= 256,
                 "sm90 GEMM: a ping-pong consumer holds SLICES x BN / 2 accumulators (at most "
                 "128)");
@@ -1205,8 +1220,11 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
     // of a ping-pong k-block while the other consumer's epilogue shared the scheduler
     // (ncu, Gemma-2 forward: 127 instructions per k-block, 68 % tensor pipe).
     const u64 desc_a0 =
-        sw128_desc(base + (Cfg::PINGPONG ? 0 : g * 8192), TA ? 8192u : 16u, 1024u);
-    const u64 desc_b0 = sw128_desc(base + Cfg::A_BYTES, TB ? 8192u : 16u, 1024u);
+        sw128_desc(base + (Cfg::ALL_ROWS ? 0 : g * 8192), TA ? 8192u : 16u, 1024u);
+    // [Note: sm90 column halves]: consumer g's columns are rows g WN.. of the stage's
+    // K-major B (128 bytes a row, whole 1024-byte swizzle atoms).
+    const u64 desc_b0 = sw128_desc(base + Cfg::A_BYTES + (Cfg::HALVES ? g * Cfg::WN * 128 : 0),
+                                   TB ? 8192u : 16u, 1024u);
     auto issue = [&](bool first) {
       mbar_wait(full + 8 * s, phase);
       const u32 stage16 = static_cast<u32>(s) * (Cfg::STAGE_BYTES >> 4);
@@ -1222,7 +1240,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
 #pragma unroll
         for (int j = 0; j < SL; ++j) {
           const u64 da = desc_advance(da_s, (j * 8192 + kk * A_STEP) >> 4);
-          wgmma_bf16<BN, TA, TB>(acc[j], da, db, (first && kk == 0) ? 0 : 1);
+          wgmma_bf16<Cfg::WN, TA, TB>(acc[j], da, db, (first && kk == 0) ? 0 : 1);
         }
       }
       wgmma_commit();
@@ -1316,7 +1334,8 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
       }
 #pragma unroll
       for (int j = 0; j < SL; ++j)
-        epi.tile(acc[j], j, tm * BM + 64 * (Cfg::PINGPONG ? j : g), tn * BN, t);
+        epi.tile(acc[j], j, tm * BM + 64 * (Cfg::ALL_ROWS ? j : g),
+                 tn * BN + (Cfg::HALVES ? g * Cfg::WN : 0), t);
     }
     epi.finish(g, t);
   }
@@ -1422,7 +1441,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
 
   /// First row of slice j of consumer g.
   __device__ __forceinline__ i64 slice_row0(int g, int j) const {
-    return row_tile * Cfg::BM + 64 * (Cfg::PINGPONG ? j : g);
+    return row_tile * Cfg::BM + 64 * (Cfg::ALL_ROWS ? j : g);
   }
   /// The row's operands: kept in registers across the tiles, except when the epilogue
   /// also stores values (materialized), where the registers are short and the row is
@@ -1557,7 +1576,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
     if (row < n) {
       store_pairs(acc, h, row, col0, t);
       if (t % 4 == 0)
-        static_cast<float *>(epi.store_tile_max)[row * (cols / Cfg::BN) + col0 / Cfg::BN] = base;
+        static_cast<float *>(epi.store_tile_max)[row * (cols / Cfg::WN) + col0 / Cfg::WN] = base;
     }
   }
   /// The stored values of one row of the tile, factor(v) * exp(v - base), each pair
@@ -1655,7 +1674,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
           Epi::combine(part[j][h], other);
         }
         const i64 row = slice_row0(g, j) + acc_row(2 * h, t);
-        const int entry = Cfg::PINGPONG ? 2 * split + g : split;
+        const int entry = Cfg::ALL_ROWS ? 2 * split + g : split;
         if (t % 4 == 0 && row < n) {
           float *out = static_cast<float *>(partials) +
                        (row * entries + entry) * SLOTS;
@@ -1683,7 +1702,7 @@ gemm_reduce_kernel(const TensorMap &map_a, const TensorMap &map_b,
   // splits even and CTA splits = splits / 2 under ping-pong (partials[row][entry]
   // assume it).
   const i64 row_tiles = (n + Cfg::BM - 1) / Cfg::BM;
-  const int cta_splits = Cfg::PINGPONG ? splits / 2 : splits;
+  const int cta_splits = Cfg::ALL_ROWS ? splits / 2 : splits;
   // [Note: forward CTA order] Groups of up to 16 row tiles: with the Llama-3 head's
   // row blocks of 2048 rows every row tile of a split runs in the same wave, so each B
   // tile is read from DRAM about once (groups of 8 split them over two waves: ncu

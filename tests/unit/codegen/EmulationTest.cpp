@@ -1084,6 +1084,7 @@ struct Sm90Case {
   int32_t orderGroup = 0;   ///< > 0: PlanOptions::forwardOrderGroup
   std::optional<plan::L2Hints> l2; ///< PlanOptions::forwardL2
   int32_t cluster = 0;             ///< > 0: PlanOptions::forwardCluster
+  bool halves = false;             ///< PlanOptions::forwardHalves
 };
 /// What the launches of the calls run so far did.
 struct Sm90Seen {
@@ -1152,7 +1153,16 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
     po.forwardOrderGroup = c.orderGroup;
     po.forwardL2 = c.l2;
     po.forwardCluster = c.cluster;
+    po.forwardHalves = c.halves;
   });
+  if (c.halves) {
+    // [Note: sm90 column halves]: the plan took them.
+    bool halves = false;
+    for (const plan::Kernel &k : q.kernels)
+      if (const auto *f = std::get_if<plan::GemmReduceKernel>(&k.body))
+        halves |= f->gemm.tile.halves;
+    EXPECT_TRUE(halves) << "the forward does not run on column halves";
+  }
   if (c.l2) {
     // [Note: sm90 L2 hints]: the plan carries them to the generated call.
     bool hinted = false;
@@ -1260,6 +1270,13 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
       {384, 5.0, 1024, 0, 0, false, "one row block", 72, 0, 0, std::nullopt, 4},
       {384, 0.0, 768, 0, 0, false, "one row block", 72, 0, 0, std::nullopt, 4},
       {384, 0.0, 300, 0, 0, false, "one row block", 72, 0, 0, std::nullopt, 4},
+      // [Note: sm90 column halves] (LCEJIT_FWD_HALVES): the forward on 128 x 256 tiles,
+      // each consumer all rows of its 128 columns: single CTAs (3 row tiles), pairs (4),
+      // and the stored values in dW's memory as slabs.
+      {512, 5.0, 300, 0, 0, false, "one row block", 72, 0, 0, std::nullopt, 0, true},
+      {1024, 0.0, 512, 0, 0, false, "one row block", 72, 0, 0, std::nullopt, 0, true},
+      {512, 5.0, 140, 32, 96, false, "its stored values in the gradient's memory", 72, 0, 0,
+       std::nullopt, 0, true},
   };
   Sm90Seen seen;
   for (const Sm90Case &c : cases)

@@ -350,7 +350,7 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K",     "LCEJIT_BLOCK_ROWS",
       "LCEJIT_STORE_IN_OUTPUT", "LCEJIT_DA_TILE",   "LCEJIT_DA_STREAMK",
       "LCEJIT_DA_CHAIN",       "LCEJIT_TARGET_GROUPS", "LCEJIT_FWD_GROUP",
-      "LCEJIT_FWD_L2",         "LCEJIT_FWD_CLUSTER"};
+      "LCEJIT_FWD_L2",         "LCEJIT_FWD_CLUSTER",  "LCEJIT_FWD_HALVES"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();
