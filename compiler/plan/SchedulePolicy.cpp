@@ -83,7 +83,7 @@ double launchUnits(const Program &p, const Kernel &kernel, int64_t r, int64_t cc
   switch (kernel.kind()) {
   case KernelKind::GemmReduce: {
     const auto &g = std::get<GemmReduceKernel>(kernel.body).gemm;
-    const int64_t per = t.pingpong ? 2 : 1, sc = std::max<int64_t>(splits / per, 1);
+    const int64_t per = t.twoEntries() ? 2 : 1, sc = std::max<int64_t>(splits / per, 1);
     const int64_t perCta = ceilDiv(ceilDiv(g.cols, t.bn), sc);
     u += waves(double(rowTiles * sc), sms) * double(perCta * ceilDiv(g.k, 64)) * tile;
     break;
@@ -246,7 +246,7 @@ int32_t chooseColumnSplits(const Program &p, int64_t rows) {
   if (!reduce || rows <= 0 || p.splits < 1)
     return std::max(p.splits, 1);
   const TileConfig &t = reduce->gemm.tile;
-  const int64_t perCta = t.pingpong ? 2 : 1; // partial entries per CTA split
+  const int64_t perCta = t.twoEntries() ? 2 : 1; // partial entries per CTA split
   const int64_t most = std::max<int64_t>(p.splits / perCta, 1);
   const int64_t tiles = ceilDiv(reduce->gemm.cols, t.bn);
   const int64_t rowTiles = ceilDiv(rows, t.bm);

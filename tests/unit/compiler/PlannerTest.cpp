@@ -2068,6 +2068,38 @@ TEST(Planner, LhsStreamKLaunchesOfTheGpuTest) {
   }
 }
 
+/// [Note: sm90 column halves]: LCEJIT_FWD_HALVES runs the forward on 128 x 256 tiles whose
+/// two consumers each write a partial entry, so every count of entries a call chooses
+/// ([Note: column splits per call]) is even and the launch's grid is its row tiles times
+/// half of it (an odd count or a grid of every entry is what the kernel's launch contract
+/// rejects); a vocabulary that is not a multiple of 256 keeps ping-pong.
+TEST(Planner, ColumnHalvesKeepTwoEntriesPerCtaSplit) {
+  plan::PlanOptions o = wgmmaOptions(8192);
+  o.forwardHalves = true;
+  const plan::Program p = lceFused(4096, 128256, DType::BF16, std::nullopt)->plan(o);
+  int32_t f = -1;
+  for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k)
+    if (std::holds_alternative<plan::GemmReduceKernel>(p.kernels[static_cast<size_t>(k)].body))
+      f = k;
+  ASSERT_GE(f, 0);
+  const plan::TileConfig &t = plan::gemmTile(p.kernels[static_cast<size_t>(f)]);
+  EXPECT_TRUE(t.halves);
+  EXPECT_EQ(t.bn, 256);
+  EXPECT_EQ(t.epilogueCols(), 128);
+  EXPECT_TRUE(t.twoEntries());
+  EXPECT_EQ(p.splits, 66) << "33 CTA splits of about 16 tiles of 256 columns";
+  for (int64_t rows : {128, 1000, 1664, 2048, 3500, 4097, 8192}) {
+    const int32_t splits = plan::chooseColumnSplits(p, rows);
+    EXPECT_EQ(splits % 2, 0) << rows << " rows";
+    const plan::LaunchDims d = p.launchDims(f, rows, 128256, splits);
+    EXPECT_EQ(d.grid[0], (rows + 127) / 128 * (splits / 2)) << rows << " rows";
+  }
+  const plan::Program q = lceFused(4096, 128128, DType::BF16, std::nullopt)->plan(o);
+  for (const plan::Kernel &k : q.kernels)
+    if (std::holds_alternative<plan::GemmReduceKernel>(k.body))
+      EXPECT_FALSE(plan::gemmTile(k).halves) << "128128 columns are not whole 256-column tiles";
+}
+
 /// [Note: sm90 multicast]: LCEJIT_FWD_CLUSTER=4 runs the forward's CTAs as clusters of 4
 /// adjacent row tiles sharing each W tile; a call whose row tiles are not a multiple of 4
 /// launches pairs where they pair up, single CTAs where they do not; groups of row tiles
