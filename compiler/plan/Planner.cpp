@@ -869,7 +869,8 @@ private:
         // [Note: sm90 column halves]: the forward on a cooperative 128 x 256 tile whose
         // consumers share H's k-block, where the caller asks and the columns fill whole
         // 256-column tiles (the stored values need whole tiles).
-        if (opt_.forwardHalves && isa<tx::GemmReduceOp>(op) && g.cols % 256 == 0)
+        if (isa<tx::GemmReduceOp>(op) && g.cols % 256 == 0 &&
+            opt_.forwardHalves.value_or(halvesByCard(op)))
           g.tile = wgmmaHalvesTile();
         if (opt_.multicast && isa<tx::GemmReduceOp>(op))
           g.tile.clusterM = opt_.forwardCluster > 0 ? opt_.forwardCluster : kForwardCluster;
@@ -918,6 +919,19 @@ private:
   /// The forward-reduce and dZ GEMMs evaluate the loss's function per element: 128 x 128
   /// x 64 tiles, 6 stages, ping-pong consumers, so that one consumer's epilogue runs under
   /// the other's mainloop.
+  /// [Note: forward tile by card] (Program.h): column halves on a memory interface narrower
+  /// than kWideMemoryBusBits when the forward's values need no exp, log or tanh of their
+  /// own (no softcap).
+  bool halvesByCard(Operation *op) const {
+    if (opt_.target.memoryBusBits <= 0 || opt_.target.memoryBusBits >= kWideMemoryBusBits)
+      return false;
+    bool transcendental = false;
+    op->walk([&](Operation *o) {
+      transcendental |= isa<tx::TanhOp, tx::ExpOp, tx::LogOp, math::TanhOp, math::ExpOp,
+                            math::LogOp, math::Log1pOp, math::ExpM1Op>(o);
+    });
+    return !transcendental;
+  }
   /// [Note: sm90 column halves]: 128 x 256 x 64, 4 stages (48 KB each), both consumers on
   /// every tile, each all rows and 128 columns.
   static TileConfig wgmmaHalvesTile() {
@@ -1048,9 +1062,14 @@ private:
           "entries per row; {}",
           g.tile.bm, g.tile.bn, g.tile.bk, mathModeName(g.math), g.tile.stages,
           g.tile.pingpong ? ", ping-pong consumers"
-          : g.tile.halves ? ", consumers on column halves ([Note: sm90 column halves]), given "
-                            "by the caller (LCEJIT_FWD_HALVES)"
-                          : "",
+          : g.tile.halves
+              ? (opt_.forwardHalves
+                     ? std::string(", consumers on column halves ([Note: sm90 column halves]), "
+                                   "given by the caller (LCEJIT_FWD_HALVES)")
+                     : fmt::format(", consumers on column halves ([Note: forward tile by card]: "
+                                   "a {}-bit memory interface, values without exp, log or tanh)",
+                                   opt_.target.memoryBusBits))
+              : std::string(),
           tiles, prog_.splits / (g.tile.twoEntries() ? 2 : 1),
           (tiles + ctaSplits - 1) / ctaSplits, prog_.splits,
           g.tile.clusterM > 1

@@ -69,10 +69,11 @@ struct PlanOptions {
   /// kForwardCluster ([Note: sm90 multicast]; comparisons: LCEJIT_FWD_CLUSTER). Needs
   /// `multicast`.
   int32_t forwardCluster = 0;
-  /// The wgmma forward on a cooperative 128 x 256 tile whose consumers take column
-  /// halves instead of ping-pong 128 x 128 tiles ([Note: sm90 column halves]; comparisons:
-  /// LCEJIT_FWD_HALVES). Taken where the vocabulary is a multiple of 256.
-  bool forwardHalves = false;
+  /// Whether the wgmma forward runs on a cooperative 128 x 256 tile whose consumers take
+  /// column halves instead of ping-pong 128 x 128 tiles ([Note: sm90 column halves]); unset:
+  /// the planner's choice ([Note: forward tile by card] in Program.h); LCEJIT_FWD_HALVES.
+  /// Only where the vocabulary is a multiple of 256.
+  std::optional<bool> forwardHalves;
   /// The materialized schedule stores a bounded value (a softcap) against a constant
   /// reference, any other against each row's target value ([Note: a per-row reference]),
   /// and the backward scales rows instead of forming dZ in a pass over the stored values

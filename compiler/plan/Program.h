@@ -395,6 +395,18 @@ inline constexpr int32_t kForwardOrderGroup = 16;
 /// GPU, the tests) is planned as the H200.
 inline constexpr int32_t kWideMemoryBusBits = 6144;
 inline constexpr int32_t kNarrowBusOrderGroup = 8;
+/// [Note: forward tile by card] On an H100 the ping-pong forward runs the L2 at 89 % of its
+/// peak throughput (ncu, Llama-3's 8192-row block: 104 GB read by the SMs, 23.4 bytes a
+/// thousand MACs) and its consumers wait for stages; cuBLAS's Z runs it at 66 %. Column
+/// halves of a 128 x 256 tile ([Note: sm90 column halves] in lcejit_sm90.cuh) read 16
+/// bytes a thousand MACs: the L2 at 64 %, the clock 1.48 -> 1.58 GHz, the forward 12.7 ->
+/// 11.9 ms alone and 14.1 -> 13.4 ms in the op (W's 8.6 -> 7.6), at the price of an
+/// epilogue no other consumer's mainloop hides. With a softcap (a tanh per value, on
+/// Gemma-2's K = 2304) that price is larger than the gain (B's forward 16.4 -> 17.9 ms).
+/// So the planner takes column halves on a memory interface narrower than
+/// kWideMemoryBusBits when the forward's values need no exp, log or tanh of their own and
+/// the vocabulary is a multiple of 256 (session 30); the H200 (not measured with halves)
+/// and an unknown device keep ping-pong. LCEJIT_FWD_HALVES=0/1 overrides.
 
 /// [Note: sm90 L2 hints] (lcejit_sm90.cuh): the L2 eviction priority of a Hopper
 /// mainloop's TMA loads of one operand (the device's L2_NORMAL, L2_EVICT_FIRST,

@@ -75,7 +75,7 @@ struct Values {
   std::optional<int64_t> fwdGroup;
   std::optional<std::string> fwdL2;
   std::optional<int64_t> fwdCluster;
-  bool fwdHalves = false;
+  std::optional<bool> fwdHalves;
   std::optional<std::array<int32_t, 6>> gemmTile;
   std::string mainloop = "auto";
   std::string backward = "materialized";
@@ -294,7 +294,8 @@ std::unique_ptr<Values> readAll() {
   v->daStreamK = parseBool(kDaStreamK, readEnv(kDaStreamK), true);
   v->daChain = parseBool(kDaChain, readEnv(kDaChain), true);
   v->storeInOutput = parseBool(kStoreInOutput, readEnv(kStoreInOutput), true);
-  v->fwdHalves = parseBool(kFwdHalves, readEnv(kFwdHalves), false);
+  if (std::optional<std::string> h = readEnv(kFwdHalves))
+    v->fwdHalves = parseBool(kFwdHalves, h, false);
   return v;
 }
 
@@ -357,7 +358,7 @@ const std::vector<KnobInfo> &allKnobs() {
        "The wgmma forward's CTAs of this many adjacent row tiles as a cluster sharing each W "
        "tile by TMA multicast ([Note: sm90 multicast]): to measure them (part of the cache "
        "key; LCEJIT_MULTICAST=0 turns clusters off)."},
-      {kFwdHalves, "bool", "0",
+      {kFwdHalves, "bool", "(planner's choice: 1 below a 6144-bit memory bus without softcap)",
        "The wgmma forward on a cooperative 128 x 256 tile whose consumers take column halves "
        "and share H's k-block, instead of ping-pong 128 x 128 tiles ([Note: sm90 column "
        "halves]; where the vocabulary is a multiple of 256): to measure it (part of the "
@@ -440,7 +441,7 @@ std::optional<int64_t> daTile() { return current().daTile; }
 std::optional<int64_t> fwdGroup() { return current().fwdGroup; }
 const std::optional<std::string> &fwdL2() { return current().fwdL2; }
 std::optional<int64_t> fwdCluster() { return current().fwdCluster; }
-bool fwdHalves() { return current().fwdHalves; }
+std::optional<bool> fwdHalves() { return current().fwdHalves; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
 const std::string &backward() { return current().backward; }

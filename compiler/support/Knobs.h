@@ -101,9 +101,10 @@ const std::optional<std::string> &fwdL2();
 /// LCEJIT_FWD_CLUSTER: the wgmma forward's cluster size along the rows (2 or 4) instead of
 /// 2 ([Note: sm90 multicast]), to measure it. Default: unset.
 std::optional<int64_t> fwdCluster();
-/// LCEJIT_FWD_HALVES: the wgmma forward on column halves of a 128 x 256 tile instead of
-/// ping-pong 128 x 128 tiles ([Note: sm90 column halves]), to measure it. Default: false.
-bool fwdHalves();
+/// LCEJIT_FWD_HALVES: whether the wgmma forward runs on column halves of a 128 x 256 tile
+/// instead of ping-pong 128 x 128 tiles ([Note: sm90 column halves]), to measure either.
+/// Default: unset (the planner's choice, [Note: forward tile by card]).
+std::optional<bool> fwdHalves();
 /// LCEJIT_GEMM_TILE: a tensor-core GEMM tile for every GEMM of a plan, for tuning:
 /// "BMxBNxBK:WMxWN:STAGES" (e.g. "128x256x32:2x4:3") as {bm, bn, bk, warpsM, warpsN,
 /// stages}. Unset: the planner's choice.

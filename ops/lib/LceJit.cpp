@@ -171,8 +171,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += fmt::format("|fwd-l2={}", *h);
   if (auto c = knobs::fwdCluster())
     tile += fmt::format("|fwd-cluster={}", *c);
-  if (knobs::fwdHalves())
-    tile += "|fwd-halves";
+  if (auto h = knobs::fwdHalves())
+    tile += *h ? "|fwd-halves" : "|fwd-pingpong";
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice, the memory interface the forward's CTA order
   // (absent when unknown).

@@ -1084,7 +1084,7 @@ struct Sm90Case {
   int32_t orderGroup = 0;   ///< > 0: PlanOptions::forwardOrderGroup
   std::optional<plan::L2Hints> l2; ///< PlanOptions::forwardL2
   int32_t cluster = 0;             ///< > 0: PlanOptions::forwardCluster
-  bool halves = false;             ///< PlanOptions::forwardHalves
+  std::optional<bool> halves;      ///< PlanOptions::forwardHalves
 };
 /// What the launches of the calls run so far did.
 struct Sm90Seen {
@@ -1155,7 +1155,7 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
     po.forwardCluster = c.cluster;
     po.forwardHalves = c.halves;
   });
-  if (c.halves) {
+  if (c.halves.value_or(false)) {
     // [Note: sm90 column halves]: the plan took them.
     bool halves = false;
     for (const plan::Kernel &k : q.kernels)

@@ -2100,6 +2100,38 @@ TEST(Planner, ColumnHalvesKeepTwoEntriesPerCtaSplit) {
       EXPECT_FALSE(plan::gemmTile(k).halves) << "128128 columns are not whole 256-column tiles";
 }
 
+/// [Note: forward tile by card]: unasked, the planner takes column halves on a memory
+/// interface narrower than 6144 bits (an H100's 5120) when the forward's values need no
+/// transcendental of their own (Llama-3's head), and keeps ping-pong with a softcap
+/// (Gemma-2's), on 6144 bits or more, on an unknown device, or when the caller says no.
+TEST(Planner, ColumnHalvesByCard) {
+  auto halves = [](int64_t d, int64_t v, std::optional<double> softcap, int32_t bus,
+                   std::optional<bool> asked) {
+    plan::PlanOptions o = wgmmaOptions(8192);
+    o.target.memoryBusBits = bus;
+    o.forwardHalves = asked;
+    const plan::Program p = lceFused(d, v, DType::BF16, softcap)->plan(o);
+    for (const plan::Kernel &k : p.kernels)
+      if (std::holds_alternative<plan::GemmReduceKernel>(k.body)) {
+        const bool h = plan::gemmTile(k).halves;
+        const std::string why = decision(p, "forward GEMM");
+        EXPECT_EQ(why.find("[Note: forward tile by card]") != std::string::npos,
+                  h && !asked)
+            << why;
+        return h;
+      }
+    ADD_FAILURE() << "no forward GEMM";
+    return false;
+  };
+  EXPECT_TRUE(halves(4096, 128256, std::nullopt, 5120, std::nullopt)) << "Llama-3 on an H100";
+  EXPECT_FALSE(halves(2304, 256000, 30.0, 5120, std::nullopt)) << "Gemma-2 (softcap)";
+  EXPECT_FALSE(halves(4096, 128256, std::nullopt, 6144, std::nullopt)) << "an H200";
+  EXPECT_FALSE(halves(4096, 128256, std::nullopt, 0, std::nullopt)) << "an unknown device";
+  EXPECT_FALSE(halves(4096, 128256, std::nullopt, 5120, false)) << "asked for ping-pong";
+  EXPECT_TRUE(halves(2304, 256000, 30.0, 6144, true)) << "asked for halves";
+  EXPECT_FALSE(halves(4096, 128128, std::nullopt, 5120, std::nullopt)) << "V % 256 != 0";
+}
+
 /// [Note: sm90 multicast]: LCEJIT_FWD_CLUSTER=4 runs the forward's CTAs as clusters of 4
 /// adjacent row tiles sharing each W tile; a call whose row tiles are not a multiple of 4
 /// launches pairs where they pair up, single CTAs where they do not; groups of row tiles
