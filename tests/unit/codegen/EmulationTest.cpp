@@ -1296,7 +1296,8 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
 /// stored values' factor near zero), each on the materialized backward's slabs and
 /// ordinary blocks and on the recompute backward. The loss against fp64 with the GPU
 /// suite's tolerance, dH and dW against the floor of fast precision's rounding of dZ
-/// (expectAtTheDzFloor); each case first checks that its data is what it says.
+/// (expectAtTheDzFloor); each case first checks that its data is what it says. The last
+/// three run the forward on column halves ([Note: sm90 column halves]).
 TEST(Emulation, Sm90PeakedAndSaturatingLogitsStayWithinTheBound) {
   SKIP_WITHOUT_HOST_TOOLCHAIN();
   const auto peaked = [](LceRun &r, const LceOptions &o) {
@@ -1330,5 +1331,15 @@ TEST(Emulation, Sm90PeakedAndSaturatingLogitsStayWithinTheBound) {
   runSm90Case({384, 30.0, 200, 32, 116, false, "then 1 row block of 96 rows"}, seen,
               saturating, true);
   runSm90Case({296, 30.0, 200, 32, 0, true, "row blocks of 32 rows, 2 chunks of 256 columns"},
+              seen, saturating, true);
+  // [Note: sm90 column halves] (the H100's forward without softcap): peaked rows as slabs in
+  // dW's memory and in two blocks, and saturating softcap logits (halves asked for).
+  runSm90Case({512, 0.0, 140, 32, 96, false, "its stored values in the gradient's memory", 72,
+               0, 0, std::nullopt, 0, true},
+              seen, peaked, true);
+  runSm90Case({512, 30.0, 200, 32, 155, false, "then 1 row block", 72, 0, 0, std::nullopt, 0,
+               true},
+              seen, peaked, true);
+  runSm90Case({512, 30.0, 300, 0, 0, false, "one row block", 72, 0, 0, std::nullopt, 0, true},
               seen, saturating, true);
 }
