@@ -1658,8 +1658,9 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
     }
   }
   /// Quad shuffles finish each row of a consumer. With ping-pong both consumers hold
-  /// partials of all 128 rows for alternate column tiles: each writes its own entry
-  /// (2 split + g) of the row's partials, so nothing is exchanged between them.
+  /// partials of all 128 rows for alternate column tiles, with column halves for the two
+  /// halves of every tile: each writes its own entry (2 split + g) of the row's partials,
+  /// so nothing is exchanged between them.
   __device__ __forceinline__ void finish(int g, int t) {
 #pragma unroll
     for (int j = 0; j < SL; ++j)
@@ -1687,7 +1688,7 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
 };
 
 /// `splits` partial entries per row (Program::splits): one per CTA split, or two
-/// (one per consumer) with ping-pong. Grid: ceil(n / 128) * (CTA splits) CTAs, one per
+/// (one per consumer) with ping-pong or column halves (Cfg::ALL_ROWS). Grid: ceil(n / 128) * (CTA splits) CTAs, one per
 /// (row tile, split), in the grouped order of TileOrder (GROUP row tiles at a time: 16,
 /// GemmReduceKernel::orderGroup), so that the CTAs resident together share their A tiles
 /// and their current B tiles in L2. CTA split s reduces the column tiles [s * per, (s + 1)
