@@ -300,6 +300,28 @@ TEST_F(KnobsTest, DefaultOnSwitches) {
   }
 }
 
+/// LCEJIT_FWD_HALVES: unset by default (the planner's per-card choice); 0/off and 1/on
+/// are read back as asked; anything else names the variable and the value.
+TEST_F(KnobsTest, ForwardHalvesIsUnsetOrAsked) {
+  env.set("LCEJIT_FWD_HALVES", std::nullopt);
+  EXPECT_FALSE(knobs::fwdHalves().has_value()) << "default: the planner's choice";
+  for (const char *off : {"0", "off"}) {
+    env.set("LCEJIT_FWD_HALVES", off);
+    ASSERT_TRUE(knobs::fwdHalves().has_value()) << off;
+    EXPECT_FALSE(*knobs::fwdHalves()) << off;
+  }
+  for (const char *on : {"1", "on"}) {
+    env.set("LCEJIT_FWD_HALVES", on);
+    ASSERT_TRUE(knobs::fwdHalves().has_value()) << on;
+    EXPECT_TRUE(*knobs::fwdHalves()) << on;
+  }
+  env.set("LCEJIT_FWD_HALVES", "maybe");
+  std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::fwdHalves(); });
+  EXPECT_NE(msg.find("LCEJIT_FWD_HALVES"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'maybe'"), std::string::npos) << msg;
+  env.set("LCEJIT_FWD_HALVES", std::nullopt);
+}
+
 TEST_F(KnobsTest, ReadOnceUntilReload) {
   env.set("LCEJIT_ALWAYS_COMPILE", "1");
   EXPECT_TRUE(knobs::alwaysCompile());
