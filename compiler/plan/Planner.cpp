@@ -919,11 +919,16 @@ private:
   /// The forward-reduce and dZ GEMMs evaluate the loss's function per element: 128 x 128
   /// x 64 tiles, 6 stages, ping-pong consumers, so that one consumer's epilogue runs under
   /// the other's mainloop.
+  /// A known memory interface narrower than kWideMemoryBusBits (an H100's): [Note: forward
+  /// CTA order by card] and [Note: forward tile by card] in Program.h.
+  bool narrowMemoryBus() const {
+    return opt_.target.memoryBusBits > 0 && opt_.target.memoryBusBits < kWideMemoryBusBits;
+  }
   /// [Note: forward tile by card] (Program.h): column halves on a memory interface narrower
   /// than kWideMemoryBusBits when the forward's values need no exp, log or tanh of their
   /// own (no softcap).
   bool halvesByCard(Operation *op) const {
-    if (opt_.target.memoryBusBits <= 0 || opt_.target.memoryBusBits >= kWideMemoryBusBits)
+    if (!narrowMemoryBus())
       return false;
     bool transcendental = false;
     op->walk([&](Operation *o) {
@@ -984,8 +989,7 @@ private:
           "forward CTA order: groups of {} row tiles, given by the caller (LCEJIT_FWD_GROUP), "
           "not the planner's",
           k.orderGroup));
-    } else if (k.gemm.math == MathMode::WgmmaBF16 && opt_.target.memoryBusBits > 0 &&
-               opt_.target.memoryBusBits < kWideMemoryBusBits) {
+    } else if (k.gemm.math == MathMode::WgmmaBF16 && narrowMemoryBus()) {
       k.orderGroup = kNarrowBusOrderGroup;
       prog_.decisions.push_back(fmt::format(
           "forward CTA order ([Note: forward CTA order by card]): groups of {} row tiles on a "
