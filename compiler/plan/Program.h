@@ -405,8 +405,11 @@ inline constexpr int32_t kNarrowBusOrderGroup = 8;
 /// Gemma-2's K = 2304) that price is larger than the gain (B's forward 16.4 -> 17.9 ms).
 /// So the planner takes column halves on a memory interface narrower than
 /// kWideMemoryBusBits when the forward's values need no exp, log or tanh of their own and
-/// the vocabulary is a multiple of 256 (session 30); the H200 (not measured with halves)
-/// and an unknown device keep ping-pong. LCEJIT_FWD_HALVES=0/1 overrides.
+/// the vocabulary is a multiple of 256 (session 30; at N = 2048 and 4096 too, session 31);
+/// the H200 and an unknown device keep ping-pong. Measured on the H200 (session 31): its
+/// ping-pong forward keeps the tensor pipe 97 % busy at 1.47 GHz, and halves, at 1.61 GHz
+/// with a third fewer L2 reads but 87.8 % busy, are as fast alone and 1-12 % slower in the
+/// op (A's forward 12.8 -> 13.9 ms). LCEJIT_FWD_HALVES=0/1 overrides.
 
 /// [Note: sm90 L2 hints] (lcejit_sm90.cuh): the L2 eviction priority of a Hopper
 /// mainloop's TMA loads of one operand (the device's L2_NORMAL, L2_EVICT_FIRST,
