@@ -57,6 +57,11 @@ struct HostBuffer {
   void *p;
 };
 
+/// v rounded to bf16 (through f32, as the kernels' conversions see it), as a double.
+double roundToBf16(double v) {
+  return static_cast<double>(__bfloat162float(__float2bfloat16_rn(static_cast<float>(v))));
+}
+
 /// Rounds to `t` and returns the exact value of the stored element.
 double storeAs(DType t, void *base, size_t i, double v) {
   switch (t) {
@@ -164,9 +169,7 @@ Reference reference(const LceOptions &o, int64_t n,
         g *= 1 - t * t;
       }
       if (roundDz && c != yi)
-        g = static_cast<double>(__bfloat162float(
-                __float2bfloat16_rn(static_cast<float>(roundScale * g)))) /
-            roundScale;
+        g = roundToBf16(roundScale * g) / roundScale;
       dz[static_cast<size_t>(i * v + c)] = g;
     }
   }
@@ -1188,9 +1191,6 @@ void expectAtTheDzFloor(const char *what, DType t, const void *got,
 void rowScaledModel(const LceRun &r, const LceOptions &o, std::vector<double> &dh,
                     std::vector<double> &dw) {
   const int64_t n = r.n, d = o.d, v = o.v;
-  const auto bf16 = [](double x) {
-    return static_cast<double>(__bfloat162float(__float2bfloat16_rn(static_cast<float>(x))));
-  };
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i)
     count += r.y[static_cast<size_t>(i)] != -100;
@@ -1218,9 +1218,9 @@ void rowScaledModel(const LceRun &r, const LceOptions &o, std::vector<double> &d
     const double scale = static_cast<float>(a * std::exp(c - lse));
     const double dzt = (std::exp(z[static_cast<size_t>(t)] - lse) - 1.0) * a;
     for (int64_t k = 0; k < d; ++k)
-      sh[static_cast<size_t>(k)] = bf16(scale * r.h[static_cast<size_t>(i * d + k)]);
+      sh[static_cast<size_t>(k)] = roundToBf16(scale * r.h[static_cast<size_t>(i * d + k)]);
     for (int64_t j = 0; j < v; ++j) {
-      const double sv = j == t ? 0.0 : bf16(std::exp(z[static_cast<size_t>(j)] - c));
+      const double sv = j == t ? 0.0 : roundToBf16(std::exp(z[static_cast<size_t>(j)] - c));
       const double g = j == t ? dzt : scale * sv;
       for (int64_t k = 0; k < d; ++k) {
         dh[static_cast<size_t>(i * d + k)] += g * r.w[static_cast<size_t>(j * d + k)];
@@ -1230,7 +1230,7 @@ void rowScaledModel(const LceRun &r, const LceOptions &o, std::vector<double> &d
     }
   }
   for (double &x : dh)
-    x = bf16(x);
+    x = roundToBf16(x);
 }
 
 void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
