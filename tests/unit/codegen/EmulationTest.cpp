@@ -812,9 +812,11 @@ TEST(Emulation, TargetGroupsAddWhatTheScansAdd) {
     }
   ASSERT_EQ(finds, 1);
   ASSERT_EQ(readers, 1);
-  for (const plan::Kernel &k : off.kernels)
-    if (const auto *t = std::get_if<plan::TargetCorrectionKernel>(&k.body))
+  for (const plan::Kernel &k : off.kernels) {
+    if (const auto *t = std::get_if<plan::TargetCorrectionKernel>(&k.body)) {
       EXPECT_FALSE(t->groups.valid() || t->findGroups) << k.name;
+    }
+  }
   ASSERT_EQ(on.runSchedule(n, false).rowBlocks, 3);
   ASSERT_EQ(off.runSchedule(n, false).rowBlocks, 3);
 
@@ -838,8 +840,9 @@ TEST(Emulation, TargetGroupsAddWhatTheScansAdd) {
         (c == 1 ? one : c <= 64 ? few : many) += 1;
       EXPECT_GT(one, 0) << "block " << b;
       EXPECT_GT(few, 0) << "block " << b;
-      if ((b + 1) * blockRows <= n)
+      if ((b + 1) * blockRows <= n) {
         EXPECT_GT(many, 0) << "block " << b;
+      }
     }
   }
   HostModule modOn(on), modOff(off);
@@ -1090,9 +1093,9 @@ struct Sm90Case {
   int64_t d = 72;
   int64_t planBudgetKb = 0; ///< > 0: the budget the planner plans for
   int32_t orderGroup = 0;   ///< > 0: PlanOptions::forwardOrderGroup
-  std::optional<plan::L2Hints> l2; ///< PlanOptions::forwardL2
+  std::optional<plan::L2Hints> l2 = std::nullopt; ///< PlanOptions::forwardL2
   int32_t cluster = 0;             ///< > 0: PlanOptions::forwardCluster
-  std::optional<bool> halves;      ///< PlanOptions::forwardHalves
+  std::optional<bool> halves = std::nullopt; ///< PlanOptions::forwardHalves
 };
 /// What the launches of the calls run so far did.
 struct Sm90Seen {

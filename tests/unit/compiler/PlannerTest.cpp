@@ -2095,9 +2095,11 @@ TEST(Planner, ColumnHalvesKeepTwoEntriesPerCtaSplit) {
     EXPECT_EQ(d.grid[0], (rows + 127) / 128 * (splits / 2)) << rows << " rows";
   }
   const plan::Program q = lceFused(4096, 128128, DType::BF16, std::nullopt)->plan(o);
-  for (const plan::Kernel &k : q.kernels)
-    if (std::holds_alternative<plan::GemmReduceKernel>(k.body))
+  for (const plan::Kernel &k : q.kernels) {
+    if (std::holds_alternative<plan::GemmReduceKernel>(k.body)) {
       EXPECT_FALSE(plan::gemmTile(k).halves) << "128128 columns are not whole 256-column tiles";
+    }
+  }
 }
 
 /// [Note: forward tile by card]: unasked, the planner takes column halves on a memory
