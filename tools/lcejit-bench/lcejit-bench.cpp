@@ -3,7 +3,7 @@
 //   lcejit-bench [--tokens N] [--hidden D] [--vocab V] [--softcap C] [--iters K]
 //                [--case A,B,C,Q,S,L,W | all] [--precision fast|exact] [--budget-mb M]
 //                [--json FILE] [--series [--series-blas-first]] [--forward] [--check]
-//                [--trace] [--mode default|lean]
+//                [--trace] [--paired] [--mode default|lean]
 //                [--gemm-only [--gemm-config BN,STAGES,GROUP[,pp]/...]]
 //
 // (llvm::cl: `--help` lists every option with its default; tools/ToolOptions.h.)
@@ -22,6 +22,13 @@
 // runtime/LaunchTrace.h): each launch's GPU time as it ran in the sequence, back to back at
 // the card's power cap (ncu times kernels one at a time), and the idle gaps between
 // launches; per kernel, the launches, total and mean; and each cuBLAS GEMM timed alone.
+//
+// --paired: after the medians, --iters pairs of one op call and one cuBLAS triple, each
+// timed alone, in alternating order (the op first in even pairs, cuBLAS first in odd
+// ones), so that both halves of a pair run in the same thermal and power state: the median
+// of the pairs' ratios and their range, next to the medians' ratio. The medians time the
+// op's runs first and cuBLAS's after, minutes apart on the large cases, and a card at its
+// power cap drifts between them ([Note: paired ratios]).
 //
 // --series: the 20-N series of issue 5 (20 random N in [4096, 33768], seed 2026, D = 4096,
 // V = 128256): each N once through the op (synchronous, host-timed, compiles included)
@@ -149,6 +156,7 @@ struct Args {
   bool forward = false; ///< --forward: the loss only (forward()) against the one cuBLAS GEMM Z
   bool check = false;   ///< --check: errors against the fp64 reference
   bool trace = false;   ///< --trace: one call's launches, timed back to back
+  bool paired = false;  ///< --paired: op and cuBLAS timed in alternating pairs
   /// --gemm-config BN,STAGES,GROUP[,FLAGS]/...: the 4th value's bits: 1 ping-pong
   /// consumers, 2 tiles of 64 rows (with 1), 4 pairs sharing B (Z only), 8 tiles of 192 rows
   /// on three cooperative consumers.
@@ -183,6 +191,9 @@ struct Result {
   double blasLogitLossErr = -1;
   std::string checkNote; ///< why a case was not checked
   std::string trace;     ///< --trace: the report of one traced call
+  /// --paired: the medians of the pairs' op and cuBLAS times and of their ratios, and the
+  /// ratios' range (negative: not measured).
+  double pairedOpMs = -1, pairedBlasMs = -1, pairedRatio = -1, pairedLo = -1, pairedHi = -1;
 };
 
 namespace cl = llvm::cl;
@@ -269,6 +280,11 @@ cl::opt<bool> traceOpt("trace",
                                 "gaps between launches, and each cuBLAS GEMM alone (with "
                                 "--series: both calls at each N, kernels and gaps)"),
                        cl::cat(kCategory));
+cl::opt<bool> pairedOpt("paired",
+                        cl::desc("also time --iters pairs of one op call and the three cuBLAS "
+                                 "GEMMs, alternating which goes first: the median of the pairs' "
+                                 "ratios and their range"),
+                        cl::cat(kCategory));
 cl::opt<bool> checkOpt("check",
                        cl::desc("also compare one call per case with the fp64 reference "
                                 "(loss, dH, dW errors; cases up to N*V*D = 2e13)"),
@@ -350,11 +366,15 @@ Args parse(int argc, char **argv) {
   a.series = seriesOpt;
   a.seriesBlasFirst = seriesBlasFirstOpt;
   if (a.seriesBlasFirst && !a.series)
-    throw Error(ErrorKind::InvalidArgument, "--series-blas-first needs --series");
+    tools::failOption(seriesBlasFirstOpt, "needs --series");
   a.gemmOnly = gemmOnlyOpt;
   a.forward = forwardOpt;
   a.check = checkOpt;
   a.trace = traceOpt;
+  a.paired = pairedOpt;
+  if (a.paired && (a.series || a.gemmOnly))
+    tools::failOption(pairedOpt, fmt::format("times the cases' op against cuBLAS, not {}",
+                                             a.series ? "--series" : "--gemm-only"));
   if (gemmConfigOpt.getNumOccurrences()) {
     a.gemmConfigs.clear();
     llvm::SmallVector<llvm::StringRef, 8> configs;
@@ -404,6 +424,56 @@ template <typename F> double medianMs(int iters, CUstream s, F f) {
   d.eventDestroy(e1);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+/// [Note: paired ratios] The medians time `iters` op calls and then `iters` cuBLAS
+/// triples; on a card at its power cap the clock drifts over the seconds between them
+/// (an H100 moved cuBLAS's own floor by up to 10 % between runs of one binary, session
+/// 32), and the ratio of two medians carries that drift. --paired times one op call and
+/// one cuBLAS triple back to back, `iters` times, the op first in even pairs and cuBLAS
+/// first in odd ones (so that neither always runs on the other's heat), and reports the
+/// median of the pairs' ratios and their range: each ratio compares two runs a few
+/// milliseconds apart.
+template <typename Op, typename Blas>
+void pairedRatios(int iters, CUstream s, Op op, Blas blas, Result &r) {
+  const auto &d = runtime::cudaDriver();
+  CUevent e0, e1;
+  cu(d.eventCreate(&e0, 0), "eventCreate");
+  cu(d.eventCreate(&e1, 0), "eventCreate");
+  auto once = [&](auto &&f) {
+    cu(d.eventRecord(e0, s), "eventRecord");
+    f();
+    cu(d.eventRecord(e1, s), "eventRecord");
+    cu(d.eventSynchronize(e1), "eventSynchronize");
+    float t = 0;
+    cu(d.eventElapsedTime(&t, e0, e1), "eventElapsedTime");
+    return double(t);
+  };
+  std::vector<double> opMs, blasMs, ratios;
+  for (int i = 0; i < iters; ++i) {
+    double o, b;
+    if (i % 2 == 0) {
+      o = once(op);
+      b = once(blas);
+    } else {
+      b = once(blas);
+      o = once(op);
+    }
+    opMs.push_back(o);
+    blasMs.push_back(b);
+    ratios.push_back(b > 0 ? o / b : 0.0);
+  }
+  d.eventDestroy(e0);
+  d.eventDestroy(e1);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  r.pairedOpMs = median(opMs);
+  r.pairedBlasMs = median(blasMs);
+  r.pairedRatio = median(ratios);
+  r.pairedLo = *std::min_element(ratios.begin(), ratios.end());
+  r.pairedHi = *std::max_element(ratios.begin(), ratios.end());
 }
 
 } // namespace
@@ -591,24 +661,31 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, gputest::
   if (a.forward) {
     r.workspace = 0; // workspaceBytes() is that of forwardBackward; not reported here
     r.schedule = "forward only";
-    r.opMs = medianMs(a.iters, s, [&] {
+    auto forwardCall = [&] {
       op.enqueueForward({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
                         {y.data(), DType::I64, {N}, {}}, {loss.data(), DType::F32, {}, {}}, s);
-    });
+    };
+    r.opMs = medianMs(a.iters, s, forwardCall);
     op.checkDeviceErrors();
     if (blas) {
       Mem z(size_t(N * V) * 2);
-      r.blasMs = medianMs(a.iters, s, [&] {
+      auto blasCall = [&] {
         blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
-      });
+      };
+      r.blasMs = medianMs(a.iters, s, blasCall);
+      if (a.paired) {
+        pairedRatios(a.iters, s, forwardCall, blasCall, r);
+        op.checkDeviceErrors();
+      }
     }
     return r;
   }
-  r.opMs = medianMs(a.iters, s, [&] {
+  auto opCall = [&] {
     op.enqueue({h.data(), DType::BF16, {N, D}, {}}, {w.data(), DType::BF16, {V, D}, {}},
                {y.data(), DType::I64, {N}, {}}, {loss.data(), DType::F32, {}, {}},
                {dh.data(), DType::BF16, {N, D}, {}}, {dw.data(), a.gradWeight, {V, D}, {}}, s);
-  });
+  };
+  r.opMs = medianMs(a.iters, s, opCall);
   op.checkDeviceErrors();
   if (a.check)
     checkCase(a, cs, op, h, w, y, dh, dw, loss, blas, r);
@@ -624,11 +701,12 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, gputest::
   if (blas) {
     Mem z(size_t(N * V) * 2), dwb(size_t(V * D) * 2);
     fill.bf16(z, N * V, 3, 1e-3f);
-    r.blasMs = medianMs(a.iters, s, [&] {
+    auto blasCall = [&] {
       blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
       blas->gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
       blas->gemm(true, false, int(V), int(D), int(N), z.data(), int(V), h.data(), int(D), dwb.data());
-    });
+    };
+    r.blasMs = medianMs(a.iters, s, blasCall);
     if (a.trace) {
       const double zMs = medianMs(a.iters, s, [&] {
         blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
@@ -642,6 +720,10 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, gputest::
       r.trace += fmt::format("  cuBLAS, each GEMM alone (median of {}): Z {:.2f} ms, dH {:.2f} ms, "
                              "dW {:.2f} ms (sum {:.2f}; the three back to back: {:.2f})\n",
                              a.iters, zMs, dhMs, dwMs, zMs + dhMs + dwMs, r.blasMs);
+    }
+    if (a.paired) {
+      pairedRatios(a.iters, s, opCall, blasCall, r);
+      op.checkDeviceErrors();
     }
   }
   return r;
@@ -1026,6 +1108,11 @@ int main(int argc, char **argv) {
         check += fmt::format(", \"cublas_logit_loss_rel_err\": {:.3e}", r.blasLogitLossErr);
       if (!r.checkNote.empty())
         check += fmt::format(", \"check\": \"{}\"", r.checkNote);
+      if (r.pairedRatio >= 0)
+        check += fmt::format(", \"paired_lcejit_ms\": {:.4f}, \"paired_cublas_ms\": {:.4f}, "
+                             "\"paired_ratio\": {:.4f}, \"paired_ratio_min\": {:.4f}, "
+                             "\"paired_ratio_max\": {:.4f}",
+                             r.pairedOpMs, r.pairedBlasMs, r.pairedRatio, r.pairedLo, r.pairedHi);
       json += fmt::format("{}{{\"case\": \"{}\", \"n\": {}, \"d\": {}, \"v\": {}, \"softcap\": {}, "
                           "\"lcejit_ms\": {:.4f}, \"cublas_ms\": {:.4f}, \"ratio\": {:.4f}, "
                           "\"workspace_bytes\": {}, \"schedule\": \"{}\"{}}}",
@@ -1034,6 +1121,20 @@ int main(int argc, char **argv) {
                           ratio, r.workspace, r.schedule, check);
     }
     json += "]\n";
+    if (a.paired) {
+      // [Note: paired ratios]
+      fmt::print("\npaired, {} pairs of one op call and one cuBLAS triple, alternating which "
+                 "goes first:\n| case | lcejit ms | cuBLAS ms | ratio (median of the pairs') | "
+                 "range | ratio of the medians above |\n|---|---|---|---|---|---|\n",
+                 a.iters);
+      for (const Result &r : results)
+        if (r.pairedRatio >= 0)
+          fmt::print("| {} | {:.1f} | {:.1f} | {:.3f} | {:.3f}-{:.3f} | {:.3f} |\n", r.name,
+                     r.pairedOpMs, r.pairedBlasMs, r.pairedRatio, r.pairedLo, r.pairedHi,
+                     r.blasMs > 0 ? r.opMs / r.blasMs : 0.0);
+        else
+          fmt::print("| {} | not measured (no cuBLAS) | | | | |\n", r.name);
+    }
     for (const Result &r : results)
       if (!r.trace.empty())
         fmt::print("\n{} trace:\n{}", r.name, r.trace);
