@@ -403,27 +403,47 @@ struct Mem {
   CUdeviceptr p = 0;
 };
 
-template <typename F> double medianMs(int iters, CUstream s, F f) {
-  const auto &d = runtime::cudaDriver();
-  CUevent e0, e1;
-  cu(d.eventCreate(&e0, 0), "eventCreate");
-  cu(d.eventCreate(&e1, 0), "eventCreate");
-  f();
-  f(); // warm-up
-  std::vector<float> ms;
-  for (int i = 0; i < iters; ++i) {
+/// Two events that time what one stream runs between them (RAII).
+struct EventTimer {
+  CUevent e0 = nullptr, e1 = nullptr;
+  EventTimer() {
+    const auto &d = runtime::cudaDriver();
+    cu(d.eventCreate(&e0, 0), "eventCreate");
+    cu(d.eventCreate(&e1, 0), "eventCreate");
+  }
+  ~EventTimer() {
+    const auto &d = runtime::cudaDriver();
+    d.eventDestroy(e0);
+    d.eventDestroy(e1);
+  }
+  EventTimer(const EventTimer &) = delete;
+  EventTimer &operator=(const EventTimer &) = delete;
+  /// The GPU time of what `f` enqueues on `s`, waited for.
+  template <typename F> double ms(CUstream s, F &&f) {
+    const auto &d = runtime::cudaDriver();
     cu(d.eventRecord(e0, s), "eventRecord");
     f();
     cu(d.eventRecord(e1, s), "eventRecord");
     cu(d.eventSynchronize(e1), "eventSynchronize");
     float t = 0;
     cu(d.eventElapsedTime(&t, e0, e1), "eventElapsedTime");
-    ms.push_back(t);
+    return double(t);
   }
-  d.eventDestroy(e0);
-  d.eventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+template <typename F> double medianMs(int iters, CUstream s, F f) {
+  EventTimer timer;
+  f();
+  f(); // warm-up
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i)
+    ms.push_back(timer.ms(s, f));
+  return median(std::move(ms));
 }
 
 /// [Note: paired ratios] The medians time `iters` op calls and then `iters` cuBLAS
@@ -436,39 +456,21 @@ template <typename F> double medianMs(int iters, CUstream s, F f) {
 /// milliseconds apart.
 template <typename Op, typename Blas>
 void pairedRatios(int iters, CUstream s, Op op, Blas blas, Result &r) {
-  const auto &d = runtime::cudaDriver();
-  CUevent e0, e1;
-  cu(d.eventCreate(&e0, 0), "eventCreate");
-  cu(d.eventCreate(&e1, 0), "eventCreate");
-  auto once = [&](auto &&f) {
-    cu(d.eventRecord(e0, s), "eventRecord");
-    f();
-    cu(d.eventRecord(e1, s), "eventRecord");
-    cu(d.eventSynchronize(e1), "eventSynchronize");
-    float t = 0;
-    cu(d.eventElapsedTime(&t, e0, e1), "eventElapsedTime");
-    return double(t);
-  };
+  EventTimer timer;
   std::vector<double> opMs, blasMs, ratios;
   for (int i = 0; i < iters; ++i) {
     double o, b;
     if (i % 2 == 0) {
-      o = once(op);
-      b = once(blas);
+      o = timer.ms(s, op);
+      b = timer.ms(s, blas);
     } else {
-      b = once(blas);
-      o = once(op);
+      b = timer.ms(s, blas);
+      o = timer.ms(s, op);
     }
     opMs.push_back(o);
     blasMs.push_back(b);
     ratios.push_back(b > 0 ? o / b : 0.0);
   }
-  d.eventDestroy(e0);
-  d.eventDestroy(e1);
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-  };
   r.pairedOpMs = median(opMs);
   r.pairedBlasMs = median(blasMs);
   r.pairedRatio = median(ratios);
