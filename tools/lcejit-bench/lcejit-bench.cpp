@@ -23,12 +23,12 @@
 // the card's power cap (ncu times kernels one at a time), and the idle gaps between
 // launches; per kernel, the launches, total and mean; and each cuBLAS GEMM timed alone.
 //
-// --paired: after the medians, --iters pairs of one op call and one cuBLAS triple, each
-// timed alone, in alternating order (the op first in even pairs, cuBLAS first in odd
-// ones), so that both halves of a pair run in the same thermal and power state: the median
-// of the pairs' ratios and their range, next to the medians' ratio. The medians time the
-// op's runs first and cuBLAS's after, minutes apart on the large cases, and a card at its
-// power cap drifts between them ([Note: paired ratios]).
+// --paired: after the medians, --iters pairs of one op call and its cuBLAS floor (the
+// three GEMMs; with --forward, Z), each timed alone, in alternating order (the op first in
+// even pairs, cuBLAS first in odd ones), so that both halves of a pair run in the same
+// thermal and power state: the median of the pairs' ratios and their range, next to the
+// medians' ratio. The medians time the op's runs first and cuBLAS's after, seconds apart,
+// and a card at its power cap drifts between them ([Note: paired ratios]).
 //
 // --series: the 20-N series of issue 5 (20 random N in [4096, 33768], seed 2026, D = 4096,
 // V = 128256): each N once through the op (synchronous, host-timed, compiles included)
@@ -1125,10 +1125,10 @@ int main(int argc, char **argv) {
     json += "]\n";
     if (a.paired) {
       // [Note: paired ratios]
-      fmt::print("\npaired, {} pairs of one op call and one cuBLAS triple, alternating which "
-                 "goes first:\n| case | lcejit ms | cuBLAS ms | ratio (median of the pairs') | "
-                 "range | ratio of the medians above |\n|---|---|---|---|---|---|\n",
-                 a.iters);
+      fmt::print("\npaired, {} pairs of one op call and {}, alternating which goes first:\n"
+                 "| case | lcejit ms | cuBLAS ms | ratio (median of the pairs') | range | ratio "
+                 "of the medians above |\n|---|---|---|---|---|---|\n",
+                 a.iters, a.forward ? "cuBLAS's Z" : "the three cuBLAS GEMMs");
       for (const Result &r : results)
         if (r.pairedRatio >= 0)
           fmt::print("| {} | {:.1f} | {:.1f} | {:.3f} | {:.3f}-{:.3f} | {:.3f} |\n", r.name,
