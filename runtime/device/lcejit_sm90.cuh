@@ -221,37 +221,36 @@ __device__ __forceinline__ void tma_prefetch(const TensorMap *map) {
 /// `.L2::cache_hint` operand, a policy made by `createpolicy.fractional` for all of the
 /// lines (fraction 1.0). Normal lines are replaced before evict-last ones and after
 /// evict-first ones. Plan data for the forward's operands (GemmReduceKernel::l2).
+// One TMA load in both spellings: INSTR is the instruction without the hint, OPERANDS its
+// operands, POLICY the index the hint's policy operand takes after them, the rest the asm
+// inputs. HINT == L2_NORMAL emits `INSTR OPERANDS;`; any other HINT emits
+// `INSTR.L2::cache_hint OPERANDS, %POLICY;` with l2_policy<HINT>() as that last input.
+#define LCEJIT_TMA_LOAD(INSTR, OPERANDS, POLICY, ...)                                       \
+  do {                                                                                     \
+    if constexpr (HINT == L2_NORMAL)                                                       \
+      asm volatile(INSTR " " OPERANDS ";" ::__VA_ARGS__ : "memory");                       \
+    else                                                                                   \
+      asm volatile(INSTR ".L2::cache_hint " OPERANDS ", %" #POLICY ";" ::__VA_ARGS__,       \
+                   "l"(l2_policy<HINT>())                                                  \
+                   : "memory");                                                            \
+  } while (0)
 template <int HINT = L2_NORMAL>
 __device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap *map,
                                             u32 bar, int x, int y) {
-  if constexpr (HINT == L2_NORMAL)
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
-                 "complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
-                 "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y)
-                 : "memory");
-  else
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
-                 "complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-                 "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y),
-                 "l"(l2_policy<HINT>())
-                 : "memory");
+  LCEJIT_TMA_LOAD("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
+                  "complete_tx::bytes",
+                  "[%0], [%1, {%3, %4}], [%2]", 5, "r"(dst),
+                  "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y));
 }
 /// The box at (x, y, z) of a 3D map ([Note: stored values in dW]: column in the slab,
 /// row, slab).
 template <int HINT = L2_NORMAL>
 __device__ __forceinline__ void tma_load_3d(u32 dst, const TensorMap *map, u32 bar, int x,
                                             int y, int z) {
-  if constexpr (HINT == L2_NORMAL)
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::"
-                 "complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
-                 "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "r"(z)
-                 : "memory");
-  else
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::"
-                 "complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(dst),
-                 "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "r"(z),
-                 "l"(l2_policy<HINT>())
-                 : "memory");
+  LCEJIT_TMA_LOAD("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::"
+                  "complete_tx::bytes",
+                  "[%0], [%1, {%3, %4, %5}], [%2]", 6, "r"(dst),
+                  "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "r"(z));
 }
 /// tma_load_2d into every CTA of the cluster named in `mask` (bit r: rank r): the box
 /// lands at offset `dst` of each one's shared memory and completes its bytes on each
@@ -259,19 +258,12 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const TensorMap *map, u32 b
 template <int HINT = L2_NORMAL>
 __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TensorMap *map,
                                                       u32 bar, int x, int y, u16 mask) {
-  if constexpr (HINT == L2_NORMAL)
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
-                 "complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-                 "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "h"(mask)
-                 : "memory");
-  else
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
-                 "complete_tx::bytes.multicast::cluster.L2::cache_hint [%0], [%1, {%3, %4}], "
-                 "[%2], %5, %6;" ::"r"(dst),
-                 "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "h"(mask),
-                 "l"(l2_policy<HINT>())
-                 : "memory");
+  LCEJIT_TMA_LOAD("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
+                  "complete_tx::bytes.multicast::cluster",
+                  "[%0], [%1, {%3, %4}], [%2], %5", 6, "r"(dst),
+                  "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(x), "r"(y), "h"(mask));
 }
+#undef LCEJIT_TMA_LOAD
 
 /// Writes the box at (x = inner, y = outer) from shared memory at `src` (the
 /// layout the map's swizzle describes); with ADD, adds it to what global memory
