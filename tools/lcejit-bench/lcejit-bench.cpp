@@ -703,22 +703,26 @@ Result runCase(const Args &a, const CaseShape &cs, const Filler &fill, gputest::
   if (blas) {
     Mem z(size_t(N * V) * 2), dwb(size_t(V * D) * 2);
     fill.bf16(z, N * V, 3, 1e-3f);
-    auto blasCall = [&] {
+    // The floor's three GEMMs, each also timed alone under --trace.
+    auto zGemm = [&] {
       blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
+    };
+    auto dhGemm = [&] {
       blas->gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
+    };
+    auto dwGemm = [&] {
       blas->gemm(true, false, int(V), int(D), int(N), z.data(), int(V), h.data(), int(D), dwb.data());
+    };
+    auto blasCall = [&] {
+      zGemm();
+      dhGemm();
+      dwGemm();
     };
     r.blasMs = medianMs(a.iters, s, blasCall);
     if (a.trace) {
-      const double zMs = medianMs(a.iters, s, [&] {
-        blas->gemm(false, true, int(N), int(V), int(D), h.data(), int(D), w.data(), int(D), z.data());
-      });
-      const double dhMs = medianMs(a.iters, s, [&] {
-        blas->gemm(false, false, int(N), int(D), int(V), z.data(), int(V), w.data(), int(D), dh.data());
-      });
-      const double dwMs = medianMs(a.iters, s, [&] {
-        blas->gemm(true, false, int(V), int(D), int(N), z.data(), int(V), h.data(), int(D), dwb.data());
-      });
+      const double zMs = medianMs(a.iters, s, zGemm);
+      const double dhMs = medianMs(a.iters, s, dhGemm);
+      const double dwMs = medianMs(a.iters, s, dwGemm);
       r.trace += fmt::format("  cuBLAS, each GEMM alone (median of {}): Z {:.2f} ms, dH {:.2f} ms, "
                              "dW {:.2f} ms (sum {:.2f}; the three back to back: {:.2f})\n",
                              a.iters, zMs, dhMs, dwMs, zMs + dhMs + dwMs, r.blasMs);
