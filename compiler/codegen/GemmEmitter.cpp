@@ -202,6 +202,10 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
     w.line("static_assert({}::SMEM_BYTES == {}, \"shared-memory layout must match "
            "plan::wgmmaSharedBytes\");",
            cfg, ctx.launchDims().sharedBytes);
+    if (t.tmaStore)
+      w.line("static_assert({}::LOADED_SUMS == {}, \"the accumulating epilogue must match "
+             "plan::wgmmaLoadedSums\");",
+             cfg, plan::wgmmaLoadedSums(t) ? "true" : "false");
     w.blank();
     return;
   }
@@ -229,7 +233,12 @@ std::string tileText(const GemmShape &s) {
                        : t.halves ? "cooperative: each consumer all rows, half the columns"
                                   : "cooperative",
                        t.stages,
-                       t.tmaStore ? "; f32 tiles out through shared memory and TMA" : "",
+                       t.tmaStore ? (plan::wgmmaLoadedSums(t)
+                                         ? "; f32 tiles out through shared memory and TMA "
+                                           "(an accumulating tile adds to its old values, "
+                                           "loaded through the ring)"
+                                         : "; f32 tiles out through shared memory and TMA")
+                                  : "",
                        t.clusterM > 1 ? fmt::format("; clusters of {} along the rows share "
                                                     "each B tile by TMA multicast when the "
                                                     "row tiles group so",

@@ -732,6 +732,16 @@ int32_t wgmmaSharedBytes(const TileConfig &t) {
   return static_cast<int32_t>(1024 + t.stages * stage + epilogue + 2 * t.stages * 8);
 }
 
+bool wgmmaLoadedSums(const TileConfig &t) {
+  if (!t.tmaStore || t.clusterM != 1 || t.splitK != 1 || t.pingpong || t.bm != 128)
+    return false;
+  const int64_t stage = int64_t(128) * 64 * 2 + int64_t(t.bn) * 64 * 2;
+  const int64_t box = 64 * 32 * 4;
+  const int64_t boxes = t.bn / 32, stageBoxes = stage / box / 2;
+  const int64_t loadStages = ceilDiv(boxes, stageBoxes);
+  return t.stages > loadStages;
+}
+
 MathMode gemmMath(const Kernel &kernel) {
   switch (kernel.kind()) {
   case KernelKind::GemmReduce: return std::get<GemmReduceKernel>(kernel.body).gemm.math;

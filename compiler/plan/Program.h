@@ -1068,6 +1068,12 @@ int32_t gemmSharedBytes(const TileConfig &tile, int64_t aBytes, int64_t bBytes,
 /// of f32 boxes, 16 bytes of barriers per stage.
 int32_t wgmmaSharedBytes(const TileConfig &tile);
 
+/// Whether a WgmmaBF16 dB with this tile adds to its f32 output by loading the old values
+/// through the ring and storing the sums (lcejit::sm90::GemmConfig::LOADED_SUMS, [Note:
+/// sm90 loaded sums]) rather than by TMA reduce-adds: a TMA-store tile without clusters or
+/// split-K whose stages hold both consumers' old f32 boxes with one stage to spare.
+bool wgmmaLoadedSums(const TileConfig &tile);
+
 /// The math mode of a GEMM kernel (kernel must be one of the four GEMM kinds).
 MathMode gemmMath(const Kernel &kernel);
 /// The tile of a GEMM kernel.

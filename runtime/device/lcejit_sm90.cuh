@@ -302,6 +302,11 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ void st_shared_f32x2(u32 addr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
+__device__ __forceinline__ float2 ld_shared_f32x2(u32 addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
 __device__ __forceinline__ void st_shared_f32x4(u32 addr, float x, float y, float z, float w) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(x), "f"(y),
                "f"(z), "f"(w)
@@ -601,6 +606,15 @@ struct GemmConfig {
   static constexpr int BAR_OFFSET = EPI_OFFSET + EPI_BYTES;
   /// 1024 bytes of slack to align the base, the stages, the barriers.
   static constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;
+  /// [Note: sm90 loaded sums] An accumulating TMA-store epilogue takes the tile's old
+  /// values through LOAD_STAGES stages of the ring (a consumer's BOXES boxes of its 64-row
+  /// slice, STAGE_BOXES of them a stage, both consumers' side by side) and stores the sums;
+  /// it needs a stage left for the next tile's first k-block, and one CTA a tile.
+  static constexpr int BOXES = BN / 32;
+  static constexpr int STAGE_BOXES = STAGE_BYTES / BOX_BYTES / 2;
+  static constexpr int LOAD_STAGES = (BOXES + STAGE_BOXES - 1) / STAGE_BOXES;
+  static constexpr bool LOADED_SUMS = TMA_STORE && CLUSTER_M == 1 && SPLIT_K == 1 &&
+                                      CONSUMERS == 2 && STAGES > LOAD_STAGES;
   static constexpr int ACC = WN / 2; ///< accumulator registers per slice
   static constexpr int EMPTY_ARRIVALS = PINGPONG ? 4 : 4 * CONSUMERS; ///< consumer warps per stage
   static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256,
@@ -1034,6 +1048,16 @@ struct SlabA {
 
 /// stored_at (lcejit_common.cuh) finds an element of the stored values in either layout.
 
+/// Whether an epilogue takes its tile's old values through the ring ([Note: sm90 loaded
+/// sums]): Epi::LOADED_SUMS where it is declared, else false.
+template <class Epi>
+__device__ __forceinline__ constexpr auto epi_loaded_sums(int) -> decltype(bool(Epi::LOADED_SUMS)) {
+  return Epi::LOADED_SUMS;
+}
+template <class Epi> __device__ __forceinline__ constexpr bool epi_loaded_sums(long) {
+  return false;
+}
+
 //===----------------------------------------------------------------------===//
 // The mainloop. For every tile of `tiles`, Epi::tile(acc, row0, col0, t)
 // gets consumer thread t's accumulators of the 64-row slice at (row0, col0)
@@ -1168,6 +1192,31 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
           if (++s == STAGES) {
             s = 0;
             phase ^= 1u;
+          }
+        }
+        if constexpr (epi_loaded_sums<Epi>(0)) {
+          // [Note: sm90 loaded sums]: the tile's old output values, after its k-blocks.
+          if (epi.accumulate) {
+            constexpr int SB = Cfg::STAGE_BOXES, NB = Cfg::BOXES;
+#pragma unroll
+            for (int p = 0; p < Cfg::LOAD_STAGES; ++p) {
+              const int count = NB - p * SB < SB ? NB - p * SB : SB;
+              mbar_wait(empty + 8 * s, phase ^ 1u);
+              const u32 bar = full + 8 * s;
+              mbar_expect_tx(bar, static_cast<u32>(2 * count * Cfg::BOX_BYTES));
+              const u32 dst = base + s * Cfg::STAGE_BYTES;
+#pragma unroll
+              for (int g = 0; g < 2; ++g)
+#pragma unroll
+                for (int i = 0; i < SB; ++i)
+                  if (i < count)
+                    tma_load_2d(dst + (g * SB + i) * Cfg::BOX_BYTES, epi.map, bar,
+                                n0 + 32 * (p * SB + i), m0 + 64 * g);
+              if (++s == STAGES) {
+                s = 0;
+                phase ^= 1u;
+              }
+            }
           }
         }
         if (split) {
@@ -1322,6 +1371,15 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
                                 tiles.split_rank());
           if (tiles.split_rank() != 0)
             continue; // rank 0 runs the epilogue of the sum
+        }
+      }
+      if constexpr (epi_loaded_sums<Epi>(0)) {
+        if (epi.accumulate) {
+          // [Note: sm90 loaded sums]: the sums leave through the stages that brought the
+          // old values, each given back to the producer once its stores have read it.
+          epi.tile_loaded(acc[0], tm * BM + 64 * g, tn * BN, t, g, base, full, s, phase,
+                          release);
+          continue;
         }
       }
 #pragma unroll
@@ -1991,6 +2049,7 @@ template <class Cfg> struct F32TmaOutEpilogue {
   const TensorMap *map; ///< f32 [rows, cols] of the output, box 32 x 64, SWIZZLE_128B
   bool accumulate;
   int buf = 0; ///< the buffer the next box is staged in (per thread, in step)
+  static constexpr bool LOADED_SUMS = Cfg::LOADED_SUMS;
   __device__ __forceinline__ void begin(int, int) const {}
   __device__ __forceinline__ void finish(int, int t) const {
     if (t == 0)
@@ -2027,6 +2086,56 @@ template <class Cfg> struct F32TmaOutEpilogue {
         bulk_commit();
       }
       buf ^= 1;
+    }
+  }
+  /// [Note: sm90 loaded sums] The accumulating tile: consumer g's slice at (row0, col0)
+  /// added to the old values the producer loaded into the ring's next LOAD_STAGES stages
+  /// (from position s, phase), stored back by TMA from where they were loaded; each stage
+  /// is released once this consumer's stores from it have read it, and s, phase move past.
+  template <int R, class Release>
+  __device__ __forceinline__ void tile_loaded(const float (&acc)[R], i64 row0, i64 col0,
+                                              int t, int g, u32 base, u32 full, int &s,
+                                              u32 &phase, Release &release) const {
+    static_assert(R == Cfg::BN / 2, "cooperative consumers hold BN / 2 per thread");
+    constexpr int SB = Cfg::STAGE_BOXES, NB = Cfg::BOXES;
+#pragma unroll
+    for (int p = 0; p < Cfg::LOAD_STAGES; ++p) {
+      mbar_wait(full + 8 * s, phase);
+      const u32 slots = base + s * Cfg::STAGE_BYTES + g * SB * Cfg::BOX_BYTES;
+#pragma unroll
+      for (int i = 0; i < SB; ++i) {
+        const int b = p * SB + i;
+        if (b < NB) {
+          const u32 box = slots + i * Cfg::BOX_BYTES;
+          // Columns [32 b, 32 b + 32) of the slice, at the places of the 128-byte swizzle.
+#pragma unroll
+          for (int k = 16 * b; k < 16 * b + 16; k += 2) {
+            const int r = acc_row(k, t), c = acc_col(k, t) - 32 * b;
+            const u32 addr = box + static_cast<u32>(r * 128 + ((((c >> 2) ^ (r & 7)) << 4) |
+                                                               ((c & 3) << 2)));
+            const float2 old = ld_shared_f32x2(addr);
+            st_shared_f32x2(addr, old.x + acc[k], old.y + acc[k + 1]);
+          }
+        }
+      }
+      fence_proxy_async_shared();
+      named_bar_sync(4 + g, 128);
+      if (t == 0) {
+#pragma unroll
+        for (int i = 0; i < SB; ++i)
+          if (p * SB + i < NB)
+            tma_store_2d<false>(map, slots + i * Cfg::BOX_BYTES,
+                                static_cast<int>(col0) + 32 * (p * SB + i),
+                                static_cast<int>(row0));
+        bulk_commit();
+        bulk_wait_read<0>(); // the stage is read out before the producer refills it
+      }
+      named_bar_sync(4 + g, 128);
+      release(s);
+      if (++s == Cfg::STAGES) {
+        s = 0;
+        phase ^= 1u;
+      }
     }
   }
 };

@@ -1100,7 +1100,7 @@ struct Sm90Case {
 /// What the launches of the calls run so far did.
 struct Sm90Seen {
   bool pairs = false, quads = false, tmaStore = false, splitK = false, streamK = false,
-       inPlace = false;
+       inPlace = false, loadedSums = false;
 };
 /// [Note: the expected dZ floor]
 /// The floor of fast precision's gradients is the error that one bf16 rounding of dZ
@@ -1313,6 +1313,9 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
     seen.splitK |= dA && l.dims.cluster > 1;
     seen.streamK |= dA && l.dims.cooperative;
     seen.tmaStore |= l.maps.size() == 3;
+    // [Note: sm90 loaded sums]: a later row block's dB adds to old values it loaded.
+    seen.loadedSums |= l.maps.size() == 3 && l.rowBlock > 0 &&
+                       plan::wgmmaLoadedSums(plan::gemmTile(q.kernels[static_cast<size_t>(l.kernel)]));
   }
   r.run(module, /*outputFree=*/true);
   const runtime::PreparedRun prepared = runtime::prepareRun(q, c.n, /*outputFree=*/true);
@@ -1413,6 +1416,8 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
   EXPECT_TRUE(seen.pairs) << "no forward ran in cluster pairs";
   EXPECT_TRUE(seen.quads) << "no forward ran in clusters of 4";
   EXPECT_TRUE(seen.tmaStore) << "no dB wrote through a TMA output map";
+  EXPECT_TRUE(seen.loadedSums)
+      << "no accumulating dB added its tile to old values loaded through the ring";
   EXPECT_TRUE(seen.splitK) << "no dA split its k-blocks over a cluster";
   EXPECT_TRUE(seen.streamK) << "no dA ran stream-K groups or chains";
   EXPECT_TRUE(seen.inPlace) << "no Program scaled its stored values in place";

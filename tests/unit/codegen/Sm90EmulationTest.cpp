@@ -433,6 +433,70 @@ extern "C" void emu_probe(float *out, int fence) {
                                    "CTA rank 0 wrote by st.shared .* without a fence.proxy.async");
 }
 
+/// The emulator itself: a thread's ld.shared of bytes a TMA load wrote must follow its own
+/// wait on the load's mbarrier that saw the load's phase complete ([Note: sm90 loaded
+/// sums] reads dW's old values so): waiting, it reads the box as the 128-byte swizzle
+/// places it; without the wait the test stops naming the read and the barrier, even where
+/// the load has already landed (mode Early).
+TEST(Sm90EmulationModes, AGenericReadOfTmaLoadedBytesNeedsTheWait) {
+  const std::string probe = R"(
+extern "C" void emu_probe(float *out, int wait, int late) {
+  lcejit_emu::sm90::mode = late ? lcejit_emu::sm90::Mode::Late : lcejit_emu::sm90::Mode::Early;
+  static float vals[64 * 32];
+  for (int i = 0; i < 64 * 32; ++i)
+    vals[i] = float(i);
+  alignas(64) unsigned char map[128];
+  const unsigned long long dims[2] = {32, 64}, strides[1] = {128};
+  const unsigned box[2] = {32, 64};
+  lcejit_emu::sm90::encode_tensor_map(map, vals, 2, dims, strides, box, 4, 128);
+  const long long grid[3] = {1, 1, 1};
+  lcejit_emu::sm90::launch(grid, 128, 16384, 1, false, [&] {
+    using namespace lcejit::sm90;
+    const TensorMap *m = reinterpret_cast<const TensorMap *>(map);
+    const lcejit::u32 base = smem_base(), bar = base + 8192;
+    if (threadIdx.x == 0) {
+      mbar_init(bar, 1);
+      mbar_fence_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      mbar_expect_tx(bar, 8192);
+      tma_load_2d(base, m, bar, 0, 0);
+    }
+    if (wait)
+      mbar_wait(bar, 0);
+    else
+      __syncthreads(); // ordered after the issue, but not after the load's phase
+    const float2 v = ld_shared_f32x2(base + 8 * threadIdx.x);
+    out[2 * threadIdx.x] = v.x;
+    out[2 * threadIdx.x + 1] = v.y;
+  });
+  lcejit_emu::sm90::mode = lcejit_emu::sm90::Mode::Late;
+}
+)";
+  const Sm90Probe lib("sm90-ld-shared-probe", probe);
+  auto run = lib.entry<void (*)(float *, int, int)>();
+  for (int late : {0, 1}) {
+    std::vector<float> out(256, -1.f);
+    run(out.data(), 1, late);
+    // Byte 8 t of the box: row t / 16, 16-byte chunk c = (t % 16) / 2 holding the row's
+    // chunk c ^ (row & 7), its elements 2 (t % 2) and 2 (t % 2) + 1.
+    for (int t = 0; t < 128; ++t) {
+      const int row = t / 16, chunk = ((t % 16) / 2) ^ (row & 7);
+      const int col = 4 * chunk + 2 * (t % 2);
+      ASSERT_EQ(out[2 * t], float(row * 32 + col)) << "thread " << t << " late " << late;
+      ASSERT_EQ(out[2 * t + 1], float(row * 32 + col + 1)) << "thread " << t;
+    }
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<float> out(256, -1.f);
+  for (int late : {0, 1})
+    EXPECT_DEATH(run(out.data(), 0, late),
+                 "ld.shared.v2.f32 at 0x[0-9a-f]+ reads what a TMA load wrote for phase 1 of "
+                 "mbarrier 0x[0-9a-f]+ before a wait on it saw that phase complete")
+        << "late " << late;
+}
+
 /// The emulator itself: in mode Late a TMA load lands rounds of the scheduler after its
 /// issue, so a wgmma issued without waiting on the load's mbarrier reads what the stage
 /// held before (zeros here); waiting, it reads the loaded ones. The delay is fixed at 50

@@ -99,6 +99,7 @@ inline void encode_tensor_map(void *bytes128, const void *global, u32 rank,
 struct MBar {
   u32 expected = 0, pending = 0, phase = 0;
   long long tx = 0;
+  unsigned long long completed = 0; ///< phases completed so far
 };
 
 struct NamedBar {
@@ -144,6 +145,10 @@ struct CtaState {
   /// a race. `unfenced_threads` counts the threads with any.
   std::vector<std::vector<std::pair<u32, u32>>> unfenced;
   int unfenced_threads = 0;
+  /// Per 16 bytes of shared memory, the last TMA load that wrote them: its mbarrier and the
+  /// count of completed phases that includes it (0: none, or overwritten by st.shared since).
+  /// A thread's ld.shared of them needs a wait on that barrier that saw that phase complete.
+  std::vector<std::pair<u32, unsigned long long>> loaded_by;
   u32 rank = 0;
   int any[3] = {0, 0, 0}; ///< __syncthreads_or, three calls in rotation
   /// wgmma.mma_async is a warpgroup-wide operation: its 128 threads meet at every one.
@@ -165,6 +170,8 @@ struct ThreadSm90 {
   std::deque<std::vector<PendingWgmma>> wgmma_groups;
   std::vector<PendingStore> open_stores;
   std::deque<std::vector<PendingStore>> store_groups;
+  /// mbarrier -> completed phases when this thread's last wait on it returned.
+  std::map<u32, unsigned long long> observed;
 };
 inline ThreadSm90 &ts() { return *static_cast<ThreadSm90 *>(::lcejit_emu::tls().ext); }
 
@@ -211,6 +218,7 @@ inline MBar &mbar_locked(CtaState &c, u32 bar) {
 inline void mbar_complete_if_done(MBar &b) {
   if (b.pending == 0 && b.tx == 0) {
     b.phase ^= 1u;
+    ++b.completed;
     b.pending = b.expected;
   }
 }
@@ -245,8 +253,38 @@ inline void mbar_complete_tx(CtaState &c, u32 bar, long long bytes) {
 
 /// A generic write of [addr, addr + bytes) by this thread, visible to the async proxy
 /// (TMA) only after the thread's next fence.proxy.async.
+/// A TMA load writes [dst, dst + bytes) for the current phase of mbarrier `bar`.
+inline void note_tma_load(CtaState &c, u32 dst, u32 bytes, u32 bar) {
+  if (c.loaded_by.empty())
+    c.loaded_by.resize(c.storage.size() / 16 + 1);
+  const unsigned long long need = mbar_locked(c, bar).completed + 1;
+  for (u32 g = dst / 16; g < (dst + bytes + 15) / 16 && g < c.loaded_by.size(); ++g)
+    c.loaded_by[g] = {bar, need};
+}
+/// Fails when this thread reads shared memory that a TMA load wrote without having waited
+/// on the load's mbarrier past the phase the load completed (a read that races the load).
+inline void check_tma_loaded_read(u32 addr, u32 bytes, const char *what) {
+  CtaState &c = cta();
+  for (u32 g = addr / 16; g < (addr + bytes + 15) / 16 && g < c.loaded_by.size(); ++g) {
+    const auto [bar, need] = c.loaded_by[g];
+    if (need == 0)
+      continue;
+    const auto it = ts().observed.find(bar);
+    if (it == ts().observed.end() || it->second < need) {
+      std::fprintf(stderr,
+                   "lcejit_emu: block %u thread %u: %s at 0x%x reads what a TMA load wrote "
+                   "for phase %llu of mbarrier 0x%x before a wait on it saw that phase "
+                   "complete (it saw %llu)\n",
+                   blockIdx.x, threadIdx.x, what, addr, need, bar,
+                   it == ts().observed.end() ? 0ull : it->second);
+      std::abort();
+    }
+  }
+}
 inline void note_generic_write(u32 addr, u32 bytes) {
   CtaState &c = cta();
+  for (u32 g = addr / 16; g < (addr + bytes + 15) / 16 && g < c.loaded_by.size(); ++g)
+    c.loaded_by[g] = {0u, 0ull};
   auto &mine = c.unfenced[threadIdx.x];
   if (mine.empty())
     ++c.unfenced_threads;
@@ -355,6 +393,7 @@ inline bool mbar_try_wait(emu::u32 bar, emu::u32 parity) {
   }
   ::lcejit_emu::fiber::wait_for(
       [&] { return (emu::mbar_locked(c, bar).phase & 1u) != (parity & 1u); }, what);
+  emu::ts().observed[bar] = emu::mbar_locked(c, bar).completed;
   return true;
 }
 inline void mbar_wait(emu::u32 bar, emu::u32 parity) {
@@ -432,6 +471,8 @@ inline void load(emu::u32 dst, const TensorMap *map, emu::u32 bar, int x, int y,
       ::lcejit_emu::fail("TMA multicast: a mask bit past the cluster");
     emu::CtaState &c = *self.cluster->ctas[r];
     emu::check_async_proxy(c, dst, box_bytes(m), "a TMA load");
+    // At the issue: the phase in progress is the one its bytes complete, landed or not.
+    emu::note_tma_load(c, dst, box_bytes(m), bar);
     // In mode Late the box lands, and completes its bytes, at the end of the scheduler's
     // round or of one of the next two (drawn per box): a consumer that reads a stage
     // without waiting on its full barrier reads what was there before.
@@ -528,6 +569,12 @@ inline void st_shared_f32x2(emu::u32 addr, float x, float y) {
   emu::note_generic_write(addr, 8);
   float v[2] = {x, y};
   std::memcpy(emu::at(emu::cta(), addr, 8, "st.shared.v2.f32"), v, 8);
+}
+inline float2 ld_shared_f32x2(emu::u32 addr) {
+  emu::check_tma_loaded_read(addr, 8, "ld.shared.v2.f32");
+  float2 v;
+  std::memcpy(&v, emu::at(emu::cta(), addr, 8, "ld.shared.v2.f32"), 8);
+  return v;
 }
 inline void st_shared_f32x4(emu::u32 addr, float x, float y, float z, float w) {
   emu::note_generic_write(addr, 16);
