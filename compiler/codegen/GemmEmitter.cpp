@@ -1361,10 +1361,17 @@ void emitGemmDRhs(CodeWriter &w, const KernelContext &ctx,
     LCEJIT_CHECK(k.outType == DType::F32,
                  "{}: the TMA store epilogue writes an f32 output, not {}", what,
                  dtypeName(k.outType));
+    // [Note: sm90 loaded sums]: the most rows of K whose accumulating tiles load their old
+    // values (0: reduce-adds); the config's static_assert ties it to the tile.
+    LCEJIT_CHECK(k.loadedSumsMaxRows >= 0 &&
+                     (k.loadedSumsMaxRows == 0 || plan::wgmmaLoadedSums(k.tile)),
+                 "{}: loadedSumsMaxRows {} on a tile that cannot load its sums through the "
+                 "ring",
+                 what, k.loadedSumsMaxRows);
     w.line("lcejit::sm90::gemm_drhs_tma_kernel<{}_config>(map_a, map_b, map_out, {}, {}LL, "
-           "{}, {}{});",
+           "{}, {}, {}LL{});",
            ctx.name(), ctx.scalarParamName(Param::Kind::N), k.k,
-           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate,
+           ctx.scalarParamName(Param::Kind::ChunkCols), accumulate, k.loadedSumsMaxRows,
            k.slabs ? fmt::format(", {}, &map_tail, {}",
                                  ctx.scalarParamName(Param::Kind::SlabSplit),
                                  ctx.scalarParamName(Param::Kind::SlabHead))

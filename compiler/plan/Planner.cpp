@@ -1258,6 +1258,13 @@ private:
       // [Note: sm90 TMA store]: an f32 dB leaves through shared memory and TMA.
       d.tile.tmaStore = bwdMath == MathMode::WgmmaBF16 && rhsType == DType::F32 &&
                         opt_.tmaStore;
+      // [Note: sm90 loaded sums]
+      if (opt_.loadedSumsMaxRows < 0)
+        return fail(op, fmt::format("PlanOptions::loadedSumsMaxRows must be >= 0 (rows), "
+                                    "not {}",
+                                    opt_.loadedSumsMaxRows));
+      d.loadedSumsMaxRows =
+          d.tile.tmaStore && wgmmaLoadedSums(d.tile) ? opt_.loadedSumsMaxRows : 0;
       if (residual.valid() && rhsType != DType::F32) {
         // [Note: target group sums] (Program.h): dB is written once per chunk, rounded
         // from its f32 sum; the groups of the chunk's targets are summed before it.

@@ -317,6 +317,8 @@ static json kernelBodyJson(const Kernel &k) {
             j["target_sums"] = toJ(b.targetSums);
           if (b.slabs)
             j["slabs"] = true;
+          if (b.loadedSumsMaxRows > 0)
+            j["loaded_sums_max_rows"] = b.loadedSumsMaxRows;
         } else if constexpr (std::is_same_v<T, DzFormKernel>) {
           j = json{{"dz", toJ(b.dz)},         {"tile_max", toJ(b.tileMax)},
                    {"cols", b.cols},          {"tile_cols", b.tileCols},

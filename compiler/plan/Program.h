@@ -604,6 +604,11 @@ struct GemmDRhsKernel {
   /// [Note: stored values in dW] dz is the forward's stored values, possibly in slabs
   /// (SlabSplit: a launch then covers a group of slabs, its chunk).
   bool slabs = false;
+  /// [Note: sm90 loaded sums] With the TMA store on a tile that allows it
+  /// (wgmmaLoadedSums): a launch that adds to out over at most this many rows of K (a row
+  /// block) loads the old values through the ring and stores the sums; longer launches,
+  /// and every launch where it is 0, reduce-add.
+  int64_t loadedSumsMaxRows = 0;
   bool operator==(const GemmDRhsKernel &) const = default;
 };
 
@@ -1067,6 +1072,15 @@ int32_t gemmSharedBytes(const TileConfig &tile, int64_t aBytes, int64_t bBytes,
 /// bytes of alignment slack, stages of [128 x 64 A][bn x 64 B] bf16, with tmaStore 32 KB
 /// of f32 boxes, 16 bytes of barriers per stage.
 int32_t wgmmaSharedBytes(const TileConfig &tile);
+
+/// [Note: sm90 loaded sums] The most rows of K (a row block) for which an accumulating
+/// wgmma dB loads its tiles' old values and stores the sums instead of reduce-adding them.
+/// Measured on an H100 (docs/performance.md, session 34): a 1024-row block of Gemma-2's
+/// head runs its dB in 2.44 ms instead of 2.87 (the L2's reduce-adds read dW 1.5 times
+/// from DRAM and are its limit there), but a 2048-row block of Llama-3's in 3.8-4.5 ms
+/// instead of 3.6-4.3: with twice the MACs a byte the reduce-adds hide under the next
+/// tile's mainloop, while the loads' latency and the ring stages they hold do not.
+inline constexpr int64_t kLoadedSumsMaxRows = 1024;
 
 /// Whether a WgmmaBF16 dB with this tile adds to its f32 output by loading the old values
 /// through the ring and storing the sums (lcejit::sm90::GemmConfig::LOADED_SUMS, [Note:

@@ -40,6 +40,7 @@ constexpr std::string_view kBackward = "LCEJIT_BACKWARD";
 constexpr std::string_view kTargetResidual = "LCEJIT_TARGET_RESIDUAL";
 constexpr std::string_view kTargetGroups = "LCEJIT_TARGET_GROUPS";
 constexpr std::string_view kTmaStore = "LCEJIT_TMA_STORE";
+constexpr std::string_view kLoadedSumsRows = "LCEJIT_LOADED_SUMS_ROWS";
 constexpr std::string_view kExactTarget = "LCEJIT_EXACT_TARGET";
 constexpr std::string_view kMulticast = "LCEJIT_MULTICAST";
 constexpr std::string_view kRowScaled = "LCEJIT_ROW_SCALED";
@@ -71,6 +72,7 @@ struct Values {
   std::vector<std::string> cudaIncludeDirs;
   std::optional<int64_t> workspaceMB;
   std::optional<int64_t> blockRows;
+  std::optional<int64_t> loadedSumsRows;
   std::optional<int64_t> daTile;
   std::optional<int64_t> fwdGroup;
   std::optional<std::string> fwdL2;
@@ -221,6 +223,23 @@ int64_t parseNonNegativeMB(std::string_view name, const std::optional<std::strin
   return x;
 }
 
+/// A number of rows where 0 means "none": a non-negative integer up to 2^31.
+std::optional<int64_t> parseNonNegativeRows(std::string_view name,
+                                            const std::optional<std::string> &value) {
+  if (!value)
+    return std::nullopt;
+  std::string_view v = trim(*value);
+  int64_t x = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  constexpr int64_t kMax = int64_t(1) << 31;
+  if (ec != std::errc() || ptr != v.data() + v.size() || v.empty() || x < 0 || x > kMax)
+    LCEJIT_THROW(InvalidArgument,
+                 "environment variable {}='{}' is not a non-negative integer number of rows "
+                 "(0..{})",
+                 name, *value, kMax);
+  return x;
+}
+
 std::string defaultCacheDir() {
   if (std::optional<std::string> home = readEnv("HOME"))
     return *home + "/.cache/lcejit";
@@ -243,6 +262,7 @@ std::unique_ptr<Values> readAll() {
       split(readEnv(kCudaInclude).value_or(LCEJIT_DEFAULT_CUDA_INCLUDE), ':');
   v->workspaceMB = parsePositiveInt(kWorkspaceMB, readEnv(kWorkspaceMB));
   v->blockRows = parsePositiveInt(kBlockRows, readEnv(kBlockRows));
+  v->loadedSumsRows = parseNonNegativeRows(kLoadedSumsRows, readEnv(kLoadedSumsRows));
   v->daTile = parsePositiveInt(kDaTile, readEnv(kDaTile));
   if (v->daTile && *v->daTile != 128 && *v->daTile != 192 && *v->daTile != 256)
     LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' must be 128, 192 or 256",
@@ -348,6 +368,11 @@ const std::vector<KnobInfo> &allKnobs() {
        "Row blocks of this many rows (rounded down to a multiple of 128; fewer where the "
        "budget holds fewer) where the rows are blocked: to measure other run schedules than "
        "the policy's (part of the cache key)."},
+      {kLoadedSumsRows, "non-negative int (rows)", "1024",
+       "wgmma dB: an accumulating launch over at most this many rows of K loads its tiles' "
+       "old f32 values through the ring and stores the sums instead of TMA reduce-adds "
+       "([Note: sm90 loaded sums]); 0: reduce-adds always. To measure other thresholds "
+       "(part of the cache key)."},
       {kDaTile, "128 | 192 | 256", "(planner's choice)",
        "The materialized schedule's wgmma dA tile width instead of the planner's choice "
        "([Note: dA tile width]): to measure the others (part of the cache key)."},
@@ -437,6 +462,7 @@ bool logEnabled(LogTopic topic) { return current().log[static_cast<size_t>(topic
 const std::vector<std::string> &cudaIncludeDirs() { return current().cudaIncludeDirs; }
 std::optional<int64_t> workspaceMB() { return current().workspaceMB; }
 std::optional<int64_t> blockRows() { return current().blockRows; }
+std::optional<int64_t> loadedSumsRows() { return current().loadedSumsRows; }
 std::optional<int64_t> daTile() { return current().daTile; }
 std::optional<int64_t> fwdGroup() { return current().fwdGroup; }
 const std::optional<std::string> &fwdL2() { return current().fwdL2; }

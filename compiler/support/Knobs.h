@@ -86,6 +86,10 @@ std::optional<int64_t> workspaceMB();
 /// (ScheduleSpec::blockRows), to measure other run schedules. Default: unset (the
 /// policy's choice).
 std::optional<int64_t> blockRows();
+/// LCEJIT_LOADED_SUMS_ROWS: the most rows of K for which an accumulating wgmma dB loads its
+/// tiles' old values and stores the sums (PlanOptions::loadedSumsMaxRows; 0: TMA
+/// reduce-adds always), to measure other thresholds. Default: unset (1024).
+std::optional<int64_t> loadedSumsRows();
 /// LCEJIT_DA_TILE: the wgmma dA tile width of the materialized schedule (128, 192 or 256)
 /// instead of the planner's choice ([Note: dA tile width]), to measure the others.
 /// Default: unset.

@@ -100,6 +100,8 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.targetResidual = knobs::targetResidual();
   p.targetGroups = knobs::targetGroups();
   p.tmaStore = knobs::tmaStore();
+  if (const std::optional<int64_t> r = knobs::loadedSumsRows())
+    p.loadedSumsMaxRows = *r;
   p.exactTargetLogit = knobs::exactTarget();
   p.multicast = knobs::multicast();
   p.rowScaled = knobs::rowScaled();
@@ -147,6 +149,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += "|no-target-groups";
   if (!knobs::tmaStore())
     tile += "|no-tma-store";
+  if (const std::optional<int64_t> r = knobs::loadedSumsRows())
+    tile += fmt::format("|loaded-sums-rows={}", *r);
   if (!knobs::exactTarget())
     tile += "|no-exact-target";
   if (!knobs::multicast())

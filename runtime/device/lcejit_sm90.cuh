@@ -1196,7 +1196,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
         }
         if constexpr (epi_loaded_sums<Epi>(0)) {
           // [Note: sm90 loaded sums]: the tile's old output values, after its k-blocks.
-          if (epi.accumulate) {
+          if (epi.loaded) {
             constexpr int SB = Cfg::STAGE_BOXES, NB = Cfg::BOXES;
 #pragma unroll
             for (int p = 0; p < Cfg::LOAD_STAGES; ++p) {
@@ -1374,7 +1374,7 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
         }
       }
       if constexpr (epi_loaded_sums<Epi>(0)) {
-        if (epi.accumulate) {
+        if (epi.loaded) {
           // [Note: sm90 loaded sums]: the sums leave through the stages that brought the
           // old values, each given back to the producer once its stores have read it.
           epi.tile_loaded(acc[0], tm * BM + 64 * g, tn * BN, t, g, base, full, s, phase,
@@ -2048,6 +2048,9 @@ struct F32OutEpilogue {
 template <class Cfg> struct F32TmaOutEpilogue {
   const TensorMap *map; ///< f32 [rows, cols] of the output, box 32 x 64, SWIZZLE_128B
   bool accumulate;
+  /// [Note: sm90 loaded sums] accumulate by loading the old values through the ring
+  /// (gemm_tiles' producer and tile_loaded) instead of reduce-adds.
+  bool loaded = false;
   int buf = 0; ///< the buffer the next box is staged in (per thread, in step)
   static constexpr bool LOADED_SUMS = Cfg::LOADED_SUMS;
   __device__ __forceinline__ void begin(int, int) const {}
@@ -2468,16 +2471,19 @@ gemm_drhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
 
 /// GemmDRhs with an f32 out written through shared memory and TMA ([Note: sm90 TMA
 /// store]): map_out is the f32 [chunk_cols, k] part of out that the chunk covers.
-/// `accumulate` adds to it (reduce-add copies) instead of storing.
+/// `accumulate` adds to it instead of storing: by loading the old values and storing the
+/// sums where the config allows it and the launch's n rows of K are at most
+/// `loaded_rows` ([Note: sm90 loaded sums]), else by reduce-add copies.
 template <class Cfg>
 __device__ __forceinline__ void
 gemm_drhs_tma_kernel(const TensorMap &map_a, const TensorMap &map_b, const TensorMap &map_out,
-                     i64 n, i64 k, i64 chunk_cols, bool accumulate, i64 slab_split = -1,
-                     const TensorMap *map_tail = nullptr, i64 slab_head = 0) {
+                     i64 n, i64 k, i64 chunk_cols, bool accumulate, i64 loaded_rows,
+                     i64 slab_split = -1, const TensorMap *map_tail = nullptr,
+                     i64 slab_head = 0) {
   static_assert(Cfg::TMA_STORE, "gemm_drhs_tma_kernel needs a TMA_STORE config");
   if (threadIdx.x == 0)
     tma_prefetch(&map_out);
-  F32TmaOutEpilogue<Cfg> e{&map_out, accumulate};
+  F32TmaOutEpilogue<Cfg> e{&map_out, accumulate, Cfg::LOADED_SUMS && accumulate && n <= loaded_rows};
   // [Note: stored values in dW]: with slab_split >= 0, the launch's slabs through map_a,
   // the rows from slab_head on through map_tail ([Note: slab tails]).
   gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n, 1,

@@ -1096,11 +1096,12 @@ struct Sm90Case {
   std::optional<plan::L2Hints> l2 = std::nullopt; ///< PlanOptions::forwardL2
   int32_t cluster = 0;             ///< > 0: PlanOptions::forwardCluster
   std::optional<bool> halves = std::nullopt; ///< PlanOptions::forwardHalves
+  std::optional<int64_t> loadedRows = std::nullopt; ///< PlanOptions::loadedSumsMaxRows
 };
 /// What the launches of the calls run so far did.
 struct Sm90Seen {
   bool pairs = false, quads = false, tmaStore = false, splitK = false, streamK = false,
-       inPlace = false, loadedSums = false;
+       inPlace = false, loadedSums = false, reduceAdds = false;
 };
 /// [Note: the expected dZ floor]
 /// The floor of fast precision's gradients is the error that one bf16 rounding of dZ
@@ -1261,6 +1262,8 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
     po.forwardL2 = c.l2;
     po.forwardCluster = c.cluster;
     po.forwardHalves = c.halves;
+    if (c.loadedRows)
+      po.loadedSumsMaxRows = *c.loadedRows;
   });
   if (c.halves.value_or(false)) {
     // [Note: sm90 column halves]: the plan took them.
@@ -1313,9 +1316,23 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
     seen.splitK |= dA && l.dims.cluster > 1;
     seen.streamK |= dA && l.dims.cooperative;
     seen.tmaStore |= l.maps.size() == 3;
-    // [Note: sm90 loaded sums]: a later row block's dB adds to old values it loaded.
-    seen.loadedSums |= l.maps.size() == 3 && l.rowBlock > 0 &&
-                       plan::wgmmaLoadedSums(plan::gemmTile(q.kernels[static_cast<size_t>(l.kernel)]));
+    // [Note: sm90 loaded sums]: a later row block's dB adds to old values it loaded
+    // where the block's rows (the launch's N) are at most the kernel's threshold, else by
+    // TMA reduce-adds.
+    if (const auto *db = std::get_if<plan::GemmDRhsKernel>(
+            &q.kernels[static_cast<size_t>(l.kernel)].body);
+        db && l.maps.size() == 3 && l.rowBlock > 0) {
+      const std::vector<plan::Param> params =
+          plan::kernelParams(q.kernels[static_cast<size_t>(l.kernel)]);
+      int64_t rows = -1;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (params[i].kind == plan::Param::Kind::N)
+          rows = l.args[i].value.i64;
+      ASSERT_GT(rows, 0) << "no N among the dB launch's arguments";
+      const bool loaded = plan::wgmmaLoadedSums(db->tile) && rows <= db->loadedSumsMaxRows;
+      seen.loadedSums |= loaded;
+      seen.reduceAdds |= !loaded;
+    }
   }
   r.run(module, /*outputFree=*/true);
   const runtime::PreparedRun prepared = runtime::prepareRun(q, c.n, /*outputFree=*/true);
@@ -1409,6 +1426,12 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
       {1024, 0.0, 512, 0, 0, false, "one row block", 72, 0, 0, std::nullopt, 0, true},
       {512, 5.0, 140, 32, 96, false, "its stored values in the gradient's memory", 72, 0, 0,
        std::nullopt, 0, true},
+      // [Note: sm90 loaded sums] (LCEJIT_LOADED_SUMS_ROWS): an accumulating dB by TMA
+      // reduce-adds, always (0) or past the threshold (blocks of 96 rows against 64).
+      {296, 5.0, 200, 32, 0, true, "row blocks of 32 rows, 2 chunks of 256 columns", 72, 0,
+       0, std::nullopt, 0, std::nullopt, 0},
+      {384, 0.0, 200, 32, 116, false, "then 1 row block of 96 rows", 72, 0, 0, std::nullopt, 0,
+       std::nullopt, 64},
   };
   Sm90Seen seen;
   for (const Sm90Case &c : cases)
@@ -1418,6 +1441,7 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
   EXPECT_TRUE(seen.tmaStore) << "no dB wrote through a TMA output map";
   EXPECT_TRUE(seen.loadedSums)
       << "no accumulating dB added its tile to old values loaded through the ring";
+  EXPECT_TRUE(seen.reduceAdds) << "no accumulating dB added its tile by TMA reduce-adds";
   EXPECT_TRUE(seen.splitK) << "no dA split its k-blocks over a cluster";
   EXPECT_TRUE(seen.streamK) << "no dA ran stream-K groups or chains";
   EXPECT_TRUE(seen.inPlace) << "no Program scaled its stored values in place";

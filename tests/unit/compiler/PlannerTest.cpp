@@ -2257,3 +2257,72 @@ TEST(Planner, TargetGroupsLeaveEveryBlockOfTheBucketAlone) {
   EXPECT_EQ(bad, 0);
   EXPECT_LE(moved * 100, checked) << "slab splits moved at more than 1 % of the calls";
 }
+
+/// [Note: sm90 loaded sums]: a wgmma dB that writes an f32 dW through the TMA store adds
+/// to it by loading its tiles' old values over launches of at most kLoadedSumsMaxRows
+/// rows of K (or PlanOptions::loadedSumsMaxRows); without the TMA store, or where the
+/// tile's stages cannot hold the old values with one to spare, it never does; a negative
+/// threshold is refused naming the option.
+TEST(Planner, AnAccumulatingDbLoadsItsSumsUpToTheRowThreshold) {
+  auto g = lceFused(4096, 128256, DType::BF16, std::nullopt);
+  auto thresholds = [&](const plan::PlanOptions &o) {
+    std::vector<int64_t> t;
+    for (const plan::Kernel &k : g->plan(o).kernels)
+      if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body)) {
+        t.push_back(d->loadedSumsMaxRows);
+        EXPECT_EQ(d->loadedSumsMaxRows > 0, plan::wgmmaLoadedSums(d->tile) &&
+                                                o.loadedSumsMaxRows > 0)
+            << k.name;
+      }
+    return t;
+  };
+  plan::PlanOptions o = wgmmaOptions(8192);
+  o.outputTypes = {DType::F32, DType::BF16, DType::F32}; // the op's: bf16 dH, f32 dW
+  const std::vector<int64_t> byDefault = thresholds(o);
+  ASSERT_FALSE(byDefault.empty()) << "no dB";
+  for (int64_t t : byDefault)
+    EXPECT_EQ(t, plan::kLoadedSumsMaxRows);
+  o.loadedSumsMaxRows = 2048;
+  for (int64_t t : thresholds(o))
+    EXPECT_EQ(t, 2048);
+  o.loadedSumsMaxRows = 0;
+  for (int64_t t : thresholds(o))
+    EXPECT_EQ(t, 0);
+  o.loadedSumsMaxRows = plan::kLoadedSumsMaxRows;
+  o.tmaStore = false;
+  for (int64_t t : thresholds(o))
+    EXPECT_EQ(t, 0) << "dB stores from registers";
+  o.tmaStore = true;
+  o.loadedSumsMaxRows = -1;
+  try {
+    (void)g->plan(o);
+    ADD_FAILURE() << "a negative loadedSumsMaxRows was planned";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("PlanOptions::loadedSumsMaxRows must be >= 0 (rows), "
+                                         "not -1"),
+              std::string::npos)
+        << e.what();
+  }
+
+  // The tiles: the old values of a 128 x 256 tile take 3 of its 48 KB stages, of a 128 x
+  // 128 tile 2 of its 32 KB ones; one stage must be left over; no clusters, no split-K.
+  plan::TileConfig t;
+  t.bm = 128;
+  t.bn = 256;
+  t.stages = 4;
+  t.tmaStore = true;
+  EXPECT_TRUE(plan::wgmmaLoadedSums(t));
+  t.stages = 3;
+  EXPECT_FALSE(plan::wgmmaLoadedSums(t));
+  t.bn = 128;
+  EXPECT_TRUE(plan::wgmmaLoadedSums(t));
+  t.stages = 2;
+  EXPECT_FALSE(plan::wgmmaLoadedSums(t));
+  t.stages = 4;
+  t.clusterM = 2;
+  EXPECT_FALSE(plan::wgmmaLoadedSums(t));
+  t.clusterM = 1;
+  t.tmaStore = false;
+  EXPECT_FALSE(plan::wgmmaLoadedSums(t));
+}
+

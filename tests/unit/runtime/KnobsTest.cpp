@@ -215,6 +215,25 @@ TEST_F(KnobsTest, BlockRows) {
   }
 }
 
+/// [Note: sm90 loaded sums]: unset (the planner's 1024 rows), a number of rows, or 0
+/// (reduce-adds always); anything else names the variable and the value.
+TEST_F(KnobsTest, LoadedSumsRows) {
+  EXPECT_FALSE(knobs::loadedSumsRows().has_value()) << "default: the planner's threshold";
+  for (const auto &[text, rows] : {std::pair{"0", 0}, {"1024", 1024}, {" 2048 ", 2048}}) {
+    env.set("LCEJIT_LOADED_SUMS_ROWS", text);
+    ASSERT_TRUE(knobs::loadedSumsRows().has_value()) << text;
+    EXPECT_EQ(*knobs::loadedSumsRows(), rows) << text;
+  }
+  for (const char *bad : {"-1", "1k", "many"}) {
+    env.set("LCEJIT_LOADED_SUMS_ROWS", bad);
+    std::string msg =
+        expectError(ErrorKind::InvalidArgument, [] { knobs::loadedSumsRows(); });
+    EXPECT_NE(msg.find("LCEJIT_LOADED_SUMS_ROWS"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::string("'") + bad + "'"), std::string::npos) << msg;
+  }
+  env.set("LCEJIT_LOADED_SUMS_ROWS", std::nullopt);
+}
+
 TEST_F(KnobsTest, CacheMaxMB) {
   EXPECT_EQ(knobs::cacheMaxMB(), 1024) << "default";
   env.set("LCEJIT_CACHE_MAX_MB", " 64 ");
@@ -372,7 +391,8 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_TARGET_RESIDUAL", "LCEJIT_SPLIT_K",     "LCEJIT_BLOCK_ROWS",
       "LCEJIT_STORE_IN_OUTPUT", "LCEJIT_DA_TILE",   "LCEJIT_DA_STREAMK",
       "LCEJIT_DA_CHAIN",       "LCEJIT_TARGET_GROUPS", "LCEJIT_FWD_GROUP",
-      "LCEJIT_FWD_L2",         "LCEJIT_FWD_CLUSTER",  "LCEJIT_FWD_HALVES"};
+      "LCEJIT_FWD_L2",         "LCEJIT_FWD_CLUSTER",  "LCEJIT_FWD_HALVES",
+      "LCEJIT_LOADED_SUMS_ROWS"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();
