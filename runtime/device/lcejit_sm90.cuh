@@ -606,9 +606,9 @@ struct GemmConfig {
   static constexpr int BAR_OFFSET = EPI_OFFSET + EPI_BYTES;
   /// 1024 bytes of slack to align the base, the stages, the barriers.
   static constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;
-  /// [Note: sm90 loaded sums] An accumulating TMA-store epilogue takes the tile's old
+  /// [Note: sm90 loaded sums] An accumulating TMA-store epilogue may take the tile's old
   /// values through LOAD_STAGES stages of the ring (a consumer's BOXES boxes of its 64-row
-  /// slice, STAGE_BOXES of them a stage, both consumers' side by side) and stores the sums;
+  /// slice, STAGE_BOXES of them a stage, both consumers' side by side) and store the sums;
   /// it needs a stage left for the next tile's first k-block, and one CTA a tile.
   static constexpr int BOXES = BN / 32;
   static constexpr int STAGE_BOXES = STAGE_BYTES / BOX_BYTES / 2;
@@ -1051,7 +1051,8 @@ struct SlabA {
 /// Whether an epilogue takes its tile's old values through the ring ([Note: sm90 loaded
 /// sums]): Epi::LOADED_SUMS where it is declared, else false.
 template <class Epi>
-__device__ __forceinline__ constexpr auto epi_loaded_sums(int) -> decltype(bool(Epi::LOADED_SUMS)) {
+__device__ __forceinline__ constexpr auto epi_loaded_sums(int)
+    -> decltype(bool(Epi::LOADED_SUMS)) {
   return Epi::LOADED_SUMS;
 }
 template <class Epi> __device__ __forceinline__ constexpr bool epi_loaded_sums(long) {
@@ -2091,7 +2092,23 @@ template <class Cfg> struct F32TmaOutEpilogue {
       buf ^= 1;
     }
   }
-  /// [Note: sm90 loaded sums] The accumulating tile: consumer g's slice at (row0, col0)
+  /// [Note: sm90 loaded sums] An f32 dB that adds to dW (a row block after the first, or
+  /// a call that accumulates) reduce-adds each box through TMA: the L2 reads the old line,
+  /// adds and writes it back. On an H100 that path moves a dW of Gemma-2's head (2.36 GB)
+  /// at 2.2 TB/s of read + write traffic whatever the staging (tools/probes/dw-rmw-probe:
+  /// one to six 32 KB chunks in flight a SM), where a bulk load, an add by the threads and
+  /// a bulk store move it at 2.9-3.0; ncu puts a 1024-row block's dB at 4.0-4.3 GB of DRAM
+  /// reads (1.5 times dW, plus the values) and 46 % tensor activity. So where the block is
+  /// short in K, the producer loads the tile's old boxes by TMA into the ring's next
+  /// LOAD_STAGES stages after the tile's k-blocks (gemm_tiles), and tile_loaded adds the
+  /// accumulators to them in place and stores each stage's boxes plainly, giving the stage
+  /// back once its stores have read it (the next tile's k-blocks refill it meanwhile).
+  /// Measured (H100, docs/performance.md, session 34): that dB 2.87-2.94 -> 2.44-2.46 ms
+  /// (3.3 GB of DRAM reads, 61 % tensor activity). In 2048-row blocks (Llama-3's) the
+  /// reduce-adds hide under the next tile's mainloop and the loads, issued only a ring's
+  /// depth ahead and holding three of its four stages, cost 4-7 %: the planner passes the
+  /// launch a threshold of rows (plan::kLoadedSumsMaxRows), reduce-adds above it.
+  /// The accumulating tile: consumer g's slice at (row0, col0)
   /// added to the old values the producer loaded into the ring's next LOAD_STAGES stages
   /// (from position s, phase), stored back by TMA from where they were loaded; each stage
   /// is released once this consumer's stores from it have read it, and s, phase move past.
@@ -2483,7 +2500,8 @@ gemm_drhs_tma_kernel(const TensorMap &map_a, const TensorMap &map_b, const Tenso
   static_assert(Cfg::TMA_STORE, "gemm_drhs_tma_kernel needs a TMA_STORE config");
   if (threadIdx.x == 0)
     tma_prefetch(&map_out);
-  F32TmaOutEpilogue<Cfg> e{&map_out, accumulate, Cfg::LOADED_SUMS && accumulate && n <= loaded_rows};
+  F32TmaOutEpilogue<Cfg> e{&map_out, accumulate,
+                           Cfg::LOADED_SUMS && accumulate && n <= loaded_rows};
   // [Note: stored values in dW]: with slab_split >= 0, the launch's slabs through map_a,
   // the rows from slab_head on through map_tail ([Note: slab tails]).
   gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n, 1,

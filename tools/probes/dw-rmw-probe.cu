@@ -347,8 +347,8 @@ int main(int argc, char **argv) {
       else if (name == "bulk-st")
         bulk_store_kernel<false><<<sms, kThreads, smemBulk>>>(m, rows, cols, slotsArg);
       else if (name == "bulk-ld-st")
-        bulk_ld_st_kernel<<<sms, kThreads, smemBulk>>>(m, rows, cols,
-                                                       std::max(1, std::min(slotsArg, kMaxSlots - 1)));
+        bulk_ld_st_kernel<<<sms, kThreads, smemBulk>>>(
+            m, rows, cols, std::max(1, std::min(slotsArg, kMaxSlots - 1)));
       else if (name == "red-v4")
         reg_rmw_kernel<true><<<sms, kThreads>>>(m, rows, cols);
       else
