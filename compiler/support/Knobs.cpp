@@ -189,55 +189,45 @@ std::optional<std::array<int32_t, 6>> parseTile(std::string_view name,
   return t;
 }
 
-std::optional<int64_t> parsePositiveInt(std::string_view name,
-                                        const std::optional<std::string> &value) {
+/// An integer in [lo, hi], or std::nullopt when unset; anything else throws naming the
+/// variable, its value and `what` it must be.
+std::optional<int64_t> parseIntIn(std::string_view name, const std::optional<std::string> &value,
+                                  int64_t lo, int64_t hi, std::string_view what) {
   if (!value)
     return std::nullopt;
   std::string_view v = trim(*value);
   int64_t x = 0;
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || ptr != v.data() + v.size() || v.empty() || x < lo || x > hi)
+    LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' is not {}", name, *value,
+                 what);
+  return x;
+}
+
+std::optional<int64_t> parsePositiveInt(std::string_view name,
+                                        const std::optional<std::string> &value) {
   // 1 TiB of workspace expressed in MiB is far beyond any GPU; larger is a typo.
   constexpr int64_t kMax = int64_t(1) << 20;
-  if (ec != std::errc() || ptr != v.data() + v.size() || v.empty() || x <= 0 || x > kMax)
-    LCEJIT_THROW(InvalidArgument,
-                 "environment variable {}='{}' is not a positive integer number of MiB "
-                 "(1..{})",
-                 name, *value, kMax);
-  return x;
+  return parseIntIn(name, value, 1, kMax,
+                    fmt::format("a positive integer number of MiB (1..{})", kMax));
 }
 
 /// A size in MiB where 0 means "no limit": a non-negative integer up to 2^30 (1 PiB).
 int64_t parseNonNegativeMB(std::string_view name, const std::optional<std::string> &value,
                            int64_t dflt) {
-  if (!value)
-    return dflt;
-  std::string_view v = trim(*value);
-  int64_t x = 0;
-  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
   constexpr int64_t kMax = int64_t(1) << 30;
-  if (ec != std::errc() || ptr != v.data() + v.size() || v.empty() || x < 0 || x > kMax)
-    LCEJIT_THROW(InvalidArgument,
-                 "environment variable {}='{}' is not a non-negative integer number of MiB "
-                 "(0..{}; 0 = no limit)",
-                 name, *value, kMax);
-  return x;
+  return parseIntIn(name, value, 0, kMax,
+                    fmt::format("a non-negative integer number of MiB (0..{}; 0 = no limit)",
+                                kMax))
+      .value_or(dflt);
 }
 
 /// A number of rows where 0 means "none": a non-negative integer up to 2^31.
 std::optional<int64_t> parseNonNegativeRows(std::string_view name,
                                             const std::optional<std::string> &value) {
-  if (!value)
-    return std::nullopt;
-  std::string_view v = trim(*value);
-  int64_t x = 0;
-  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
   constexpr int64_t kMax = int64_t(1) << 31;
-  if (ec != std::errc() || ptr != v.data() + v.size() || v.empty() || x < 0 || x > kMax)
-    LCEJIT_THROW(InvalidArgument,
-                 "environment variable {}='{}' is not a non-negative integer number of rows "
-                 "(0..{})",
-                 name, *value, kMax);
-  return x;
+  return parseIntIn(name, value, 0, kMax,
+                    fmt::format("a non-negative integer number of rows (0..{})", kMax));
 }
 
 std::string defaultCacheDir() {
