@@ -204,12 +204,14 @@ std::optional<int64_t> parseIntIn(std::string_view name, const std::optional<std
   return x;
 }
 
+/// A positive count of `unit` (MiB, rows, ...) up to 2^20: 1 TiB of workspace in MiB, a
+/// million rows or columns, is far beyond any GPU; larger is a typo.
 std::optional<int64_t> parsePositiveInt(std::string_view name,
-                                        const std::optional<std::string> &value) {
-  // 1 TiB of workspace expressed in MiB is far beyond any GPU; larger is a typo.
+                                        const std::optional<std::string> &value,
+                                        std::string_view unit) {
   constexpr int64_t kMax = int64_t(1) << 20;
   return parseIntIn(name, value, 1, kMax,
-                    fmt::format("a positive integer number of MiB (1..{})", kMax));
+                    fmt::format("a positive integer number of {} (1..{})", unit, kMax));
 }
 
 /// A size in MiB where 0 means "no limit": a non-negative integer up to 2^30 (1 PiB).
@@ -250,18 +252,18 @@ std::unique_ptr<Values> readAll() {
   v->log = parseNameList(kLog, readEnv(kLog), kLogTopicNames);
   v->cudaIncludeDirs =
       split(readEnv(kCudaInclude).value_or(LCEJIT_DEFAULT_CUDA_INCLUDE), ':');
-  v->workspaceMB = parsePositiveInt(kWorkspaceMB, readEnv(kWorkspaceMB));
-  v->blockRows = parsePositiveInt(kBlockRows, readEnv(kBlockRows));
+  v->workspaceMB = parsePositiveInt(kWorkspaceMB, readEnv(kWorkspaceMB), "MiB");
+  v->blockRows = parsePositiveInt(kBlockRows, readEnv(kBlockRows), "rows");
   v->loadedSumsRows = parseNonNegativeRows(kLoadedSumsRows, readEnv(kLoadedSumsRows));
-  v->daTile = parsePositiveInt(kDaTile, readEnv(kDaTile));
+  v->daTile = parsePositiveInt(kDaTile, readEnv(kDaTile), "columns");
   if (v->daTile && *v->daTile != 128 && *v->daTile != 192 && *v->daTile != 256)
     LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' must be 128, 192 or 256",
                  kDaTile, *v->daTile);
-  v->fwdGroup = parsePositiveInt(kFwdGroup, readEnv(kFwdGroup));
+  v->fwdGroup = parsePositiveInt(kFwdGroup, readEnv(kFwdGroup), "row tiles");
   if (v->fwdGroup && (*v->fwdGroup % 2 != 0 || *v->fwdGroup > 64))
     LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' must be even, 2 to 64",
                  kFwdGroup, *v->fwdGroup);
-  v->fwdCluster = parsePositiveInt(kFwdCluster, readEnv(kFwdCluster));
+  v->fwdCluster = parsePositiveInt(kFwdCluster, readEnv(kFwdCluster), "CTAs");
   if (v->fwdCluster && *v->fwdCluster != 2 && *v->fwdCluster != 4)
     LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' must be 2 or 4", kFwdCluster,
                  *v->fwdCluster);

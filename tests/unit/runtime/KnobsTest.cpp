@@ -140,6 +140,7 @@ TEST_F(KnobsTest, WorkspaceMB) {
     std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::workspaceMB(); });
     EXPECT_NE(msg.find("LCEJIT_WORKSPACE_MB"), std::string::npos) << msg;
     EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+    EXPECT_NE(msg.find("positive integer number of MiB"), std::string::npos) << msg;
   }
 }
 
@@ -212,6 +213,8 @@ TEST_F(KnobsTest, BlockRows) {
     std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::blockRows(); });
     EXPECT_NE(msg.find("LCEJIT_BLOCK_ROWS"), std::string::npos) << msg;
     EXPECT_NE(msg.find(bad), std::string::npos) << msg;
+    EXPECT_NE(msg.find("positive integer number of rows"), std::string::npos)
+        << "the unit is rows: " << msg;
   }
 }
 
