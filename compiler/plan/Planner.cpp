@@ -1357,6 +1357,16 @@ private:
           "tensor-core tile {}x{}x{} ({}x{} warps, {} stages) given by the caller "
           "(LCEJIT_GEMM_TILE), not chosen",
           t->bm, t->bn, t->bk, t->warpsM, t->warpsN, t->stages));
+    TileConfig dbTile = wgmmaTile(); // dB's, with the TMA store ([Note: sm90 loaded sums])
+    dbTile.tmaStore = true;
+    const std::string dbOut =
+        !opt_.tmaStore ? std::string("; dB stores from registers (LCEJIT_TMA_STORE=0)")
+        : opt_.loadedSumsMaxRows > 0 && wgmmaLoadedSums(dbTile)
+            ? fmt::format("; an f32 dB leaves through shared memory and TMA, and adds to dW "
+                          "over at most {} rows by loading the old values through the ring "
+                          "([Note: sm90 loaded sums]), over more by TMA reduce-adds",
+                          opt_.loadedSumsMaxRows)
+            : std::string("; an f32 dB leaves through shared memory and TMA");
     if (std::string why = wgmmaDecision(); !why.empty())
       prog_.decisions.push_back(why);
     else
@@ -1365,9 +1375,7 @@ private:
           "operands, producer + 2 consumer warpgroups): forward and dZ 128x{}x64, {} stages, "
           "ping-pong; dA and dB 128x{}x64, {} stages, cooperative{}",
           wgmmaPingPongTile().bn, wgmmaPingPongTile().stages, wgmmaTile().bn,
-          wgmmaTile().stages,
-          opt_.tmaStore ? "; an f32 dB leaves through shared memory and TMA"
-                        : "; dB stores from registers (LCEJIT_TMA_STORE=0)"));
+          wgmmaTile().stages, dbOut));
     Block &body = func_.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     if (!decideSplits(body))

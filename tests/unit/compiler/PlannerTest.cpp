@@ -2282,12 +2282,18 @@ TEST(Planner, AnAccumulatingDbLoadsItsSumsUpToTheRowThreshold) {
   ASSERT_FALSE(byDefault.empty()) << "no dB";
   for (int64_t t : byDefault)
     EXPECT_EQ(t, plan::kLoadedSumsMaxRows);
+  // lcejit-dump's decisions say it.
+  EXPECT_NE(decision(g->plan(o), "adds to dW over at most 1024 rows by loading the old "
+                                 "values through the ring"),
+            "");
   o.loadedSumsMaxRows = 2048;
   for (int64_t t : thresholds(o))
     EXPECT_EQ(t, 2048);
   o.loadedSumsMaxRows = 0;
   for (int64_t t : thresholds(o))
     EXPECT_EQ(t, 0);
+  EXPECT_EQ(decision(g->plan(o), "by loading the old values"), "");
+  EXPECT_NE(decision(g->plan(o), "an f32 dB leaves through shared memory and TMA"), "");
   o.loadedSumsMaxRows = plan::kLoadedSumsMaxRows;
   o.tmaStore = false;
   for (int64_t t : thresholds(o))
