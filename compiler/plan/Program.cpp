@@ -728,18 +728,23 @@ static int64_t tileElems(int64_t x, int64_t bk) {
   return x * bk;
 }
 
+/// lcejit::sm90::GemmConfig's STAGE_BYTES (a 128 x 64 A and a bn x 64 B, bf16) and
+/// BOX_BYTES (one 64 x 32 f32 box of the TMA store).
+static int64_t wgmmaStageBytes(const TileConfig &t) {
+  return int64_t(128) * 64 * 2 + int64_t(t.bn) * 64 * 2;
+}
+constexpr int64_t kWgmmaF32BoxBytes = 64 * 32 * 4;
+
 int32_t wgmmaSharedBytes(const TileConfig &t) {
-  const int64_t stage = int64_t(128) * 64 * 2 + int64_t(t.bn) * 64 * 2;
-  const int64_t epilogue = t.tmaStore ? 2 * 2 * 64 * 32 * 4 : 0;
-  return static_cast<int32_t>(1024 + t.stages * stage + epilogue + 2 * t.stages * 8);
+  const int64_t epilogue = t.tmaStore ? 2 * 2 * kWgmmaF32BoxBytes : 0;
+  return static_cast<int32_t>(1024 + t.stages * wgmmaStageBytes(t) + epilogue +
+                              2 * t.stages * 8);
 }
 
 bool wgmmaLoadedSums(const TileConfig &t) {
   if (!t.tmaStore || t.clusterM != 1 || t.splitK != 1 || t.pingpong || t.bm != 128)
     return false;
-  const int64_t stage = int64_t(128) * 64 * 2 + int64_t(t.bn) * 64 * 2;
-  const int64_t box = 64 * 32 * 4;
-  const int64_t boxes = t.bn / 32, stageBoxes = stage / box / 2;
+  const int64_t boxes = t.bn / 32, stageBoxes = wgmmaStageBytes(t) / kWgmmaF32BoxBytes / 2;
   const int64_t loadStages = ceilDiv(boxes, stageBoxes);
   return t.stages > loadStages;
 }

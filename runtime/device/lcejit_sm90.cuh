@@ -2046,6 +2046,12 @@ struct F32OutEpilogue {
 /// Before a buffer is written again its previous copy must have read it
 /// (bulk_wait_read<1> by the issuing thread, then the consumer's named barrier 4 + g).
 /// Out-of-bounds rows and columns of the box are clipped by TMA.
+/// Byte offset of element (r, c) (c < 32) of a 64 x 32 f32 box in shared memory under the
+/// 128-byte swizzle of the output's tensor map ([Note: sm90 TMA store]).
+__device__ __forceinline__ u32 f32_box_offset(int r, int c) {
+  return static_cast<u32>(r * 128 + ((((c >> 2) ^ (r & 7)) << 4) | ((c & 3) << 2)));
+}
+
 template <class Cfg> struct F32TmaOutEpilogue {
   const TensorMap *map; ///< f32 [rows, cols] of the output, box 32 x 64, SWIZZLE_128B
   bool accumulate;
@@ -2075,8 +2081,7 @@ template <class Cfg> struct F32TmaOutEpilogue {
 #pragma unroll
       for (int i = 16 * b; i < 16 * b + 16; i += 2) {
         const int r = acc_row(i, t), c = acc_col(i, t) - 32 * b;
-        const u32 addr = dst + static_cast<u32>(r * 128 + ((((c >> 2) ^ (r & 7)) << 4) |
-                                                            ((c & 3) << 2)));
+        const u32 addr = dst + f32_box_offset(r, c);
         st_shared_f32x2(addr, acc[i], acc[i + 1]);
       }
       fence_proxy_async_shared();
@@ -2131,8 +2136,7 @@ template <class Cfg> struct F32TmaOutEpilogue {
 #pragma unroll
           for (int k = 16 * b; k < 16 * b + 16; k += 2) {
             const int r = acc_row(k, t), c = acc_col(k, t) - 32 * b;
-            const u32 addr = box + static_cast<u32>(r * 128 + ((((c >> 2) ^ (r & 7)) << 4) |
-                                                               ((c & 3) << 2)));
+            const u32 addr = box + f32_box_offset(r, c);
             const float2 old = ld_shared_f32x2(addr);
             st_shared_f32x2(addr, old.x + acc[k], old.y + acc[k + 1]);
           }
