@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Summarizes the launch traces of `lcejit-bench --case ... --trace` logs, one line a case.
+
+Every session that compares two builds or two knob settings reads the same thing out of
+the traces: a case's first row block (the slab block: the stored values in dW's memory)
+and its later, ordinary blocks, each split into the forward (`_fwd`), dA (`_dlhs`) and dB
+(`_drhs`, its column parts summed) and the rest. Input: one or more logs (their `| C |
+N | ...` result rows and `C trace:` sections with the `per row block:` table, as
+lcejit-bench prints them; other lines are skipped). Output, per log and case:
+
+  LOG  CASE  op MS / cuBLAS MS (RATIO)  trace MS
+    block 0: fwd MS, dA MS, dB MS, rest MS
+    K later blocks, mean: fwd MS, dA MS, dB MS (MIN-MAX), rest MS
+
+Per-kernel figures compare only within one case and round (docs/hopper.md, session 35: a
+traced call can run at another clock than the timed ones).
+"""
+import argparse
+import re
+import sys
+
+RESULT = re.compile(r"^\| ([A-Z]) \| (\d+) \| (\d+) \| (\d+) \| [^|]* \| ([\d.]+) \| [\d.]+ \| "
+                    r"([\d.]+) \| [\d.]+ \| ([\d.]+) \|")
+TRACE = re.compile(r"^([A-Z]) trace:")
+TOTAL = re.compile(r"one call, \d+ launches back to back: ([\d.]+) ms in kernels")
+BLOCK = re.compile(r"^\s*\|\s*(\d+)\s*\|\s*\d+\s*\|\s*[\d.]+\s*\|(.*)\|\s*$")
+KERNEL = re.compile(r"(\w+) (\d+)x ([\d.]+)")
+ROLES = (("fwd", re.compile(r"_fwd\d")), ("dA", re.compile(r"_dlhs\d")),
+         ("dB", re.compile(r"_drhs\d")))
+
+
+def role(name):
+    for r, pattern in ROLES:
+        if pattern.search(name):
+            return r
+    return "rest"
+
+
+def parse(path):
+    """{case: {"result": (op, blas, ratio) or None, "total": ms, "blocks": [{role: ms}]}}"""
+    cases, current = {}, None
+    for line in open(path):
+        m = RESULT.match(line)
+        if m:
+            cases.setdefault(m.group(1), {"result": None, "total": None, "blocks": []})
+            cases[m.group(1)]["result"] = tuple(float(m.group(i)) for i in (5, 6, 7))
+            continue
+        m = TRACE.match(line)
+        if m:
+            current = cases.setdefault(m.group(1), {"result": None, "total": None, "blocks": []})
+            continue
+        if current is None:
+            continue
+        m = TOTAL.search(line)
+        if m:
+            current["total"] = float(m.group(1))
+            continue
+        m = BLOCK.match(line)
+        if m:
+            times = {"fwd": 0.0, "dA": 0.0, "dB": 0.0, "rest": 0.0}
+            for name, _, ms in KERNEL.findall(m.group(2)):
+                times[role(name)] += float(ms)
+            current["blocks"].append(times)
+    return {c: v for c, v in cases.items() if v["blocks"]}
+
+
+def fmt_block(b):
+    return "fwd {:.2f}, dA {:.2f}, dB {:.2f}, rest {:.2f} ms".format(b["fwd"], b["dA"], b["dB"],
+                                                                     b["rest"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("logs", nargs="+", help="lcejit-bench --trace logs")
+    args = ap.parse_args()
+    found = False
+    for path in args.logs:
+        for case, v in parse(path).items():
+            found = True
+            r = v["result"]
+            head = "{}  {}".format(path, case)
+            if r:
+                head += "  op {:.1f} / cuBLAS {:.1f} ms ({:.2f})".format(*r)
+            if v["total"] is not None:
+                head += "  trace {:.1f} ms".format(v["total"])
+            print(head)
+            first, later = v["blocks"][0], v["blocks"][1:]
+            print("  block 0: " + fmt_block(first))
+            if later:
+                mean = {k: sum(b[k] for b in later) / len(later) for k in first}
+                dbs = [b["dB"] for b in later]
+                print("  {} later block{}, mean: fwd {:.2f}, dA {:.2f}, dB {:.2f} ({:.2f}-{:.2f}), "
+                      "rest {:.2f} ms".format(len(later), "s" if len(later) > 1 else "",
+                                               mean["fwd"], mean["dA"], mean["dB"], min(dbs),
+                                               max(dbs), mean["rest"]))
+    if not found:
+        print("trace-summary: no traced case (lcejit-bench --trace) in " + ", ".join(args.logs),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
