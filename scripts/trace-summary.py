@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Summarizes the launch traces of `lcejit-bench --case ... --trace` logs, one line a case.
+"""Summarizes `lcejit-bench --case ...` logs: results, paired ratios and launch traces.
 
-Every session that compares two builds or two knob settings reads the same thing out of
-the traces: a case's first row block (the slab block: the stored values in dW's memory)
+Every session that compares two builds or two knob settings reads the same things out of
+the logs: each case's op and cuBLAS medians, its paired ratio (--paired), and from the
+trace (--trace) its first row block (the slab block: the stored values in dW's memory)
 and its later, ordinary blocks, each split into the forward (`_fwd`), dA (`_dlhs`) and dB
 (`_drhs`, its column parts summed) and the rest. Input: one or more logs (their `| C |
-N | ...` result rows and `C trace:` sections with the `per row block:` table, as
-lcejit-bench prints them; other lines are skipped). Output, per log and case:
+N | ...` result rows, the `paired, ...` table, and `C trace:` sections with the `per row
+block:` table, as lcejit-bench prints them; other lines are skipped). Output, per log and
+case (what the log has of it):
 
-  LOG  CASE  op MS / cuBLAS MS (RATIO)  trace MS
+  LOG  CASE  op MS / cuBLAS MS (RATIO)  paired RATIO (LO-HI)  trace MS
     block 0: fwd MS, dA MS, dB MS, rest MS
     K later blocks, mean: fwd MS, dA MS, dB MS (MIN-MAX), rest MS
 
@@ -21,6 +23,7 @@ import sys
 
 RESULT = re.compile(r"^\| ([A-Z]) \| (\d+) \| (\d+) \| (\d+) \| [^|]* \| ([\d.]+) \| [\d.]+ \| "
                     r"([\d.]+) \| [\d.]+ \| ([\d.]+) \|")
+PAIRED = re.compile(r"^\| ([A-Z]) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| ([\d.]+)-([\d.]+) \|")
 TRACE = re.compile(r"^([A-Z]) trace:")
 TOTAL = re.compile(r"one call, \d+ launches back to back: ([\d.]+) ms in kernels")
 BLOCK = re.compile(r"^\s*\|\s*(\d+)\s*\|\s*\d+\s*\|\s*[\d.]+\s*\|(.*)\|\s*$")
@@ -37,17 +40,26 @@ def role(name):
 
 
 def parse(path):
-    """{case: {"result": (op, blas, ratio) or None, "total": ms, "blocks": [{role: ms}]}}"""
+    """{case: {"result": (op, blas, ratio) or None, "paired": (ratio, lo, hi) or None,
+    "total": ms, "blocks": [{role: ms}]}}"""
     cases, current = {}, None
+
+    def entry(c):
+        return cases.setdefault(c, {"result": None, "paired": None, "total": None,
+                                    "blocks": []})
+
     for line in open(path):
         m = RESULT.match(line)
         if m:
-            cases.setdefault(m.group(1), {"result": None, "total": None, "blocks": []})
-            cases[m.group(1)]["result"] = tuple(float(m.group(i)) for i in (5, 6, 7))
+            entry(m.group(1))["result"] = tuple(float(m.group(i)) for i in (5, 6, 7))
+            continue
+        m = PAIRED.match(line)
+        if m:
+            entry(m.group(1))["paired"] = tuple(float(m.group(i)) for i in (2, 3, 4))
             continue
         m = TRACE.match(line)
         if m:
-            current = cases.setdefault(m.group(1), {"result": None, "total": None, "blocks": []})
+            current = entry(m.group(1))
             continue
         if current is None:
             continue
@@ -61,7 +73,7 @@ def parse(path):
             for name, _, ms in KERNEL.findall(m.group(2)):
                 times[role(name)] += float(ms)
             current["blocks"].append(times)
-    return {c: v for c, v in cases.items() if v["blocks"]}
+    return {c: v for c, v in cases.items() if v["blocks"] or v["result"]}
 
 
 def fmt_block(b):
@@ -81,9 +93,13 @@ def main():
             head = "{}  {}".format(path, case)
             if r:
                 head += "  op {:.1f} / cuBLAS {:.1f} ms ({:.2f})".format(*r)
+            if v["paired"]:
+                head += "  paired {:.3f} ({:.3f}-{:.3f})".format(*v["paired"])
             if v["total"] is not None:
                 head += "  trace {:.1f} ms".format(v["total"])
             print(head)
+            if not v["blocks"]:
+                continue
             first, later = v["blocks"][0], v["blocks"][1:]
             print("  block 0: " + fmt_block(first))
             if later:
@@ -94,7 +110,7 @@ def main():
                                                mean["fwd"], mean["dA"], mean["dB"], min(dbs),
                                                max(dbs), mean["rest"]))
     if not found:
-        print("trace-summary: no traced case (lcejit-bench --trace) in " + ", ".join(args.logs),
+        print("trace-summary: no lcejit-bench results or traces in " + ", ".join(args.logs),
               file=sys.stderr)
         return 1
     return 0
