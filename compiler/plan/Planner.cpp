@@ -924,6 +924,11 @@ private:
   bool narrowMemoryBus() const {
     return opt_.target.memoryBusBits > 0 && opt_.target.memoryBusBits < kWideMemoryBusBits;
   }
+  /// The rows of K up to which an accumulating dB loads its sums: the caller's, else
+  /// [Note: loaded sums by card] (Program.h).
+  int64_t loadedSumsMaxRows() const {
+    return opt_.loadedSumsMaxRows.value_or(narrowMemoryBus() ? kLoadedSumsMaxRows : 0);
+  }
   /// [Note: forward tile by card] (Program.h): column halves on a memory interface narrower
   /// than kWideMemoryBusBits when the forward's values need no exp, log or tanh of their
   /// own (no softcap).
@@ -1259,12 +1264,12 @@ private:
       d.tile.tmaStore = bwdMath == MathMode::WgmmaBF16 && rhsType == DType::F32 &&
                         opt_.tmaStore;
       // [Note: sm90 loaded sums]
-      if (opt_.loadedSumsMaxRows < 0)
+      if (loadedSumsMaxRows() < 0)
         return fail(op, fmt::format("PlanOptions::loadedSumsMaxRows must be >= 0 (rows), "
                                     "not {}",
-                                    opt_.loadedSumsMaxRows));
+                                    loadedSumsMaxRows()));
       d.loadedSumsMaxRows =
-          d.tile.tmaStore && wgmmaLoadedSums(d.tile) ? opt_.loadedSumsMaxRows : 0;
+          d.tile.tmaStore && wgmmaLoadedSums(d.tile) ? loadedSumsMaxRows() : 0;
       if (residual.valid() && rhsType != DType::F32) {
         // [Note: target group sums] (Program.h): dB is written once per chunk, rounded
         // from its f32 sum; the groups of the chunk's targets are summed before it.
@@ -1361,12 +1366,21 @@ private:
     dbTile.tmaStore = true;
     const std::string dbOut =
         !opt_.tmaStore ? std::string("; dB stores from registers (LCEJIT_TMA_STORE=0)")
-        : opt_.loadedSumsMaxRows > 0 && wgmmaLoadedSums(dbTile)
+        : loadedSumsMaxRows() > 0 && wgmmaLoadedSums(dbTile)
             ? fmt::format("; an f32 dB leaves through shared memory and TMA, and adds to dW "
                           "over at most {} rows by loading the old values through the ring "
-                          "([Note: sm90 loaded sums]), over more by TMA reduce-adds",
-                          opt_.loadedSumsMaxRows)
-            : std::string("; an f32 dB leaves through shared memory and TMA");
+                          "([Note: sm90 loaded sums]{}), over more by TMA reduce-adds",
+                          loadedSumsMaxRows(),
+                          opt_.loadedSumsMaxRows
+                              ? std::string()
+                              : fmt::format("; a memory interface narrower than {} bits: "
+                                            "[Note: loaded sums by card]",
+                                            kWideMemoryBusBits))
+            : fmt::format("; an f32 dB leaves through shared memory and TMA{}",
+                          opt_.loadedSumsMaxRows
+                              ? ""
+                              : " and adds to dW by TMA reduce-adds ([Note: loaded sums by "
+                                "card])");
     if (std::string why = wgmmaDecision(); !why.empty())
       prog_.decisions.push_back(why);
     else

@@ -63,8 +63,10 @@ struct PlanOptions {
   bool tmaStore = true;
   /// wgmma, with tmaStore: an accumulating dB over at most this many rows of K loads its
   /// tiles' old values and stores the sums ([Note: sm90 loaded sums]); 0: reduce-adds
-  /// always (comparisons: LCEJIT_LOADED_SUMS_ROWS).
-  int64_t loadedSumsMaxRows = kLoadedSumsMaxRows;
+  /// always. Unset: by card ([Note: loaded sums by card] in Program.h),
+  /// kLoadedSumsMaxRows on a memory interface narrower than kWideMemoryBusBits, else 0
+  /// (comparisons: LCEJIT_LOADED_SUMS_ROWS).
+  std::optional<int64_t> loadedSumsMaxRows;
   /// wgmma: the forward GEMM's CTAs run in clusters of 2 on adjacent row tiles and share
   /// each B tile through TMA multicast ([Note: sm90 multicast] in lcejit_sm90.cuh). Off
   /// only for comparisons (LCEJIT_MULTICAST=0).

@@ -1081,6 +1081,14 @@ int32_t wgmmaSharedBytes(const TileConfig &tile);
 /// instead of 3.6-4.3: with twice the MACs a byte the reduce-adds hide under the next
 /// tile's mainloop, while the loads' latency and the ring stages they hold do not.
 inline constexpr int64_t kLoadedSumsMaxRows = 1024;
+/// [Note: loaded sums by card] kLoadedSumsMaxRows is the H100's. On an H200 (session 36)
+/// the L2's reduce-adds move dW at 2.81-2.84 TB/s, 7 % under the loaded path's bulk load,
+/// add and store (3.03; the H100: 2.17 against 2.9-3.0), and a 1024-row block of Gemma-2's
+/// head runs its dB in 2.43-2.44 ms by reduce-adds against 2.54-2.55 loaded: the three
+/// ring stages the old values hold cost more than the reduce-adds' slower bytes. So the
+/// planner (PlanOptions::loadedSumsMaxRows unset) loads the sums only on a memory
+/// interface narrower than kWideMemoryBusBits; the H200 and an unknown device (planned as
+/// the H200) reduce-add. LCEJIT_LOADED_SUMS_ROWS overrides on any card.
 
 /// Whether a WgmmaBF16 dB with this tile adds to its f32 output by loading the old values
 /// through the ring and storing the sums (lcejit::sm90::GemmConfig::LOADED_SUMS, [Note:

@@ -360,7 +360,8 @@ const std::vector<KnobInfo> &allKnobs() {
        "Row blocks of this many rows (rounded down to a multiple of 128; fewer where the "
        "budget holds fewer) where the rows are blocked: to measure other run schedules than "
        "the policy's (part of the cache key)."},
-      {kLoadedSumsRows, "non-negative int (rows)", "1024",
+      {kLoadedSumsRows, "non-negative int (rows)",
+       "(planner's choice: 1024 below a 6144-bit memory bus, else 0)",
        "wgmma dB: an accumulating launch over at most this many rows of K loads its tiles' "
        "old f32 values through the ring and stores the sums instead of TMA reduce-adds "
        "([Note: sm90 loaded sums]); 0: reduce-adds always. To measure other thresholds "

@@ -2260,43 +2260,67 @@ TEST(Planner, TargetGroupsLeaveEveryBlockOfTheBucketAlone) {
 
 /// [Note: sm90 loaded sums]: a wgmma dB that writes an f32 dW through the TMA store adds
 /// to it by loading its tiles' old values over launches of at most kLoadedSumsMaxRows
-/// rows of K (or PlanOptions::loadedSumsMaxRows); without the TMA store, or where the
+/// rows of K on a memory interface narrower than kWideMemoryBusBits (an H100), by
+/// reduce-adds on the H200 and an unknown device ([Note: loaded sums by card]), or over
+/// PlanOptions::loadedSumsMaxRows rows on any card; without the TMA store, or where the
 /// tile's stages cannot hold the old values with one to spare, it never does; a negative
 /// threshold is refused naming the option.
 TEST(Planner, AnAccumulatingDbLoadsItsSumsUpToTheRowThreshold) {
   auto g = lceFused(4096, 128256, DType::BF16, std::nullopt);
-  auto thresholds = [&](const plan::PlanOptions &o) {
+  auto thresholds = [&](const plan::PlanOptions &o, int64_t expected) {
     std::vector<int64_t> t;
     for (const plan::Kernel &k : g->plan(o).kernels)
       if (const auto *d = std::get_if<plan::GemmDRhsKernel>(&k.body)) {
         t.push_back(d->loadedSumsMaxRows);
-        EXPECT_EQ(d->loadedSumsMaxRows > 0, plan::wgmmaLoadedSums(d->tile) &&
-                                                o.loadedSumsMaxRows > 0)
+        EXPECT_EQ(d->loadedSumsMaxRows > 0, plan::wgmmaLoadedSums(d->tile) && expected > 0)
             << k.name;
       }
     return t;
   };
   plan::PlanOptions o = wgmmaOptions(8192);
   o.outputTypes = {DType::F32, DType::BF16, DType::F32}; // the op's: bf16 dH, f32 dW
-  const std::vector<int64_t> byDefault = thresholds(o);
-  ASSERT_FALSE(byDefault.empty()) << "no dB";
-  for (int64_t t : byDefault)
+  // By card: an H100's 5120-bit interface loads the sums up to kLoadedSumsMaxRows rows.
+  o.target.memoryBusBits = 5120;
+  const std::vector<int64_t> narrow = thresholds(o, plan::kLoadedSumsMaxRows);
+  ASSERT_FALSE(narrow.empty()) << "no dB";
+  for (int64_t t : narrow)
     EXPECT_EQ(t, plan::kLoadedSumsMaxRows);
-  // lcejit-dump's decisions say it.
+  // lcejit-dump's decisions say it, and why.
   EXPECT_NE(decision(g->plan(o), "adds to dW over at most 1024 rows by loading the old "
-                                 "values through the ring"),
+                                 "values through the ring ([Note: sm90 loaded sums]; a "
+                                 "memory interface narrower than 6144 bits"),
             "");
-  o.loadedSumsMaxRows = 2048;
-  for (int64_t t : thresholds(o))
-    EXPECT_EQ(t, 2048);
-  o.loadedSumsMaxRows = 0;
-  for (int64_t t : thresholds(o))
-    EXPECT_EQ(t, 0);
-  EXPECT_EQ(decision(g->plan(o), "by loading the old values"), "");
-  EXPECT_NE(decision(g->plan(o), "an f32 dB leaves through shared memory and TMA"), "");
+  // The H200's 6144 bits and an unknown device (planned as the H200): reduce-adds.
+  for (int32_t bus : {6144, 0}) {
+    o.target.memoryBusBits = bus;
+    for (int64_t t : thresholds(o, 0))
+      EXPECT_EQ(t, 0) << "bus " << bus;
+    EXPECT_EQ(decision(g->plan(o), "by loading the old values"), "") << "bus " << bus;
+    EXPECT_NE(decision(g->plan(o), "an f32 dB leaves through shared memory and TMA and adds "
+                                   "to dW by TMA reduce-adds ([Note: loaded sums by card])"),
+              "")
+        << "bus " << bus;
+  }
+  // The caller's threshold holds on any card.
+  for (int32_t bus : {5120, 6144, 0}) {
+    o.target.memoryBusBits = bus;
+    o.loadedSumsMaxRows = 2048;
+    for (int64_t t : thresholds(o, 2048))
+      EXPECT_EQ(t, 2048) << "bus " << bus;
+    EXPECT_NE(decision(g->plan(o), "adds to dW over at most 2048 rows by loading the old "
+                                   "values through the ring ([Note: sm90 loaded sums]), over"),
+              "")
+        << "bus " << bus;
+    o.loadedSumsMaxRows = 0;
+    for (int64_t t : thresholds(o, 0))
+      EXPECT_EQ(t, 0) << "bus " << bus;
+    EXPECT_EQ(decision(g->plan(o), "by loading the old values"), "");
+    EXPECT_EQ(decision(g->plan(o), "loaded sums by card"), "");
+  }
+  o.target.memoryBusBits = 0;
   o.loadedSumsMaxRows = plan::kLoadedSumsMaxRows;
   o.tmaStore = false;
-  for (int64_t t : thresholds(o))
+  for (int64_t t : thresholds(o, 0))
     EXPECT_EQ(t, 0) << "dB stores from registers";
   o.tmaStore = true;
   o.loadedSumsMaxRows = -1;

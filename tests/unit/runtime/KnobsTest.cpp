@@ -218,7 +218,8 @@ TEST_F(KnobsTest, BlockRows) {
   }
 }
 
-/// [Note: sm90 loaded sums]: unset (the planner's 1024 rows), a number of rows, or 0
+/// [Note: sm90 loaded sums]: unset (the planner's by card: [Note: loaded sums by card]), a
+/// number of rows, or 0
 /// (reduce-adds always); anything else names the variable and the value.
 TEST_F(KnobsTest, LoadedSumsRows) {
   EXPECT_FALSE(knobs::loadedSumsRows().has_value()) << "default: the planner's threshold";
