@@ -18,17 +18,27 @@
 //               added to by the threads, stored by cp.async.bulk (an SM-side RMW)
 //   red-v4      red.global.add.v4.f32 from registers, coalesced
 //   ld-st       ld.global.v4 / st.global.v4 from registers, eight 16-byte loads in flight
+//   tensor-red  dB's own path (session 37): 64-row x 32-column f32 boxes staged in the
+//               128-byte swizzle and added by cp.reduce.async.bulk.tensor.2d through a
+//               tensor map (box 32 x 64, SWIZZLE_128B, L2 promotion 256B, as dB's output
+//               map), four boxes a 32 KB chunk (a 64 x 128 quarter of the tile)
+//   tensor-red-ns the same boxes unswizzled (SWIZZLE_NONE): whether the box layout
+//               changes how the L2 takes the reduce-adds
 //
 // and reports GB/s of DRAM traffic implied (2 x bytes for a RMW, 1 x for bulk-st), the
 // median of --iters runs. Each RMW variant adds a known value; the probe checks a sample
 // of elements after the runs (a wrong result fails the probe: exit 1).
 //
-// Build (here, no GPU needed):
+// Under ncu (`--metrics dram__bytes_read.sum,lts__t_sectors_op_red.sum`) the reduce
+// variants say how many times the L2 reads the matrix (session 37: L's dB on an H100 reads
+// dW 1.5 times). Build (here, no GPU needed; the tensor map's encoder comes from the driver
+// through cudaGetDriverEntryPointByVersion, so nothing links libcuda):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o .gpu/dw-rmw-probe \
 //        tools/probes/dw-rmw-probe.cu
 // Run:  .gpu/dw-rmw-probe [rows cols iters staging_chunks]   (default 256000 2304 5 1)
 //   staging_chunks: shared-memory chunks of 32 KB in flight for bulk-red / bulk-st
 //   (1 = 32 KB as dB's epilogue has today; 4 = the whole 128 KB tile).
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -141,6 +151,54 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   if (threadIdx.x < kChunkRows)
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// Byte offset of element (r, c) of a 64 x 32 f32 box in shared memory: under the 128-byte
+// swizzle (16-byte unit c / 4 of row r at unit (c / 4) ^ (r % 8)), or row-major without it.
+__device__ inline uint32_t box_offset(int r, int c, bool swizzle) {
+  int unit = swizzle ? ((c >> 2) ^ (r & 7)) : (c >> 2);
+  return uint32_t(r * 128 + (unit << 4) + ((c & 3) << 2));
+}
+
+// tensor-red / tensor-red-ns: dB's epilogue itself. A tile is four 32 KB chunks, each a
+// 64-row x 128-column quarter staged as four 64 x 32 boxes (8 KB, 1024-byte aligned), each
+// box added by one cp.reduce.async.bulk.tensor.2d through `map`; `slots` chunks of staging
+// in flight.
+__global__ void __launch_bounds__(kThreads, 1)
+    tensor_red_kernel(const __grid_constant__ CUtensorMap map, int64_t rows, int64_t cols,
+                      int slots, bool swizzle) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char *stage = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023);
+  int64_t tilesR = rows / kTileRows, tilesC = cols / kTileCols;
+  int chunk = 0;
+  for (int64_t t = blockIdx.x; t < tilesR * tilesC; t += gridDim.x) {
+    int64_t tr = t / tilesC, tc = t % tilesC;
+    for (int k = 0; k < kChunksPerTile; ++k, ++chunk) {
+      int slot = chunk % slots;
+      if (threadIdx.x == 0)
+        bulk_wait_read(slots - 1);
+      __syncthreads();
+      unsigned char *s = stage + size_t(slot) * kChunkBytes;
+      int64_t row0 = tr * kTileRows + (k / 2) * 64, col0 = tc * kTileCols + (k % 2) * 128;
+      for (int i = threadIdx.x; i < 4 * 64 * 32; i += kThreads) {
+        int b = i / (64 * 32), r = (i / 32) % 64, c = i % 32;
+        *reinterpret_cast<float *>(s + b * 8192 + box_offset(r, c, swizzle)) =
+            addend(row0 + r, col0 + 32 * b + c);
+      }
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        for (int b = 0; b < 4; ++b)
+          asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group "
+                       "[%0, {%2, %3}], [%1];" ::"l"(reinterpret_cast<uint64_t>(&map)),
+                       "r"(smem_addr(s + b * 8192)), "r"(int(col0 + 32 * b)), "r"(int(row0))
+                       : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      }
+    }
+  }
+  if (threadIdx.x == 0)
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
@@ -327,12 +385,40 @@ int main(int argc, char **argv) {
                           int(smemBulk)));
   CK(cudaFuncSetAttribute(bulk_ld_st_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           int(smemBulk)));
+  // dB's output map over the matrix (runtime/TensorMap.cpp's settings), and one unswizzled.
+  void *encodeFn = nullptr;
+  cudaDriverEntryPointQueryResult qres{};
+  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &encodeFn, 12000, cudaEnableDefault,
+                                      &qres));
+  if (!encodeFn || qres != cudaDriverEntryPointSuccess) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled not found in the driver\n");
+    return 2;
+  }
+  auto encode = reinterpret_cast<decltype(&cuTensorMapEncodeTiled)>(encodeFn);
+  CUtensorMap maps[2];
+  for (int sw = 0; sw < 2; ++sw) {
+    cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+    cuuint64_t strides[1] = {cuuint64_t(cols) * 4};
+    cuuint32_t box[2] = {32, 64}, estr[2] = {1, 1};
+    CUresult r = encode(&maps[sw], CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, m, dims, strides, box,
+                        estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        sw ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+      std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", int(r));
+      return 2;
+    }
+  }
+  size_t smemTensor = size_t(kMaxSlots) * kChunkBytes + 1024;
+  CK(cudaFuncSetAttribute(tensor_red_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          int(smemTensor)));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
 
   const Variant variants[] = {{"bulk-red", true},   {"bulk-st", false}, {"bulk-ld-st", true},
-                              {"red-v4", true},     {"ld-st", true}};
+                              {"red-v4", true},     {"ld-st", true},    {"tensor-red", true},
+                              {"tensor-red-ns", true}};
   int failed = 0;
   for (const Variant &v : variants) {
     std::string name = v.name;
@@ -349,6 +435,9 @@ int main(int argc, char **argv) {
       else if (name == "bulk-ld-st")
         bulk_ld_st_kernel<<<sms, kThreads, smemBulk>>>(
             m, rows, cols, std::max(1, std::min(slotsArg, kMaxSlots - 1)));
+      else if (name == "tensor-red" || name == "tensor-red-ns")
+        tensor_red_kernel<<<sms, kThreads, smemTensor>>>(maps[name == "tensor-red"], rows, cols,
+                                                         slotsArg, name == "tensor-red");
       else if (name == "red-v4")
         reg_rmw_kernel<true><<<sms, kThreads>>>(m, rows, cols);
       else
