@@ -1364,23 +1364,26 @@ private:
           t->bm, t->bn, t->bk, t->warpsM, t->warpsN, t->stages));
     TileConfig dbTile = wgmmaTile(); // dB's, with the TMA store ([Note: sm90 loaded sums])
     dbTile.tmaStore = true;
-    const std::string dbOut =
-        !opt_.tmaStore ? std::string("; dB stores from registers (LCEJIT_TMA_STORE=0)")
-        : loadedSumsMaxRows() > 0 && wgmmaLoadedSums(dbTile)
-            ? fmt::format("; an f32 dB leaves through shared memory and TMA, and adds to dW "
+    // How an f32 dB adds to dW ([Note: sm90 loaded sums]); with the caller's threshold unset
+    // the decision says the card chose it ([Note: loaded sums by card]).
+    const int64_t loadedRows = loadedSumsMaxRows();
+    const bool byCard = !opt_.loadedSumsMaxRows;
+    std::string dbOut;
+    if (!opt_.tmaStore)
+      dbOut = "; dB stores from registers (LCEJIT_TMA_STORE=0)";
+    else if (loadedRows > 0 && wgmmaLoadedSums(dbTile))
+      dbOut = fmt::format("; an f32 dB leaves through shared memory and TMA, and adds to dW "
                           "over at most {} rows by loading the old values through the ring "
                           "([Note: sm90 loaded sums]{}), over more by TMA reduce-adds",
-                          loadedSumsMaxRows(),
-                          opt_.loadedSumsMaxRows
-                              ? std::string()
-                              : fmt::format("; a memory interface narrower than {} bits: "
-                                            "[Note: loaded sums by card]",
-                                            kWideMemoryBusBits))
-            : fmt::format("; an f32 dB leaves through shared memory and TMA{}",
-                          opt_.loadedSumsMaxRows
-                              ? ""
-                              : " and adds to dW by TMA reduce-adds ([Note: loaded sums by "
-                                "card])");
+                          loadedRows,
+                          byCard ? fmt::format("; a memory interface narrower than {} bits: "
+                                               "[Note: loaded sums by card]",
+                                               kWideMemoryBusBits)
+                                 : std::string());
+    else
+      dbOut = std::string("; an f32 dB leaves through shared memory and TMA") +
+              (byCard ? " and adds to dW by TMA reduce-adds ([Note: loaded sums by card])"
+                      : "");
     if (std::string why = wgmmaDecision(); !why.empty())
       prog_.decisions.push_back(why);
     else
