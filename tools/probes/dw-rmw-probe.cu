@@ -30,8 +30,8 @@
 // of elements after the runs (a wrong result fails the probe: exit 1).
 //
 // Under ncu (`--metrics dram__bytes_read.sum,lts__t_sectors_op_red.sum`) the reduce
-// variants say how many times the L2 reads the matrix (session 37: L's dB on an H100 reads
-// dW 1.5 times). Build (here, no GPU needed; the tensor map's encoder comes from the driver
+// variants say how many times the L2 reads the matrix: once, on an H100 (session 38), while
+// the reduce-sector counter reads 1.5 times the matrix's sectors for every one of them. Build (here, no GPU needed; the tensor map's encoder comes from the driver
 // through cudaGetDriverEntryPointByVersion, so nothing links libcuda):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o .gpu/dw-rmw-probe \
 //        tools/probes/dw-rmw-probe.cu
