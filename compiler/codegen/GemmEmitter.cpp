@@ -120,9 +120,12 @@ void checkShape(const GemmShape &s, const std::string &what) {
                  what);
     LCEJIT_CHECK(!t.tmaStore || !t.pingpong,
                  "{}: the TMA store epilogue runs on cooperative consumers only", what);
-    LCEJIT_CHECK(t.clusterM == 1 || ((t.clusterM == 2 || t.clusterM == 4) && s.bKMajor),
-                 "{}: clusterM = {} (1, or 2 or 4 with a K-major B: [Note: sm90 multicast])",
-                 what, t.clusterM);
+    LCEJIT_CHECK(t.clusterM == 1 ||
+                     ((t.clusterM == 2 || t.clusterM == 4) &&
+                      (s.bKMajor || (t.bn / 64) % t.clusterM == 0)),
+                 "{}: clusterM = {} (1, or 2 or 4 with a K-major B or an MN-major B of a "
+                 "multiple of clusterM 64-column boxes, bn = {}: [Note: sm90 multicast])",
+                 what, t.clusterM, t.bn);
     LCEJIT_CHECK(t.splitK == 1 || ((t.splitK == 2 || t.splitK == 4) && !t.pingpong &&
                                    !t.tmaStore && t.clusterM == 1),
                  "{}: splitK = {} (1, or 2 or 4 on cooperative consumers without clusters "
@@ -182,8 +185,10 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
                "kernel '{}': only a wgmma GemmDRhs writes its output through TMA (tmaStore)",
                ctx.name());
   LCEJIT_CHECK(t.clusterM == 1 || (s.math == MathMode::WgmmaBF16 &&
-                                     ctx.kernel().kind() == plan::KernelKind::GemmReduce),
-               "kernel '{}': only a wgmma GemmReduce runs as clusters (clusterM = {})",
+                                     (ctx.kernel().kind() == plan::KernelKind::GemmReduce ||
+                                      ctx.kernel().kind() == plan::KernelKind::GemmDRhs)),
+               "kernel '{}': only a wgmma GemmReduce or GemmDRhs runs as clusters "
+               "(clusterM = {}: [Note: sm90 multicast], [Note: dB multicast])",
                ctx.name(), t.clusterM);
   LCEJIT_CHECK(!t.halves || ctx.kernel().kind() == plan::KernelKind::GemmReduce,
                "kernel '{}': only a wgmma GemmReduce runs column halves", ctx.name());

@@ -926,6 +926,8 @@ private:
   }
   /// The rows of K up to which an accumulating dB loads its sums: the caller's, else
   /// [Note: loaded sums by card] (Program.h).
+  /// [Note: dB multicast]: the wgmma dB's cluster, the caller's or kDbCluster.
+  int32_t dbCluster() const { return opt_.dbCluster > 0 ? opt_.dbCluster : kDbCluster; }
   int64_t loadedSumsMaxRows() const {
     return opt_.loadedSumsMaxRows.value_or(narrowMemoryBus() ? kLoadedSumsMaxRows : 0);
   }
@@ -1263,6 +1265,13 @@ private:
       // [Note: sm90 TMA store]: an f32 dB leaves through shared memory and TMA.
       d.tile.tmaStore = bwdMath == MathMode::WgmmaBF16 && rhsType == DType::F32 &&
                         opt_.tmaStore;
+      // [Note: dB multicast]: clusters along the row tiles sharing each H tile.
+      if (opt_.dbCluster != 0 && opt_.dbCluster != 1 && opt_.dbCluster != 2 &&
+          opt_.dbCluster != 4)
+        return fail(op, fmt::format("PlanOptions::dbCluster must be 1, 2 or 4 (CTAs), not {}",
+                                    opt_.dbCluster));
+      if (bwdMath == MathMode::WgmmaBF16 && opt_.multicast)
+        d.tile.clusterM = dbCluster();
       // [Note: sm90 loaded sums]
       if (loadedSumsMaxRows() < 0)
         return fail(op, fmt::format("PlanOptions::loadedSumsMaxRows must be >= 0 (rows), "
@@ -1364,6 +1373,7 @@ private:
           t->bm, t->bn, t->bk, t->warpsM, t->warpsN, t->stages));
     TileConfig dbTile = wgmmaTile(); // dB's, with the TMA store ([Note: sm90 loaded sums])
     dbTile.tmaStore = true;
+    dbTile.clusterM = opt_.multicast ? dbCluster() : 1; // [Note: dB multicast]
     // How an f32 dB adds to dW ([Note: sm90 loaded sums]); with the caller's threshold unset
     // the decision says the card chose it ([Note: loaded sums by card]).
     const int64_t loadedRows = loadedSumsMaxRows();
@@ -1380,10 +1390,21 @@ private:
                                                "[Note: loaded sums by card]",
                                                kWideMemoryBusBits)
                                  : std::string());
+    else if (dbTile.clusterM > 1)
+      dbOut = "; an f32 dB leaves through shared memory and TMA and adds to dW by TMA "
+              "reduce-adds (its clusters cannot load their sums)";
     else
       dbOut = std::string("; an f32 dB leaves through shared memory and TMA") +
               (byCard ? " and adds to dW by TMA reduce-adds ([Note: loaded sums by card])"
                       : "");
+    if (dbTile.clusterM > 1)
+      dbOut += fmt::format("; dB's CTAs of {} adjacent row tiles as clusters sharing each H "
+                           "tile by TMA multicast where a launch's row tiles and CTAs are "
+                           "multiples of {}{} ([Note: dB multicast]{})",
+                           dbTile.clusterM, dbTile.clusterM,
+                           dbTile.clusterM > 2 ? " (else pairs where they pair up)" : "",
+                           opt_.dbCluster > 0 ? "; given by the caller, LCEJIT_DB_CLUSTER"
+                                              : "");
     if (std::string why = wgmmaDecision(); !why.empty())
       prog_.decisions.push_back(why);
     else

@@ -75,6 +75,11 @@ struct PlanOptions {
   /// kForwardCluster ([Note: sm90 multicast]; comparisons: LCEJIT_FWD_CLUSTER). Needs
   /// `multicast`.
   int32_t forwardCluster = 0;
+  /// > 0 (1, 2 or 4): the wgmma dB's cluster along its row tiles, whose CTAs share each H
+  /// tile by TMA multicast, instead of kDbCluster ([Note: dB multicast] in lcejit_sm90.cuh;
+  /// comparisons: LCEJIT_DB_CLUSTER). Above 1 it needs `multicast`, and the dB adds to dW
+  /// by reduce-adds only ([Note: sm90 loaded sums] needs one CTA a tile).
+  int32_t dbCluster = 0;
   /// Whether the wgmma forward runs on a cooperative 128 x 256 tile whose consumers take
   /// column halves instead of ping-pong 128 x 128 tiles ([Note: sm90 column halves]); unset:
   /// the planner's choice ([Note: forward tile by card] in Program.h); LCEJIT_FWD_HALVES.

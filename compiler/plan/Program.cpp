@@ -1000,6 +1000,15 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
     }
     const int64_t tiles = ceilDiv(rows, 128) * ceilDiv(cols, t.bn);
     d.grid[0] = std::min<int64_t>(tiles, std::max<int32_t>(target.numSMs, 1));
+    // [Note: dB multicast]: clusters of c CTAs where every cluster walks c adjacent row
+    // tiles of one column tile: the row tiles, the CTAs and the order's group of 8 each a
+    // multiple of c (c = clusterM, else the largest power of two below it that fits).
+    if (kernel.kind() == KernelKind::GemmDRhs)
+      for (int32_t c = t.clusterM; c > 1; c /= 2)
+        if (ceilDiv(rows, 128) % c == 0 && d.grid[0] % c == 0 && kDRhsOrderGroup % c == 0) {
+          d.cluster = c;
+          break;
+        }
     return d;
   }
   switch (kernel.kind()) {

@@ -381,6 +381,18 @@ struct StoredTile {
 /// LCEJIT_FWD_CLUSTER, for comparisons).
 inline constexpr int32_t kForwardCluster = 2;
 
+/// [Note: dB multicast] (lcejit_sm90.cuh): the wgmma dB's persistent CTAs walk the output
+/// tiles in groups of this many row tiles (lcejit::sm90::persistent_tiles' group in
+/// gemm_drhs_kernel and gemm_drhs_tma_kernel), so a cluster of up to this many CTAs takes
+/// adjacent row tiles of one column tile.
+inline constexpr int64_t kDRhsOrderGroup = 8;
+/// [Note: dB multicast]: the wgmma dB's cluster along its row tiles when the caller gives
+/// none (PlanOptions::dbCluster, LCEJIT_DB_CLUSTER): 1, no clusters. Measured on an H100
+/// (session 39): pairs 2-3 % slower on Llama-3's 2048-row blocks (3.54-3.55 ms a block's dB
+/// against 3.47-3.49), quads 3 %; Gemma-2's 1024-row blocks lose their loaded sums (2.98-3.03
+/// against 2.49-2.56). Not yet run on an H200, where the blocks reduce-add anyway.
+inline constexpr int32_t kDbCluster = 1;
+
 /// [Note: forward CTA order] (lcejit_sm90.cuh): the wgmma forward's CTAs run in groups of
 /// this many row tiles (each group over all its column splits before the next).
 inline constexpr int32_t kForwardOrderGroup = 16;
@@ -1076,8 +1088,8 @@ int32_t wgmmaSharedBytes(const TileConfig &tile);
 /// [Note: sm90 loaded sums] The most rows of K (a row block) for which an accumulating
 /// wgmma dB loads its tiles' old values and stores the sums instead of reduce-adding them.
 /// Measured on an H100 (docs/performance.md, session 34): a 1024-row block of Gemma-2's
-/// head runs its dB in 2.44 ms instead of 2.87 (the L2's reduce-adds read dW 1.5 times
-/// from DRAM and are its limit there), but a 2048-row block of Llama-3's in 3.8-4.5 ms
+/// head runs its dB in 2.44 ms instead of 2.87 (the L2's reduce-adds move dW at 2.2 TB/s
+/// there, against 2.9-3.0 for loads and stores), but a 2048-row block of Llama-3's in 3.8-4.5 ms
 /// instead of 3.6-4.3: with twice the MACs a byte the reduce-adds hide under the next
 /// tile's mainloop, while the loads' latency and the ring stages they hold do not.
 inline constexpr int64_t kLoadedSumsMaxRows = 1024;

@@ -52,6 +52,7 @@ constexpr std::string_view kDaTile = "LCEJIT_DA_TILE";
 constexpr std::string_view kFwdGroup = "LCEJIT_FWD_GROUP";
 constexpr std::string_view kFwdL2 = "LCEJIT_FWD_L2";
 constexpr std::string_view kFwdCluster = "LCEJIT_FWD_CLUSTER";
+constexpr std::string_view kDbCluster = "LCEJIT_DB_CLUSTER";
 constexpr std::string_view kFwdHalves = "LCEJIT_FWD_HALVES";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
@@ -77,6 +78,7 @@ struct Values {
   std::optional<int64_t> fwdGroup;
   std::optional<std::string> fwdL2;
   std::optional<int64_t> fwdCluster;
+  std::optional<int64_t> dbCluster;
   std::optional<bool> fwdHalves;
   std::optional<std::array<int32_t, 6>> gemmTile;
   std::string mainloop = "auto";
@@ -267,6 +269,10 @@ std::unique_ptr<Values> readAll() {
   if (v->fwdCluster && *v->fwdCluster != 2 && *v->fwdCluster != 4)
     LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' must be 2 or 4", kFwdCluster,
                  *v->fwdCluster);
+  v->dbCluster = parsePositiveInt(kDbCluster, readEnv(kDbCluster), "CTAs");
+  if (v->dbCluster && *v->dbCluster != 1 && *v->dbCluster != 2 && *v->dbCluster != 4)
+    LCEJIT_THROW(InvalidArgument, "environment variable {}='{}' must be 1, 2 or 4", kDbCluster,
+                 *v->dbCluster);
   if (std::optional<std::string> h = readEnv(kFwdL2)) {
     // "a,b": H's and W's hint, each normal, first or last ([Note: sm90 L2 hints]).
     const std::vector<std::string> parts = split(lower(trim(*h)), ',');
@@ -376,6 +382,10 @@ const std::vector<KnobInfo> &allKnobs() {
        "The wgmma forward's CTAs of this many adjacent row tiles as a cluster sharing each W "
        "tile by TMA multicast ([Note: sm90 multicast]): to measure them (part of the cache "
        "key; LCEJIT_MULTICAST=0 turns clusters off)."},
+      {kDbCluster, "1 | 2 | 4", "1",
+       "The wgmma dB's CTAs of this many adjacent row tiles as a cluster sharing each H tile "
+       "by TMA multicast ([Note: dB multicast]); 1: no clusters. To measure them (part of "
+       "the cache key; LCEJIT_MULTICAST=0 turns clusters off)."},
       {kFwdHalves, "bool", "(planner's choice: 1 below a 6144-bit memory bus without softcap)",
        "The wgmma forward on a cooperative 128 x 256 tile whose consumers take column halves "
        "and share H's k-block, instead of ping-pong 128 x 128 tiles ([Note: sm90 column "
@@ -460,6 +470,7 @@ std::optional<int64_t> daTile() { return current().daTile; }
 std::optional<int64_t> fwdGroup() { return current().fwdGroup; }
 const std::optional<std::string> &fwdL2() { return current().fwdL2; }
 std::optional<int64_t> fwdCluster() { return current().fwdCluster; }
+std::optional<int64_t> dbCluster() { return current().dbCluster; }
 std::optional<bool> fwdHalves() { return current().fwdHalves; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }

@@ -105,6 +105,9 @@ const std::optional<std::string> &fwdL2();
 /// LCEJIT_FWD_CLUSTER: the wgmma forward's cluster size along the rows (2 or 4) instead of
 /// 2 ([Note: sm90 multicast]), to measure it. Default: unset.
 std::optional<int64_t> fwdCluster();
+/// LCEJIT_DB_CLUSTER: the wgmma dB's cluster size along its row tiles (1, 2 or 4) instead of
+/// the planner's (plan::kDbCluster; [Note: dB multicast]), to measure it. Default: unset.
+std::optional<int64_t> dbCluster();
 /// LCEJIT_FWD_HALVES: whether the wgmma forward runs on column halves of a 128 x 256 tile
 /// instead of ping-pong 128 x 128 tiles ([Note: sm90 column halves]), to measure either.
 /// Default: unset (the planner's choice, [Note: forward tile by card]).

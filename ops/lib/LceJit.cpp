@@ -113,6 +113,7 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.lhsTileWidth = static_cast<int32_t>(knobs::daTile().value_or(0));
   p.forwardOrderGroup = static_cast<int32_t>(knobs::fwdGroup().value_or(0));
   p.forwardCluster = static_cast<int32_t>(knobs::fwdCluster().value_or(0));
+  p.dbCluster = static_cast<int32_t>(knobs::dbCluster().value_or(0));
   p.forwardHalves = knobs::fwdHalves();
   if (const std::optional<std::string> &h = knobs::fwdL2()) {
     // Checked by the knob: two of normal, first, last.
@@ -175,6 +176,8 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += fmt::format("|fwd-l2={}", *h);
   if (auto c = knobs::fwdCluster())
     tile += fmt::format("|fwd-cluster={}", *c);
+  if (auto c = knobs::dbCluster())
+    tile += fmt::format("|db-cluster={}", *c);
   if (auto h = knobs::fwdHalves())
     tile += *h ? "|fwd-halves" : "|fwd-pingpong";
   // Every field of plan::Target: the SM count sets the column splits, the shared memory

@@ -569,7 +569,8 @@ struct GemmConfig {
   /// [Note: sm90 TMA store] 1: an f32 output tile leaves through shared memory
   /// and TMA (two 8 KB boxes per consumer after the stages).
   static constexpr int TMA_STORE = TMA_STORE_;
-  /// [Note: sm90 multicast] 2 or 4: B arrives in CLUSTER_M parts of BN / CLUSTER_M rows,
+  /// [Note: sm90 multicast] 2 or 4: B arrives in CLUSTER_M parts of BN / CLUSTER_M rows
+  /// (an MN-major B: in its 64-column boxes, box j from CTA j mod the cluster's size),
   /// each loaded by one CTA of a cluster and multicast to all of them (a smaller cluster's
   /// CTAs load several parts each; one CTA alone loads them all).
   static constexpr int CLUSTER_M = CLUSTER_M_;
@@ -636,9 +637,10 @@ struct GemmConfig {
   static_assert(!TMA_STORE || (!PINGPONG && BN % 32 == 0),
                 "sm90 GEMM: the TMA store epilogue runs on cooperative consumers");
   static_assert(SMEM_BYTES <= 232448, "sm90 GEMM: shared memory over 227 KB");
-  static_assert(CLUSTER_M == 1 || ((CLUSTER_M == 2 || CLUSTER_M == 4) && MAJOR_B == K_MAJOR),
+  static_assert(CLUSTER_M == 1 || ((CLUSTER_M == 2 || CLUSTER_M == 4) &&
+                                    (MAJOR_B == K_MAJOR || (BN / 64) % CLUSTER_M == 0)),
                 "sm90 GEMM: clusters of 2 or 4 along M, with a K-major B (parts of BN / "
-                "CLUSTER_M rows)");
+                "CLUSTER_M rows) or an MN-major B of a multiple of CLUSTER_M 64-column boxes");
   /// A consumer's partial tile in the split-K exchange: BN / 2 floats per thread.
   static constexpr int SPLIT_BYTES = 128 * (BN / 2) * 4;
   static_assert(SPLIT_K == 1 || ((SPLIT_K == 2 || SPLIT_K == 4) && !PINGPONG && !TMA_STORE &&
@@ -1170,7 +1172,20 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
                 tma_load_2d<HA>(a_dst + j * 8192, &map_a, bar, m, k0);
             }
           }
-          if (MC) {
+          if (MC && Cfg::MAJOR_B != K_MAJOR) {
+            // [Note: dB multicast]: an MN-major B's 64-column boxes, box j from CTA j mod cn.
+            const u16 mask = static_cast<u16>((1u << cn) - 1u);
+#pragma unroll
+            for (int j = 0; j < BN / 64; ++j) {
+              if ((static_cast<u32>(j) & (cn - 1u)) != rank)
+                continue; // another CTA's box
+              if (cn > 1)
+                tma_load_2d_multicast<HB>(b_dst + j * 8192, &map_b, bar, n0 + 64 * j, k0,
+                                          mask);
+              else
+                tma_load_2d<HB>(b_dst + j * 8192, &map_b, bar, n0 + 64 * j, k0);
+            }
+          } else if (MC) {
             constexpr int PART = BN / Cfg::CLUSTER_M; // rows; 128 bytes each
             const u16 mask = static_cast<u16>((1u << cn) - 1u);
 #pragma unroll
@@ -2103,7 +2118,8 @@ template <class Cfg> struct F32TmaOutEpilogue {
   /// at 2.2 TB/s of read + write traffic whatever the staging (tools/probes/dw-rmw-probe:
   /// one to six 32 KB chunks in flight a SM), where a bulk load, an add by the threads and
   /// a bulk store move it at 2.9-3.0; ncu puts a 1024-row block's dB at 4.0-4.3 GB of DRAM
-  /// reads (1.5 times dW, plus the values) and 46 % tensor activity. So where the block is
+  /// reads and 46 % tensor activity (the reduce-adds read dW once, session 38: the rest is
+  /// the operands, read from DRAM about twice). So where the block is
   /// short in K, the producer loads the tile's old boxes by TMA into the ring's next
   /// LOAD_STAGES stages after the tile's k-blocks (gemm_tiles), and tile_loaded adds the
   /// accumulators to them in place and stores each stage's boxes plainly, giving the stage
@@ -2463,6 +2479,27 @@ gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
   }
 }
 
+/// [Note: dB multicast] dB's output tiles (128 vocabulary columns x 256 of D) walk the
+/// grouped order down the rows first, so CTAs 2i and 2i + 1 take row tiles 2r and 2r + 1
+/// of one column tile and read the same B tile (H's block rows, 64 x 256 a k-block: 32 KB,
+/// two thirds of a stage). With CLUSTER_M = 2 or 4 (PlanOptions::dbCluster,
+/// LCEJIT_DB_CLUSTER) they run as a cluster, each CTA loading its share of the tile's four
+/// 64-column boxes multicast into every CTA's stage: the L2 serves a third less to dB's
+/// SMs (pairs; ncu on the H100: 18 % fewer L2 read sectors) and the cluster's CTAs walk in
+/// step. The launch (plan::Program::launchDims) gives clusters only where each cluster's
+/// CTAs walk adjacent row tiles of one column tile at every step: the row tiles, the CTAs
+/// and the order's group of 8 all multiples of its size; `pair` is then that size. A launch
+/// without a cluster, or one outside that contract (the host makes none), runs with `pair`
+/// 1: each CTA loads all four boxes and waits for no other. A cluster's dB adds to dW by
+/// reduce-adds ([Note: sm90 loaded sums] needs one CTA a tile). Measured on the H100
+/// (session 39, docs/performance.md): no faster (L's dB 3.55 ms a block against 3.48),
+/// so the planner's default, plan::kDbCluster, is no clusters.
+__device__ __forceinline__ u32 drhs_pair(i64 rows) {
+  const u32 c = cluster_nctarank();
+  const i64 tiles_m = (rows + 127) / 128;
+  return c > 1 && tiles_m % c == 0 && gridDim.x % c == 0 && 8 % c == 0 ? c : 1u;
+}
+
 /// GemmDRhs: out [cols, k] rows [chunk_begin, + chunk_cols) = dZ^T * A, K = n
 /// (A operand dZ [n, chunk_cols] MN-major, B operand the forward A [n, k]
 /// MN-major). `accumulate` (row blocks after the first of an f32 out; any out
@@ -2479,14 +2516,17 @@ gemm_drhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
     GroupSumEpilogue<TargetT, RoundedOutEpilogue<OutElem>> e{
         {out, chunk_cols, k, chunk_begin, accumulate}, static_cast<const u16 *>(sums), head,
         target, n, k, cols, chunk_begin, chunk_cols, group_rows};
-    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n);
+    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n,
+                    Cfg::CLUSTER_M > 1 ? drhs_pair(chunk_cols) : 1u);
   } else if constexpr (OutElem::BYTES == 4) {
     // elem_f32: written, or added to by float2 vector reductions (F32OutEpilogue).
     F32OutEpilogue e{static_cast<float *>(out), chunk_cols, k, k, chunk_begin, accumulate};
-    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n);
+    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n,
+                    Cfg::CLUSTER_M > 1 ? drhs_pair(chunk_cols) : 1u);
   } else {
     RoundedOutEpilogue<OutElem> e{out, chunk_cols, k, chunk_begin, accumulate};
-    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n);
+    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n,
+                    Cfg::CLUSTER_M > 1 ? drhs_pair(chunk_cols) : 1u);
   }
 }
 
@@ -2508,7 +2548,8 @@ gemm_drhs_tma_kernel(const TensorMap &map_a, const TensorMap &map_b, const Tenso
                            Cfg::LOADED_SUMS && accumulate && n <= loaded_rows};
   // [Note: stored values in dW]: with slab_split >= 0, the launch's slabs through map_a,
   // the rows from slab_head on through map_tail ([Note: slab tails]).
-  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n, 1,
+  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n,
+                  Cfg::CLUSTER_M > 1 ? drhs_pair(chunk_cols) : 1u,
                   SlabA{nullptr, slab_split, map_tail, slab_head});
 }
 

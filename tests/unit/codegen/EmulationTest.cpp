@@ -256,10 +256,11 @@ struct LceRun {
   static size_t bytes(int64_t elems, DType t) {
     return static_cast<size_t>(elems * dtypeSize(t)) + 16;
   }
-  void run(HostModule &m, bool outputFree = false) {
+  void run(HostModule &m, bool outputFree = false,
+           const std::function<void(runtime::LaunchRecord &)> &edit = {}) {
     if (!y.empty()) // memcpy from a null y.data() (N = 0) is undefined (UBSan)
       std::memcpy(yb.p, y.data(), y.size() * 8);
-    m.run(buffers, n, outputFree);
+    m.run(buffers, n, outputFree, edit);
   }
   const int64_t *errorWord(const Program &p) const {
     return reinterpret_cast<const int64_t *>(ws.as<char>() +
@@ -1097,11 +1098,14 @@ struct Sm90Case {
   int32_t cluster = 0;             ///< > 0: PlanOptions::forwardCluster
   std::optional<bool> halves = std::nullopt; ///< PlanOptions::forwardHalves
   std::optional<int64_t> loadedRows = std::nullopt; ///< PlanOptions::loadedSumsMaxRows
+  int32_t dbCluster = 0; ///< > 0: PlanOptions::dbCluster ([Note: dB multicast])
 };
 /// What the launches of the calls run so far did.
 struct Sm90Seen {
   bool pairs = false, quads = false, tmaStore = false, splitK = false, streamK = false,
        inPlace = false, loadedSums = false, reduceAdds = false;
+  /// [Note: dB multicast]: a dB in clusters of 2 and of 4, an accumulating one in clusters.
+  bool dbPairs = false, dbQuads = false, dbClusterAdds = false;
 };
 /// [Note: the expected dZ floor]
 /// The floor of fast precision's gradients is the error that one bf16 rounding of dZ
@@ -1264,6 +1268,7 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
     po.forwardHalves = c.halves;
     if (c.loadedRows)
       po.loadedSumsMaxRows = *c.loadedRows;
+    po.dbCluster = c.dbCluster;
   });
   if (c.halves.value_or(false)) {
     // [Note: sm90 column halves]: the plan took them.
@@ -1309,10 +1314,16 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
                                                         << c.expect << "'";
   EXPECT_EQ(schedule.find("OVER BUDGET"), std::string::npos);
   for (const runtime::LaunchRecord &l : ep.launches) {
-    const bool dA = std::holds_alternative<plan::GemmDLhsKernel>(
-        q.kernels[static_cast<size_t>(l.kernel)].body);
-    seen.pairs |= !dA && l.dims.cluster == 2;
-    seen.quads |= !dA && l.dims.cluster == 4;
+    const plan::Kernel &kernel = q.kernels[static_cast<size_t>(l.kernel)];
+    const bool dA = std::holds_alternative<plan::GemmDLhsKernel>(kernel.body);
+    const bool fwd = std::holds_alternative<plan::GemmReduceKernel>(kernel.body);
+    const bool dB = std::holds_alternative<plan::GemmDRhsKernel>(kernel.body);
+    seen.pairs |= fwd && l.dims.cluster == 2;
+    seen.quads |= fwd && l.dims.cluster == 4;
+    seen.dbPairs |= dB && l.dims.cluster == 2;
+    seen.dbQuads |= dB && l.dims.cluster == 4;
+    seen.dbClusterAdds |= dB && l.dims.cluster > 1 && l.rowBlock > 0;
+    EXPECT_TRUE(dB || dA || fwd || l.dims.cluster == 1) << kernel.name << " in clusters";
     seen.splitK |= dA && l.dims.cluster > 1;
     seen.streamK |= dA && l.dims.cooperative;
     seen.tmaStore |= l.maps.size() == 3;
@@ -1435,6 +1446,18 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
        0, std::nullopt, 0, std::nullopt, 0},
       {384, 0.0, 200, 32, 116, false, "then 1 row block of 96 rows", 72, 0, 0, std::nullopt, 0,
        std::nullopt, 64},
+      // [Note: dB multicast] (LCEJIT_DB_CLUSTER): dB's CTAs of adjacent row tiles in clusters
+      // sharing each H tile. 8 row tiles of 2 column tiles (a tail of 64) on 4 CTAs in
+      // quads; launches of 2 slabs in pairs; blocks whose dB adds by reduce-adds in pairs;
+      // quads asked for, chunks of 2 row tiles in pairs and of 1 alone.
+      {1024, 5.0, 300, 0, 0, false, "one row block", 320, 0, 0, std::nullopt, 0, std::nullopt,
+       std::nullopt, 4},
+      {1024, 0.0, 257, 0, 0, false, "dA's last round in chains", 320, 256, 0, std::nullopt, 0,
+       std::nullopt, std::nullopt, 2},
+      {512, 0.0, 200, 32, 116, false, "rows blocked so that a block's stored values fit", 72,
+       0, 0, std::nullopt, 0, std::nullopt, std::nullopt, 2},
+      {296, 5.0, 200, 32, 0, true, "row blocks of 32 rows, 2 chunks of 256 columns", 72, 0, 0,
+       std::nullopt, 0, std::nullopt, std::nullopt, 4},
   };
   Sm90Seen seen;
   for (const Sm90Case &c : cases)
@@ -1448,6 +1471,52 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
   EXPECT_TRUE(seen.splitK) << "no dA split its k-blocks over a cluster";
   EXPECT_TRUE(seen.streamK) << "no dA ran stream-K groups or chains";
   EXPECT_TRUE(seen.inPlace) << "no Program scaled its stored values in place";
+  EXPECT_TRUE(seen.dbPairs) << "no dB ran in cluster pairs";
+  EXPECT_TRUE(seen.dbQuads) << "no dB ran in clusters of 4";
+  EXPECT_TRUE(seen.dbClusterAdds) << "no accumulating dB ran in clusters";
+}
+
+/// [Note: dB multicast]: a dB launched in cluster pairs outside the host's contract (3 row
+/// tiles of 2 column tiles on 4 CTAs, so that the second pair's CTAs take row tile 2 of
+/// column tile 0 and row tile 0 of column tile 1) notices it and runs each CTA alone: the
+/// gradients match fp64 and the run as planned (no clusters) bit for bit.
+TEST(Emulation, Sm90DbClustersOutsideTheContractRunAlone) {
+  SKIP_WITHOUT_HOST_TOOLCHAIN();
+  LceOptions o = smallLce();
+  o.v = 384;
+  o.d = 320;
+  o.dwType = DType::F32;
+  o.dhType = DType::BF16;
+  const int64_t n = 300;
+  Program q = plannedLce(o, DType::BF16, [&](plan::PlanOptions &po) {
+    po.name = "sm90_db_pairs_off_contract";
+    po.tokens = n;
+    po.mainloop = plan::Mainloop::Wgmma;
+    po.target.numSMs = 4;
+    po.dbCluster = 2;
+  });
+  HostModule module(q);
+  ASSERT_TRUE(module.sm90());
+  LceRun r(q, o, n, 0, /*outputFree=*/true);
+  int forced = 0;
+  r.run(module, /*outputFree=*/true, [&](runtime::LaunchRecord &l) {
+    if (!std::holds_alternative<plan::GemmDRhsKernel>(
+            q.kernels[static_cast<size_t>(l.kernel)].body))
+      return;
+    EXPECT_EQ(l.dims.cluster, 1) << "3 row tiles do not pair up";
+    if (l.dims.grid[0] % 2 == 0) {
+      l.dims.cluster = 2;
+      ++forced;
+    }
+  });
+  ASSERT_GT(forced, 0) << "no dB launch of an even grid to force into pairs";
+  EXPECT_FALSE(runtime::decodeErrorWord(r.errorWord(q)).any());
+  const std::vector<char> forcedDw(r.dw.as<char>(), r.dw.as<char>() + o.v * o.d * 4);
+  Reference ref = reference(o, n, r.h, r.w, r.y);
+  expectBf16DzBound("grad_weight", o.dwType, r.dw.p, ref.dw);
+  r.run(module, /*outputFree=*/true);
+  EXPECT_EQ(std::memcmp(forcedDw.data(), r.dw.p, forcedDw.size()), 0)
+      << "the forced pairs' dW differs from the planned launch's";
 }
 
 /// The Hopper path on the data the GPU suite uses to find numerical trouble: peaked rows

@@ -330,14 +330,18 @@ void HostModule::launch(runtime::LaunchRecord &rec, int block, long long gridX, 
                                               rec.dims.cooperative ? 1 : 0);
 }
 
-void HostModule::run(const runtime::ProgramBuffers &buffers, int64_t n, bool outputFree) {
+void HostModule::run(const runtime::ProgramBuffers &buffers, int64_t n, bool outputFree,
+                     const std::function<void(runtime::LaunchRecord &)> &edit) {
   runtime::ExecutionPlan plan =
       runtime::planExecution(program_, buffers, program_.runSchedule(n, outputFree));
   for (const runtime::MemsetRecord &m : plan.memsets)
     std::memset(reinterpret_cast<void *>(m.pointer), 0,
                 static_cast<size_t>(m.bytes));
-  for (runtime::LaunchRecord &rec : plan.launches)
+  for (runtime::LaunchRecord &rec : plan.launches) {
+    if (edit)
+      edit(rec);
     launch(rec, rec.dims.block, rec.dims.grid[0], rec.dims.sharedBytes);
+  }
 }
 
 void HostModule::launchWith(const runtime::LaunchRecord &rec, int block, long long gridX,

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,7 +64,10 @@ public:
   /// order; a WgmmaBF16 GEMM's operands as emulated tensor maps).
   /// `outputFree`: the call overwrites its outputs, so the schedule may keep its stored
   /// values in dW's memory ([Note: stored values in dW]), as the op's prepared runs do.
-  void run(const runtime::ProgramBuffers &buffers, int64_t n, bool outputFree = false);
+  /// `edit`, when given, may change each launch record before it runs (tests of launches
+  /// outside the host's contract).
+  void run(const runtime::ProgramBuffers &buffers, int64_t n, bool outputFree = false,
+           const std::function<void(runtime::LaunchRecord &)> &edit = {});
   /// One launch of a planned run with its geometry changed (launch-contract tests): block
   /// threads, grid x and dynamic shared bytes instead of the record's.
   void launchWith(const runtime::LaunchRecord &rec, int block, long long gridX, int smem);

@@ -2184,6 +2184,84 @@ TEST(Planner, ForwardClustersOfFourFallBackToPairs) {
   EXPECT_EQ(decision(quads, "forward clusters"), "");
 }
 
+/// [Note: dB multicast]: PlanOptions::dbCluster (LCEJIT_DB_CLUSTER) runs every wgmma dB as
+/// clusters of 2 or 4 adjacent row tiles sharing each H tile; such a dB adds to dW by
+/// reduce-adds even where the card would load its sums (clusters cannot), and the plan
+/// says so. A launch gets clusters where its row tiles and CTAs are multiples of the size
+/// (quads fall back to pairs), else none; without multicast, or by default
+/// (kDbCluster = 1), no dB has clusters; a size other than 1, 2 or 4 is refused.
+TEST(Planner, DbClustersShareHAlongTheRowTiles) {
+  auto g = lceFused(4096, 128256, DType::BF16, std::nullopt);
+  auto plan = [&](int32_t cluster, bool multicast = true, int32_t sms = 132) {
+    plan::PlanOptions o = wgmmaOptions(8192);
+    o.outputTypes = {DType::F32, DType::BF16, DType::F32}; // f32 dW through the TMA store
+    o.target.memoryBusBits = 5120;                         // the H100: loaded sums by card
+    o.target.numSMs = sms;
+    o.dbCluster = cluster;
+    o.multicast = multicast;
+    return g->plan(o);
+  };
+  auto dbs = [](const plan::Program &p) {
+    std::vector<int32_t> k;
+    for (int32_t i = 0; i < static_cast<int32_t>(p.kernels.size()); ++i)
+      if (std::holds_alternative<plan::GemmDRhsKernel>(p.kernels[static_cast<size_t>(i)].body))
+        k.push_back(i);
+    EXPECT_FALSE(k.empty()) << "no dB";
+    return k;
+  };
+  EXPECT_EQ(plan::kDbCluster, 1);
+  for (const plan::Program &p : {plan(0), plan(1), plan(2, false)})
+    for (int32_t k : dbs(p)) {
+      const auto &d = std::get<plan::GemmDRhsKernel>(p.kernels[static_cast<size_t>(k)].body);
+      EXPECT_EQ(d.tile.clusterM, 1) << p.kernels[static_cast<size_t>(k)].name;
+      EXPECT_EQ(d.loadedSumsMaxRows, plan::kLoadedSumsMaxRows) << "the H100 loads its sums";
+      EXPECT_EQ(p.launchDims(k, 2048, 128256).cluster, 1);
+    }
+  EXPECT_EQ(decision(plan(0), "[Note: dB multicast]"), "");
+
+  const plan::Program pairs = plan(2);
+  for (int32_t k : dbs(pairs)) {
+    const auto &d = std::get<plan::GemmDRhsKernel>(pairs.kernels[static_cast<size_t>(k)].body);
+    EXPECT_EQ(d.tile.clusterM, 2);
+    EXPECT_EQ(d.loadedSumsMaxRows, 0) << "a cluster's dB reduce-adds";
+    EXPECT_FALSE(plan::wgmmaLoadedSums(d.tile));
+  }
+  EXPECT_NE(decision(pairs, "adds to dW by TMA reduce-adds (its clusters cannot load their "
+                            "sums); dB's CTAs of 2 adjacent row tiles as clusters sharing each "
+                            "H tile by TMA multicast where a launch's row tiles and CTAs are "
+                            "multiples of 2 ([Note: dB multicast]; given by the caller, "
+                            "LCEJIT_DB_CLUSTER)"),
+            "");
+  EXPECT_EQ(decision(pairs, "by loading the old values"), "");
+  const plan::Program quads = plan(4);
+  const int32_t q = dbs(quads).front(), p2 = dbs(pairs).front();
+  // Chunk columns (128 a row tile) -> cluster: 1002 row tiles (16 column tiles: 132 CTAs)
+  // -> 2 of 4, 2; 1001 -> 1; 4 -> 4, 2; 6 -> 2; 2 -> 2; 1 -> 1.
+  for (const auto &[cc, quad, pair] : std::vector<std::tuple<int64_t, int32_t, int32_t>>{
+           {128256, 2, 2}, {128128, 1, 1}, {512, 4, 2}, {700, 2, 2}, {256, 2, 2}, {100, 1, 1}}) {
+    const plan::LaunchDims dq = quads.launchDims(q, 2048, cc), dp = pairs.launchDims(p2, 2048, cc);
+    EXPECT_EQ(dq.cluster, quad) << "cc = " << cc;
+    EXPECT_EQ(dp.cluster, pair) << "cc = " << cc;
+    EXPECT_EQ(dq.grid[0] % dq.cluster, 0) << "cc = " << cc;
+    EXPECT_EQ(dq.grid[0], dp.grid[0]) << "cc = " << cc;
+  }
+  // An odd number of CTAs (a device of 131 SMs) cannot pair up.
+  const plan::Program odd = plan(2, true, 131);
+  EXPECT_EQ(odd.launchDims(dbs(odd).front(), 2048, 128256).grid[0], 131);
+  EXPECT_EQ(odd.launchDims(dbs(odd).front(), 2048, 128256).cluster, 1);
+  EXPECT_EQ(odd.launchDims(dbs(odd).front(), 2048, 256).cluster, 2) << "32 tiles, 32 CTAs";
+
+  try {
+    (void)plan(3);
+    ADD_FAILURE() << "a dB cluster of 3 was planned";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("PlanOptions::dbCluster must be 1, 2 or 4 (CTAs), "
+                                         "not 3"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 /// [Note: forward CTA order by card]: the wgmma forward runs its CTAs in groups of 16 row
 /// tiles on a device with a memory interface of 6144 bits or more (an H200) or an unknown
 /// one, and of 8 on a narrower one (an H100's 5120), saying so; a caller's group

@@ -147,7 +147,7 @@ TEST_F(KnobsTest, WorkspaceMB) {
 /// The integer knobs with a fixed set of values: unset by default (the planner's choice),
 /// each good value read back, each bad one an error naming the variable and the value.
 /// LCEJIT_DA_TILE takes one of the three dA widths, LCEJIT_FWD_GROUP an even count from 2
-/// to 64, LCEJIT_FWD_CLUSTER a cluster of 2 or 4.
+/// to 64, LCEJIT_FWD_CLUSTER a cluster of 2 or 4, LCEJIT_DB_CLUSTER one of 1, 2 or 4.
 TEST_F(KnobsTest, ChoiceKnobs) {
   struct Choice {
     const char *name;
@@ -158,6 +158,7 @@ TEST_F(KnobsTest, ChoiceKnobs) {
       {"LCEJIT_DA_TILE", knobs::daTile, {"128", "192", "256"}, {"100", "0", "wide", "512"}},
       {"LCEJIT_FWD_GROUP", knobs::fwdGroup, {"2", "4", "8", "64"}, {"3", "0", "66", "many"}},
       {"LCEJIT_FWD_CLUSTER", knobs::fwdCluster, {"2", "4"}, {"1", "3", "8", "quad"}},
+      {"LCEJIT_DB_CLUSTER", knobs::dbCluster, {"1", "2", "4"}, {"0", "3", "8", "pair"}},
   };
   for (const Choice &c : choices) {
     SCOPED_TRACE(c.name);
@@ -396,7 +397,7 @@ TEST_F(KnobsTest, RegistryListsEveryKnob) {
       "LCEJIT_STORE_IN_OUTPUT", "LCEJIT_DA_TILE",   "LCEJIT_DA_STREAMK",
       "LCEJIT_DA_CHAIN",       "LCEJIT_TARGET_GROUPS", "LCEJIT_FWD_GROUP",
       "LCEJIT_FWD_L2",         "LCEJIT_FWD_CLUSTER",  "LCEJIT_FWD_HALVES",
-      "LCEJIT_LOADED_SUMS_ROWS"};
+      "LCEJIT_LOADED_SUMS_ROWS", "LCEJIT_DB_CLUSTER"};
   EXPECT_EQ(names, expected);
   env.set("LCEJIT_LOG", "compile");
   std::string help = knobs::describeKnobs();
