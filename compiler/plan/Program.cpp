@@ -923,6 +923,18 @@ int64_t Program::rowStrideBytes(const BufferRef &b) const {
 
 static int64_t dzBytes(DzFormat f) { return f == DzFormat::F32 ? 4 : 2; }
 
+namespace {
+/// [Note: sm90 multicast], [Note: dB multicast]: the cluster a launch gets, clusterM or the
+/// largest power of two below it for which `fits(c)` (the launch's tiles group into
+/// clusters of c), else 1 (no cluster).
+template <class Fits> int32_t largestCluster(int32_t clusterM, Fits fits) {
+  for (int32_t c = clusterM; c > 1; c /= 2)
+    if (fits(c))
+      return c;
+  return 1;
+}
+} // namespace
+
 LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSplits,
                                bool chain) const {
   LCEJIT_CHECK(idx >= 0 && idx < static_cast<int32_t>(kernels.size()), "kernel index {}", idx);
@@ -947,11 +959,7 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
       // split, which the grouped order makes consecutive when the row tiles are a multiple
       // of c: c = clusterM, else the largest power of two below it that divides them
       // (quads fall back to pairs; the kernel loads the parts a smaller cluster leaves).
-      for (int32_t c = t.clusterM; c > 1; c /= 2)
-        if (ceilDiv(n, 128) % c == 0) {
-          d.cluster = c;
-          break;
-        }
+      d.cluster = largestCluster(t.clusterM, [&](int32_t c) { return ceilDiv(n, 128) % c == 0; });
       return d;
     case KernelKind::GemmDz:
       // [Note: a per-row reference]: a filtered dZ GEMM runs kRowFilterSplits CTAs per row
@@ -1004,11 +1012,9 @@ LaunchDims Program::launchDims(int32_t idx, int64_t n, int64_t cc, int32_t runSp
     // tiles of one column tile: the row tiles, the CTAs and the order's group of 8 each a
     // multiple of c (c = clusterM, else the largest power of two below it that fits).
     if (kernel.kind() == KernelKind::GemmDRhs)
-      for (int32_t c = t.clusterM; c > 1; c /= 2)
-        if (ceilDiv(rows, 128) % c == 0 && d.grid[0] % c == 0 && kDRhsOrderGroup % c == 0) {
-          d.cluster = c;
-          break;
-        }
+      d.cluster = largestCluster(t.clusterM, [&](int32_t c) {
+        return ceilDiv(rows, 128) % c == 0 && d.grid[0] % c == 0 && kDRhsOrderGroup % c == 0;
+      });
     return d;
   }
   switch (kernel.kind()) {

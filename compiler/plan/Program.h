@@ -382,9 +382,8 @@ struct StoredTile {
 inline constexpr int32_t kForwardCluster = 2;
 
 /// [Note: dB multicast] (lcejit_sm90.cuh): the wgmma dB's persistent CTAs walk the output
-/// tiles in groups of this many row tiles (lcejit::sm90::persistent_tiles' group in
-/// gemm_drhs_kernel and gemm_drhs_tma_kernel), so a cluster of up to this many CTAs takes
-/// adjacent row tiles of one column tile.
+/// tiles in groups of this many row tiles (lcejit::sm90::DRHS_GROUP, the same number), so a
+/// cluster of up to this many CTAs takes adjacent row tiles of one column tile.
 inline constexpr int64_t kDRhsOrderGroup = 8;
 /// [Note: dB multicast]: the wgmma dB's cluster along its row tiles when the caller gives
 /// none (PlanOptions::dbCluster, LCEJIT_DB_CLUSTER): 1, no clusters. Measured on an H100

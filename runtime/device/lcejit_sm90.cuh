@@ -1172,8 +1172,9 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
                 tma_load_2d<HA>(a_dst + j * 8192, &map_a, bar, m, k0);
             }
           }
-          if (MC && Cfg::MAJOR_B != K_MAJOR) {
-            // [Note: dB multicast]: an MN-major B's 64-column boxes, box j from CTA j mod cn.
+          if (Cfg::MAJOR_B != K_MAJOR) {
+            // An MN-major B in its 64-column boxes; in a cluster ([Note: dB multicast]) box
+            // j from CTA j mod cn, multicast (alone, cn = 1 and rank 0: every box).
             const u16 mask = static_cast<u16>((1u << cn) - 1u);
 #pragma unroll
             for (int j = 0; j < BN / 64; ++j) {
@@ -1198,12 +1199,8 @@ __device__ __forceinline__ void gemm_tiles(const TensorMap &map_a,
               else
                 tma_load_2d<HB>(b_dst + p * PART * 128, &map_b, bar, k0, n0 + p * PART);
             }
-          } else if (Cfg::MAJOR_B == K_MAJOR) {
-            tma_load_2d<HB>(b_dst, &map_b, bar, k0, n0);
           } else {
-#pragma unroll
-            for (int j = 0; j < BN / 64; ++j)
-              tma_load_2d<HB>(b_dst + j * 8192, &map_b, bar, n0 + 64 * j, k0);
+            tma_load_2d<HB>(b_dst, &map_b, bar, k0, n0);
           }
           if (++s == STAGES) {
             s = 0;
@@ -2494,10 +2491,20 @@ gemm_dlhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
 /// reduce-adds ([Note: sm90 loaded sums] needs one CTA a tile). Measured on the H100
 /// (session 39, docs/performance.md): no faster (L's dB 3.55 ms a block against 3.48),
 /// so the planner's default, plan::kDbCluster, is no clusters.
-__device__ __forceinline__ u32 drhs_pair(i64 rows) {
+/// dB's persistent tiles over `rows` (the chunk's columns) x k, in groups of DRHS_GROUP row
+/// tiles (plan::kDRhsOrderGroup).
+enum : int { DRHS_GROUP = 8 }; // an enumerator: NVRTC warns of an unused constexpr variable
+template <class Cfg>
+__device__ __forceinline__ PersistentTiles drhs_tiles(i64 rows, i64 k) {
+  return persistent_tiles<Cfg>(rows, k, DRHS_GROUP);
+}
+/// The CTAs sharing dB's B tiles: the cluster's where the launch keeps the contract, else 1.
+template <class Cfg> __device__ __forceinline__ u32 drhs_pair(i64 rows) {
+  if constexpr (Cfg::CLUSTER_M == 1)
+    return 1u;
   const u32 c = cluster_nctarank();
   const i64 tiles_m = (rows + 127) / 128;
-  return c > 1 && tiles_m % c == 0 && gridDim.x % c == 0 && 8 % c == 0 ? c : 1u;
+  return c > 1 && tiles_m % c == 0 && gridDim.x % c == 0 && DRHS_GROUP % c == 0 ? c : 1u;
 }
 
 /// GemmDRhs: out [cols, k] rows [chunk_begin, + chunk_cols) = dZ^T * A, K = n
@@ -2516,17 +2523,17 @@ gemm_drhs_kernel(const TensorMap &map_a, const TensorMap &map_b, void *out,
     GroupSumEpilogue<TargetT, RoundedOutEpilogue<OutElem>> e{
         {out, chunk_cols, k, chunk_begin, accumulate}, static_cast<const u16 *>(sums), head,
         target, n, k, cols, chunk_begin, chunk_cols, group_rows};
-    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n,
-                    Cfg::CLUSTER_M > 1 ? drhs_pair(chunk_cols) : 1u);
+    gemm_tiles<Cfg>(map_a, map_b, drhs_tiles<Cfg>(chunk_cols, k), e, n,
+                    drhs_pair<Cfg>(chunk_cols));
   } else if constexpr (OutElem::BYTES == 4) {
     // elem_f32: written, or added to by float2 vector reductions (F32OutEpilogue).
     F32OutEpilogue e{static_cast<float *>(out), chunk_cols, k, k, chunk_begin, accumulate};
-    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n,
-                    Cfg::CLUSTER_M > 1 ? drhs_pair(chunk_cols) : 1u);
+    gemm_tiles<Cfg>(map_a, map_b, drhs_tiles<Cfg>(chunk_cols, k), e, n,
+                    drhs_pair<Cfg>(chunk_cols));
   } else {
     RoundedOutEpilogue<OutElem> e{out, chunk_cols, k, chunk_begin, accumulate};
-    gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n,
-                    Cfg::CLUSTER_M > 1 ? drhs_pair(chunk_cols) : 1u);
+    gemm_tiles<Cfg>(map_a, map_b, drhs_tiles<Cfg>(chunk_cols, k), e, n,
+                    drhs_pair<Cfg>(chunk_cols));
   }
 }
 
@@ -2548,9 +2555,8 @@ gemm_drhs_tma_kernel(const TensorMap &map_a, const TensorMap &map_b, const Tenso
                            Cfg::LOADED_SUMS && accumulate && n <= loaded_rows};
   // [Note: stored values in dW]: with slab_split >= 0, the launch's slabs through map_a,
   // the rows from slab_head on through map_tail ([Note: slab tails]).
-  gemm_tiles<Cfg>(map_a, map_b, persistent_tiles<Cfg>(chunk_cols, k, 8), e, n,
-                  Cfg::CLUSTER_M > 1 ? drhs_pair(chunk_cols) : 1u,
-                  SlabA{nullptr, slab_split, map_tail, slab_head});
+  gemm_tiles<Cfg>(map_a, map_b, drhs_tiles<Cfg>(chunk_cols, k), e, n,
+                  drhs_pair<Cfg>(chunk_cols), SlabA{nullptr, slab_split, map_tail, slab_head});
 }
 
 } // namespace sm90
