@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Summarizes `lcejit-bench --case ...` logs: results, paired ratios and launch traces.
+"""Summarizes `lcejit-bench --case ...` logs (or `--tokens N ...`, whose case is `custom`):
+results, paired ratios and launch traces.
 
 Every session that compares two builds or two knob settings reads the same things out of
 the logs: each case's op and cuBLAS medians, its paired ratio (--paired), and from the
@@ -21,10 +22,10 @@ import argparse
 import re
 import sys
 
-RESULT = re.compile(r"^\| ([A-Z]) \| (\d+) \| (\d+) \| (\d+) \| [^|]* \| ([\d.]+) \| [\d.]+ \| "
+RESULT = re.compile(r"^\| ([A-Z]|custom) \| (\d+) \| (\d+) \| (\d+) \| [^|]* \| ([\d.]+) \| [\d.]+ \| "
                     r"([\d.]+) \| [\d.]+ \| ([\d.]+) \|")
-PAIRED = re.compile(r"^\| ([A-Z]) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| ([\d.]+)-([\d.]+) \|")
-TRACE = re.compile(r"^([A-Z]) trace:")
+PAIRED = re.compile(r"^\| ([A-Z]|custom) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| ([\d.]+)-([\d.]+) \|")
+TRACE = re.compile(r"^([A-Z]|custom) trace:")
 TOTAL = re.compile(r"one call, \d+ launches back to back: ([\d.]+) ms in kernels")
 BLOCK = re.compile(r"^\s*\|\s*(\d+)\s*\|\s*\d+\s*\|\s*[\d.]+\s*\|(.*)\|\s*$")
 KERNEL = re.compile(r"(\w+) (\d+)x ([\d.]+)")
