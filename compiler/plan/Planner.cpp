@@ -924,10 +924,10 @@ private:
   bool narrowMemoryBus() const {
     return opt_.target.memoryBusBits > 0 && opt_.target.memoryBusBits < kWideMemoryBusBits;
   }
-  /// The rows of K up to which an accumulating dB loads its sums: the caller's, else
-  /// [Note: loaded sums by card] (Program.h).
   /// [Note: dB multicast]: the wgmma dB's cluster, the caller's or kDbCluster.
   int32_t dbCluster() const { return opt_.dbCluster > 0 ? opt_.dbCluster : kDbCluster; }
+  /// The rows of K up to which an accumulating dB loads its sums: the caller's, else
+  /// [Note: loaded sums by card] (Program.h).
   int64_t loadedSumsMaxRows() const {
     return opt_.loadedSumsMaxRows.value_or(narrowMemoryBus() ? kLoadedSumsMaxRows : 0);
   }
