@@ -1463,7 +1463,7 @@ private:
       }
       if (materialized) {
         // [Note: staged stored values]: the wgmma forward's stored values through shared
-        // memory (ping-pong and column halves have the 17 KB after their stages).
+        // memory (ping-pong and column halves have the 32 KB after their stages).
         const bool staged = opt_.forwardStaged.value_or(true);
         for (Kernel &k : prog_.kernels)
           if (auto *g = std::get_if<GemmReduceKernel>(&k.body);
@@ -1472,10 +1472,10 @@ private:
             g->gemm.tile.stagedValues = staged;
             prog_.decisions.push_back(fmt::format(
                 "forward's stored values: {}", staged
-                    ? fmt::format("staged through {} KB of shared memory (32 rows a "
-                                  "consumer), stored by asynchronous bulk copies of a row each "
-                                  "([Note: staged stored values]){}",
-                                  2 * 32 * (g->gemm.tile.epilogueCols() * 2 + 16) / 1024,
+                    ? fmt::format("staged through {} KB of shared memory (a consumer's 64-row "
+                                  "slice), stored in 16-byte row chunks ([Note: staged stored "
+                                  "values]){}",
+                                  2 * 64 * g->gemm.tile.epilogueCols() * 2 / 1024,
                                   opt_.forwardStaged ? ", given by the caller (LCEJIT_FWD_STAGED)"
                                                      : "")
                     : "each lane's 4-byte pairs stored directly, given by the caller "

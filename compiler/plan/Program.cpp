@@ -739,7 +739,7 @@ constexpr int64_t kWgmmaF32BoxBytes = 64 * 32 * 4;
 
 int32_t wgmmaSharedBytes(const TileConfig &t) {
   const int64_t epilogue = t.tmaStore       ? 2 * 2 * kWgmmaF32BoxBytes
-                           : t.stagedValues ? int64_t(2) * 32 * (t.epilogueCols() * 2 + 16)
+                           : t.stagedValues ? int64_t(2) * 64 * t.epilogueCols() * 2
                                             : 0;
   return static_cast<int32_t>(1024 + t.stages * wgmmaStageBytes(t) + epilogue +
                               2 * t.stages * 8);

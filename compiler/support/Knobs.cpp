@@ -396,9 +396,9 @@ const std::vector<KnobInfo> &allKnobs() {
        "halves]; where the vocabulary is a multiple of 256): to measure it (part of the "
        "cache key)."},
       {kFwdStaged, "bool", "1",
-       "Whether the wgmma forward's stored values leave through shared memory by bulk copies "
-       "of a row each ([Note: staged stored values]) instead of each lane's 4-byte pairs: to "
-       "measure either (part of the cache key)."},
+       "Whether the wgmma forward's stored values leave through shared memory in 16-byte row "
+       "chunks ([Note: staged stored values]) instead of each lane's 4-byte pairs: to measure "
+       "either (part of the cache key)."},
       {kFwdL2, "H,W: each normal | first | last", "normal,normal",
        "The L2 eviction priority of the wgmma forward's TMA loads of H's row tiles and W's "
        "column tiles ([Note: sm90 L2 hints]): to measure them (part of the cache key)."},

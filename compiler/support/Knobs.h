@@ -113,7 +113,7 @@ std::optional<int64_t> dbCluster();
 /// Default: unset (the planner's choice, [Note: forward tile by card]).
 std::optional<bool> fwdHalves();
 /// LCEJIT_FWD_STAGED: whether the wgmma forward's stored values leave through shared memory
-/// by bulk copies ([Note: staged stored values]); 0 stores each lane's 4-byte pairs
+/// in 16-byte row chunks ([Note: staged stored values]); 0 stores each lane's 4-byte pairs
 /// directly, to measure either. Default: unset (staged).
 std::optional<bool> fwdStaged();
 /// LCEJIT_GEMM_TILE: a tensor-core GEMM tile for every GEMM of a plan, for tuning:

@@ -283,13 +283,6 @@ __device__ __forceinline__ void tma_store_2d(const TensorMap *map, u32 src, int 
                  "r"(src), "r"(x), "r"(y)
                  : "memory");
 }
-/// `bytes` (a multiple of 16) from shared memory at `src` to global memory at `dst` (both
-/// 16-byte aligned) by the TMA unit, in the thread's open bulk group.
-__device__ __forceinline__ void bulk_store(void *dst, u32 src, u32 bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
-               "r"(src), "r"(bytes)
-               : "memory");
-}
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
@@ -633,12 +626,11 @@ struct GemmConfig {
   static constexpr int BOX_BYTES = 64 * 32 * 4; ///< one f32 box: 64 rows x 32 columns
   static constexpr int EPI_OFFSET = STAGES * STAGE_BYTES;
   /// [Note: staged stored values] 1: the forward's stored values leave through shared
-  /// memory, 32 rows of a consumer's WN columns at a time (rows padded by 16 bytes).
+  /// memory, a 64-row slice of a consumer's WN columns at a time (16 KB each).
   static constexpr int STAGED_VALUES = STAGED_VALUES_;
-  static constexpr int VALUE_ROW_BYTES = WN * 2 + 16;
-  static constexpr int VALUE_STAGE_BYTES = 32 * VALUE_ROW_BYTES;
+  static constexpr int VALUE_SLICE_BYTES = 64 * WN * 2;
   static constexpr int EPI_BYTES =
-      TMA_STORE ? 2 * 2 * BOX_BYTES : STAGED_VALUES ? CONSUMERS * VALUE_STAGE_BYTES : 0;
+      TMA_STORE ? 2 * 2 * BOX_BYTES : STAGED_VALUES ? CONSUMERS * VALUE_SLICE_BYTES : 0;
   static constexpr int BAR_OFFSET = EPI_OFFSET + EPI_BYTES;
   /// 1024 bytes of slack to align the base, the stages, the barriers.
   static constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;
@@ -1646,54 +1638,56 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
             m, tt, [&](int k) { return acc[4 * (k / 2) + 2 * h + k % 2]; });
       lse_merge(part[j][h][S], part[j][h][S + 1], m, tt);
     }
+    if constexpr (Epi::STORE && Cfg::STAGED_VALUES)
+      flush_values(row0, col0, t);
   }
-  /// [Note: staged stored values] The 32 rows of one half h of a consumer's 64-row slice
-  /// (rows 16 w + 8 h + 0..7 of warp w) go to its VALUE_STAGE_BYTES of shared memory as the
-  /// lanes hold them (stage row 8 w + lane / 4, rows padded to WN * 2 + 16 bytes, so that
-  /// the 8 rows of a store instruction hit distinct banks), and leave by asynchronous bulk
-  /// copies (cp.async.bulk, the TMA unit), one of each row's WN * 2 contiguous bytes,
-  /// issued by the consumer's first warp. The stage is written again only after those
-  /// copies have read it (their issuers' bulk_wait_read, then the consumer's barrier).
-  /// Each lane storing its own 4-byte pairs instead wrote 8 rows x 16 bytes an
-  /// instruction and waited on the stores' drain in the epilogue: the column-halves
-  /// forward spent 4-8 % of its time on them (H100, session 41; LCEJIT_FWD_STAGED=0).
-  __device__ __forceinline__ u32 value_stage() const {
-    return smem_base() + Cfg::EPI_OFFSET + consumer * Cfg::VALUE_STAGE_BYTES;
+  /// [Note: staged stored values] A consumer's 64-row slice of stored values goes to its
+  /// VALUE_SLICE_BYTES of shared memory as the lanes hold it (4 bytes a lane, a row's 16-byte
+  /// chunk c at chunk c ^ (row & 7), so that the 8 rows of one store instruction hit
+  /// distinct banks), and leaves in whole 16-byte chunks, each row's WN columns by WN / 8
+  /// lanes: a store instruction then covers 2 x 256 contiguous bytes, where the lanes'
+  /// own 4-byte pairs covered 8 rows x 16 bytes, half of each 32-byte sector (ncu, H100:
+  /// the column-halves forward spent 4-8 % of its time on those stores, session 41).
+  __device__ __forceinline__ u32 value_slice() const {
+    return smem_base() + Cfg::EPI_OFFSET + consumer * Cfg::VALUE_SLICE_BYTES;
   }
-  /// The values of thread t's row of half h (packed pairs in acc[4 g + 2 h], as pack_values
-  /// leaves them; the target column's element set to 0 where zero_col >= 0, a column of
-  /// the tile), staged and stored. Every consumer thread calls it.
-  template <int R>
-  __device__ __forceinline__ void stage_values(const float (&acc)[R], int h, i64 row,
-                                               i64 col0, int t, int zero_col) const {
-    static_assert(R / 4 * 16 == Cfg::WN * 2, "a row's packed pairs fill its WN columns");
-    if (t < 32)
-      bulk_wait_read<0>(); // the previous half's copies have read the stage
-    named_bar_sync(9 + consumer, 128);
-    const u32 stage_row = value_stage() + (8 * (t / 32) + (t % 32) / 4) * Cfg::VALUE_ROW_BYTES;
-    if (row < n) {
-      // Made opaque so that the 16 addresses are formed here, not hoisted out of the tile
-      // loop into registers held through the mainloop (ptxas spilled).
-      u32 base = stage_row + 4 * (t % 4);
-      opaque_u32(base);
+  /// The shared-memory address of element (r, c) of the slice (c a column of the tile).
+  __device__ __forceinline__ u32 value_addr(int r, int c) const {
+    return value_slice() + r * (Cfg::WN * 2) + 16 * ((c >> 3) ^ (r & 7)) + 2 * (c & 7);
+  }
+  /// The slice's rows row0 .. row0 + 63 below n, from shared memory to the stored values.
+  __device__ __forceinline__ void flush_values(i64 row0, i64 col0, int t) const {
+    constexpr int CHUNKS = Cfg::WN / 8; // 16-byte chunks a row
+    constexpr int STEP = 128 / CHUNKS;  // rows a pass of the consumer's 128 threads
+    const int c = t % CHUNKS;
+    named_bar_sync(9 + consumer, 128); // the slice is in shared memory
+    const i64 r0 = row0 + t / CHUNKS;
+    // One row's address, then a constant stride, unless the slice straddles the head of
+    // a slab layout ([Note: slab tails]), where each row finds its own.
+    const i64 h = epi.store_head < n ? epi.store_head : n;
+    const bool uniform = epi.store_split < 0 || row0 + 64 <= h || row0 >= h;
+    const i64 stride = epi.store_split < 0 ? cols : 128;
+    u16 *p0 = stored_at(epi.store_values, epi.store_slabs2, epi.store_split, epi.store_stride,
+                        epi.store_head, n, cols, r0, col0) +
+              8 * c;
+    static_assert(STEP == 8, "the rows of a thread keep one swizzle (WN = 128)");
+    const int rt = t / CHUNKS;
+    const u32 src = value_slice() + rt * (Cfg::WN * 2) + 16 * (c ^ (rt & 7));
 #pragma unroll
-      for (int g = 0; g < R / 4; ++g)
-        st_shared_u32(base + 16 * g, __float_as_uint(acc[4 * g + 2 * h]));
-      if (zero_col >= 0)
-        st_shared_u16(stage_row + 2 * zero_col, 0);
-      fence_proxy_async_shared(); // the copies (async proxy) read what st.shared wrote
+    for (int k = 0; k < 64 / STEP; ++k) {
+      const int r = t / CHUNKS + STEP * k;
+      const i64 row = row0 + r;
+      // r & 7 is (t / CHUNKS) & 7 for every k (STEP is 8): the thread's chunk offset.
+      const uint4 v = ld_shared_u32x4(src + static_cast<u32>(STEP * k * Cfg::WN * 2));
+      if (row < n) {
+        u16 *p = uniform ? p0 + static_cast<i64>(STEP * k) * stride
+                         : stored_at(epi.store_values, epi.store_slabs2, epi.store_split,
+                                     epi.store_stride, epi.store_head, n, cols, row, col0) +
+                               8 * c;
+        st_cs_u32x4(p, v); // [Note: streamed outputs]
+      }
     }
-    named_bar_sync(9 + consumer, 128); // the stage holds the half's rows
-    if (t < 32) {
-      // Stage row t is row 16 (t / 8) + 8 h + t % 8 of the slice, whose first row is this
-      // thread's row less its own offset in the slice.
-      const i64 srow = row - acc_row(2 * h, t) + 16 * (t / 8) + 8 * h + t % 8;
-      if (srow < n)
-        bulk_store(stored_at(epi.store_values, epi.store_slabs2, epi.store_split,
-                             epi.store_stride, epi.store_head, n, cols, srow, col0),
-                   value_stage() + t * Cfg::VALUE_ROW_BYTES, Cfg::WN * 2);
-      bulk_commit();
-    }
+    named_bar_sync(9 + consumer, 128); // read: the next slice may overwrite it
   }
   /// [Note: the materialized backward] (plan/Program.h): lse_of_values over the thread's
   /// R / 2 values of a row, and in the same pass the stored values fp16(factor(v) *
@@ -1723,11 +1717,8 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
     sm = fmaxf(sm, shfl_xor(sm, 2));
     const float base = sm == -f32_inf() ? 0.f : sm;
     pack_values<false>(acc, rv, h, row, col0, t, base);
-    if constexpr (Cfg::STAGED_VALUES)
-      stage_values(acc, h, row, col0, t, -1);
     if (row < n) {
-      if constexpr (!Cfg::STAGED_VALUES)
-        store_pairs(acc, h, row, col0, t);
+      store_pairs(acc, h, row, col0, t);
       if (t % 4 == 0)
         static_cast<float *>(epi.store_tile_max)[row * (cols / Cfg::WN) + col0 / Cfg::WN] = base;
     }
@@ -1763,6 +1754,22 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   template <int R>
   __device__ __forceinline__ void store_pairs(const float (&acc)[R], int h, i64 row, i64 col0,
                                               int t) const {
+    if constexpr (Cfg::STAGED_VALUES) {
+      // [Note: staged stored values]: into the slice; flush_values stores it. The row's
+      // base and swizzle are made opaque here, so that the 16 addresses are formed at each
+      // tile's stores: hoisted out of the tile loop they held 16 registers through the
+      // mainloop, and ptxas spilled.
+      const int r = acc_row(2 * h, t);
+      u32 row_base = value_slice() + r * (Cfg::WN * 2) + 4 * (t % 4);
+      u32 x = static_cast<u32>(r & 7);
+      opaque_u32(row_base);
+      opaque_u32(x);
+#pragma unroll
+      for (int g = 0; g < R / 4; ++g)
+        st_shared_u32(row_base + 16u * (static_cast<u32>(g) ^ x),
+                      __float_as_uint(acc[4 * g + 2 * h]));
+      return;
+    }
     // [Note: stored values in dW]: a tile's columns lie in one slab (BN divides 128).
     u32 *out = reinterpret_cast<u32 *>(stored_at(epi.store_values, epi.store_slabs2,
                                                  epi.store_split, epi.store_stride,
@@ -1799,21 +1806,19 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
     // values are 0 (ex2.approx.ftz), at least e^-87 below the row's largest (m >= c where
     // the target is in the row), far under bf16's 2^-9.
     pack_values<true>(acc, rv, h, row, col0, t, ref);
-    if constexpr (Cfg::STAGED_VALUES) {
-      const i64 rel = epi.store_target(rv) - col0 - 2 * (t % 4);
-      const bool zero = rel >= 0 && rel < 2 * R && (rel % 8) < 2;
-      stage_values(acc, h, row, col0, t, zero ? static_cast<int>(rel) + 2 * (t % 4) : -1);
-      return;
-    }
     if (row < n) {
       store_pairs(acc, h, row, col0, t);
       // The target column stores 0 (its dZ goes whole through the residual): one 2-byte
       // store after the pair's, by the same thread (a select per element, or the target
       // kept live across the loop, made ptxas spill).
       const i64 rel = epi.store_target(rv) - col0 - 2 * (t % 4);
-      if (rel >= 0 && rel < 2 * R && (rel % 8) < 2)
-        *stored_at(epi.store_values, epi.store_slabs2, epi.store_split, epi.store_stride,
-                   epi.store_head, n, cols, row, col0 + rel + 2 * (t % 4)) = 0;
+      if (rel >= 0 && rel < 2 * R && (rel % 8) < 2) {
+        if constexpr (Cfg::STAGED_VALUES)
+          st_shared_u16(value_addr(acc_row(2 * h, t), static_cast<int>(rel) + 2 * (t % 4)), 0);
+        else
+          *stored_at(epi.store_values, epi.store_slabs2, epi.store_split, epi.store_stride,
+                     epi.store_head, n, cols, row, col0 + rel + 2 * (t % 4)) = 0;
+      }
     }
   }
   /// Quad shuffles finish each row of a consumer. With ping-pong both consumers hold
@@ -1821,11 +1826,6 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   /// halves of every tile: each writes its own entry (2 split + g) of the row's partials,
   /// so nothing is exchanged between them.
   __device__ __forceinline__ void finish(int g, int t) {
-    // [Note: staged stored values]: the last copies have read the stage before the CTA
-    // leaves.
-    if constexpr (Epi::STORE && Cfg::STAGED_VALUES)
-      if (t < 32)
-        bulk_wait<0>();
 #pragma unroll
     for (int j = 0; j < SL; ++j)
 #pragma unroll

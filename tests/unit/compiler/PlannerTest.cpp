@@ -2299,7 +2299,7 @@ TEST(Planner, ForwardOrderGroupFollowsTheMemoryInterface) {
 }
 
 /// [Note: staged stored values]: the materialized wgmma forward (ping-pong or column halves)
-/// stages its stored values through 17 KB of shared memory after its stages, saying so, unless
+/// stages its stored values through 32 KB of shared memory after its stages, saying so, unless
 /// the caller turns it off (LCEJIT_FWD_STAGED=0); a forward that stores nothing (the
 /// recompute) stages nothing. The launch's shared memory follows the tile.
 TEST(Planner, ForwardStagesItsStoredValues) {
@@ -2327,13 +2327,13 @@ TEST(Planner, ForwardStagesItsStoredValues) {
   const Seen pp = forward(std::nullopt, false, mat);
   ASSERT_TRUE(pp.stored);
   EXPECT_TRUE(pp.staged);
-  EXPECT_EQ(pp.shared, 1024 + 6 * 32768 + 2 * 32 * (128 * 2 + 16) + 96);
-  EXPECT_EQ(pp.why, "forward's stored values: staged through 17 KB of shared memory (32 rows a "
-                    "consumer), stored by asynchronous bulk copies of a row each ([Note: "
-                    "staged stored values])");
+  EXPECT_EQ(pp.shared, 1024 + 6 * 32768 + 2 * 64 * 128 * 2 + 96);
+  EXPECT_EQ(pp.why, "forward's stored values: staged through 32 KB of shared memory (a "
+                    "consumer's 64-row slice), stored in 16-byte row chunks ([Note: staged "
+                    "stored values])");
   const Seen halves = forward(std::nullopt, true, mat);
   EXPECT_TRUE(halves.staged);
-  EXPECT_EQ(halves.shared, 1024 + 4 * 49152 + 2 * 32 * (128 * 2 + 16) + 64);
+  EXPECT_EQ(halves.shared, 1024 + 4 * 49152 + 2 * 64 * 128 * 2 + 64);
   const Seen asked = forward(true, false, mat);
   EXPECT_TRUE(asked.staged);
   EXPECT_NE(asked.why.find("given by the caller (LCEJIT_FWD_STAGED)"), std::string::npos)

@@ -116,12 +116,10 @@ struct PendingWgmma {
 };
 
 struct PendingStore {
-  const lcejit::sm90::TensorMap *map; ///< null: a bulk copy of `bytes` to `dst`
+  const lcejit::sm90::TensorMap *map;
   u32 src;
   int coord[3];
   bool add;
-  void *dst = nullptr;
-  u32 bytes = 0;
 };
 
 enum class Mode { Late, Early };
@@ -493,12 +491,8 @@ inline void load(emu::u32 dst, const TensorMap *map, emu::u32 bar, int x, int y,
   }
 }
 inline void store_now(const emu::PendingStore &s) {
-  emu::CtaState &c = emu::cta();
-  if (!s.map) { // cp.async.bulk.global.shared::cta
-    std::memcpy(s.dst, emu::at(c, s.src, s.bytes, "bulk copy source"), s.bytes);
-    return;
-  }
   const emu::EmuTensorMap &m = map_of(s.map);
+  emu::CtaState &c = emu::cta();
   if (s.add && m.elem_bytes != 4)
     ::lcejit_emu::fail("TMA reduce-add: only f32 maps are emulated");
   for (emu::u32 l = 0; l < m.box[2]; ++l)
@@ -554,16 +548,6 @@ template <bool ADD> inline void tma_store_2d(const TensorMap *map, emu::u32 src,
   else
     emu::ts().open_stores.push_back(s);
 }
-inline void bulk_store(void *dst, emu::u32 src, emu::u32 bytes) {
-  if (bytes % 16 != 0 || src % 16 != 0 || reinterpret_cast<unsigned long long>(dst) % 16 != 0)
-    ::lcejit_emu::fail("cp.async.bulk: addresses and size must be multiples of 16 bytes");
-  emu::check_async_proxy(emu::cta(), src, bytes, "a bulk copy");
-  emu::PendingStore s{nullptr, src, {0, 0, 0}, false, dst, bytes};
-  if (emu::mode == emu::Mode::Early)
-    detail_emu::store_now(s);
-  else
-    emu::ts().open_stores.push_back(s);
-}
 inline void bulk_commit() {
   emu::ts().store_groups.push_back(std::move(emu::ts().open_stores));
   emu::ts().open_stores.clear();
@@ -597,12 +581,12 @@ inline void st_shared_f32x4(emu::u32 addr, float x, float y, float z, float w) {
   float v[4] = {x, y, z, w};
   std::memcpy(emu::at(emu::cta(), addr, 16, "st.shared.v4.f32"), v, 16);
 }
+// [Note: staged stored values]: only generic loads read these (no TMA copy), so they are not
+// noted as unfenced for the async proxy (the list would grow by every value of every tile).
 inline void st_shared_u32(emu::u32 addr, emu::u32 v) {
-  emu::note_generic_write(addr, 4);
   std::memcpy(emu::at(emu::cta(), addr, 4, "st.shared.b32"), &v, 4);
 }
 inline void st_shared_u16(emu::u32 addr, unsigned short v) {
-  emu::note_generic_write(addr, 2);
   std::memcpy(emu::at(emu::cta(), addr, 2, "st.shared.b16"), &v, 2);
 }
 inline uint4 ld_shared_u32x4(emu::u32 addr) {
