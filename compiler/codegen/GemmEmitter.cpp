@@ -192,14 +192,6 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
                ctx.name(), t.clusterM);
   LCEJIT_CHECK(!t.halves || ctx.kernel().kind() == plan::KernelKind::GemmReduce,
                "kernel '{}': only a wgmma GemmReduce runs column halves", ctx.name());
-  LCEJIT_CHECK(!t.stagedValues ||
-                   (s.math == MathMode::WgmmaBF16 &&
-                    ctx.kernel().kind() == plan::KernelKind::GemmReduce &&
-                    std::get<plan::GemmReduceKernel>(ctx.kernel().body).stored &&
-                    (t.pingpong || t.halves) && t.bm == 128),
-               "kernel '{}': only a wgmma GemmReduce with stored values on ping-pong or "
-               "column halves stages them ([Note: staged stored values])",
-               ctx.name());
   LCEJIT_CHECK(t.splitK == 1 || (s.math == MathMode::WgmmaBF16 &&
                                   ctx.kernel().kind() == plan::KernelKind::GemmDLhs),
                "kernel '{}': only a wgmma GemmDLhs splits K over a cluster (splitK = {})",
@@ -211,8 +203,7 @@ void emitConfig(CodeWriter &w, const KernelContext &ctx, const GemmShape &s) {
            ctx.name());
     w.line("#endif");
     w.line("{}", sm90GemmConfigTypedef(cfg, t.bn, t.stages, s.aKMajor, s.bKMajor, t.pingpong,
-                                       t.tmaStore, t.clusterM, t.splitK, t.bm, t.halves,
-                                       t.stagedValues));
+                                       t.tmaStore, t.clusterM, t.splitK, t.bm, t.halves));
     w.line("static_assert({}::SMEM_BYTES == {}, \"shared-memory layout must match "
            "plan::wgmmaSharedBytes\");",
            cfg, ctx.launchDims().sharedBytes);

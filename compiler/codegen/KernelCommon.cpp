@@ -254,10 +254,10 @@ bool isCIdentifier(const std::string &s) {
 std::string sm90GemmConfigTypedef(const std::string &name, int32_t bn, int32_t stages,
                                   bool aKMajor, bool bKMajor, bool pingpong, bool tmaStore,
                                   int32_t clusterM, int32_t splitK, int32_t bm,
-                                  bool halves, bool stagedValues) {
+                                  bool halves) {
   const int32_t trailing[] = {pingpong ? 1 : 0, tmaStore ? 1 : 0, clusterM, splitK, bm,
-                              halves ? 1 : 0, stagedValues ? 1 : 0};
-  const int32_t defaults[] = {0, 0, 1, 1, 128, 0, 0};
+                              halves ? 1 : 0};
+  const int32_t defaults[] = {0, 0, 1, 1, 128, 0};
   size_t used = std::size(trailing);
   while (used > 0 && trailing[used - 1] == defaults[used - 1])
     --used;

@@ -112,11 +112,11 @@ bool isCIdentifier(const std::string &s);
 const char *gemmElemTag(DType t);
 
 /// `typedef lcejit::sm90::GemmConfig<...> name;` with the template's trailing parameters
-/// (PINGPONG, TMA_STORE, CLUSTER_M, SPLIT_K, BM, HALVES, STAGED_VALUES) written up to the
-/// last one that is not its default.
+/// (PINGPONG, TMA_STORE, CLUSTER_M, SPLIT_K, BM, HALVES) written up to the last one that
+/// is not its default.
 std::string sm90GemmConfigTypedef(const std::string &name, int32_t bn, int32_t stages,
                                   bool aKMajor, bool bKMajor, bool pingpong, bool tmaStore,
                                   int32_t clusterM, int32_t splitK, int32_t bm,
-                                  bool halves = false, bool stagedValues = false);
+                                  bool halves = false);
 
 } // namespace lcejit::codegen::detail

@@ -1462,25 +1462,6 @@ private:
         materialized = true;
       }
       if (materialized) {
-        // [Note: staged stored values]: the wgmma forward's stored values through shared
-        // memory (ping-pong and column halves have the 32 KB after their stages).
-        const bool staged = opt_.forwardStaged.value_or(true);
-        for (Kernel &k : prog_.kernels)
-          if (auto *g = std::get_if<GemmReduceKernel>(&k.body);
-              g && g->stored && g->gemm.math == MathMode::WgmmaBF16 && g->gemm.tile.bm == 128 &&
-              (g->gemm.tile.pingpong || g->gemm.tile.halves)) {
-            g->gemm.tile.stagedValues = staged;
-            prog_.decisions.push_back(fmt::format(
-                "forward's stored values: {}", staged
-                    ? fmt::format("staged through {} KB of shared memory (a consumer's 64-row "
-                                  "slice), stored in 16-byte row chunks ([Note: staged stored "
-                                  "values]){}",
-                                  2 * 64 * g->gemm.tile.epilogueCols() * 2 / 1024,
-                                  opt_.forwardStaged ? ", given by the caller (LCEJIT_FWD_STAGED)"
-                                                     : "")
-                    : "each lane's 4-byte pairs stored directly, given by the caller "
-                      "(LCEJIT_FWD_STAGED=0)"));
-          }
         // One backward line: the materialized one replaces the recompute's.
         std::erase_if(prog_.decisions, [](const std::string &d) {
           return d.rfind(kRecomputeDecision, 0) == 0;

@@ -85,10 +85,6 @@ struct PlanOptions {
   /// the planner's choice ([Note: forward tile by card] in Program.h); LCEJIT_FWD_HALVES.
   /// Only where the vocabulary is a multiple of 256.
   std::optional<bool> forwardHalves;
-  /// Whether the wgmma forward's stored values leave through shared memory in 16-byte row
-  /// chunks ([Note: staged stored values] in lcejit_sm90.cuh; TileConfig::stagedValues)
-  /// instead of each lane's 4-byte pairs; unset: yes; LCEJIT_FWD_STAGED.
-  std::optional<bool> forwardStaged;
   /// The materialized schedule stores a bounded value (a softcap) against a constant
   /// reference, any other against each row's target value ([Note: a per-row reference]),
   /// and the backward scales rows instead of forming dZ in a pass over the stored values

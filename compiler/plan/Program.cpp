@@ -210,8 +210,6 @@ static json toJ(const TileConfig &t) {
     j["split_k"] = t.splitK;
   if (t.halves)
     j["halves"] = true;
-  if (t.stagedValues)
-    j["staged_values"] = true;
   return j;
 }
 
@@ -738,9 +736,7 @@ static int64_t wgmmaStageBytes(const TileConfig &t) {
 constexpr int64_t kWgmmaF32BoxBytes = 64 * 32 * 4;
 
 int32_t wgmmaSharedBytes(const TileConfig &t) {
-  const int64_t epilogue = t.tmaStore       ? 2 * 2 * kWgmmaF32BoxBytes
-                           : t.stagedValues ? int64_t(2) * 64 * t.epilogueCols() * 2
-                                            : 0;
+  const int64_t epilogue = t.tmaStore ? 2 * 2 * kWgmmaF32BoxBytes : 0;
   return static_cast<int32_t>(1024 + t.stages * wgmmaStageBytes(t) + epilogue +
                               2 * t.stages * 8);
 }

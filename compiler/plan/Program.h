@@ -212,11 +212,6 @@ struct TileConfig {
   /// 2 columns (epilogueCols), as a ping-pong consumer sees bn, and writes its own partial
   /// entry.
   bool halves = false;
-  /// WgmmaBF16 GemmReduce with stored values, ping-pong or column halves: the values leave
-  /// through shared memory, a consumer's 64-row slice at a time, in 16-byte row chunks
-  /// ([Note: staged stored values] in lcejit_sm90.cuh; 64 x epilogueCols x 2 bytes a
-  /// consumer after the stages). Set by the planner (PlanOptions::forwardStaged).
-  bool stagedValues = false;
   int32_t threads() const { return 32 * warpsM * warpsN; }
   /// The columns of a consumer's epilogue tile: the stored values' tile (their tile
   /// maxima, a slab's share) and the forward's partials are per this many columns.
@@ -1086,8 +1081,7 @@ int32_t gemmSharedBytes(const TileConfig &tile, int64_t aBytes, int64_t bBytes,
 
 /// The shared memory of a WgmmaBF16 GEMM (lcejit::sm90::GemmConfig::SMEM_BYTES): 1024
 /// bytes of alignment slack, stages of [128 x 64 A][bn x 64 B] bf16, with tmaStore 32 KB
-/// of f32 boxes (with stagedValues two consumers' 64 x epilogueCols bf16 slices), 16 bytes
-/// of barriers per stage.
+/// of f32 boxes, 16 bytes of barriers per stage.
 int32_t wgmmaSharedBytes(const TileConfig &tile);
 
 /// [Note: sm90 loaded sums] The most rows of K (a row block) for which an accumulating

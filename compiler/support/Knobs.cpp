@@ -54,7 +54,6 @@ constexpr std::string_view kFwdL2 = "LCEJIT_FWD_L2";
 constexpr std::string_view kFwdCluster = "LCEJIT_FWD_CLUSTER";
 constexpr std::string_view kDbCluster = "LCEJIT_DB_CLUSTER";
 constexpr std::string_view kFwdHalves = "LCEJIT_FWD_HALVES";
-constexpr std::string_view kFwdStaged = "LCEJIT_FWD_STAGED";
 
 constexpr std::array<std::string_view, kNumDumpStages> kDumpStageNames = {
     "graph", "mlir", "passes", "plan", "cuda", "ptx", "sass"};
@@ -81,7 +80,6 @@ struct Values {
   std::optional<int64_t> fwdCluster;
   std::optional<int64_t> dbCluster;
   std::optional<bool> fwdHalves;
-  std::optional<bool> fwdStaged;
   std::optional<std::array<int32_t, 6>> gemmTile;
   std::string mainloop = "auto";
   std::string backward = "materialized";
@@ -316,8 +314,6 @@ std::unique_ptr<Values> readAll() {
   v->storeInOutput = parseBool(kStoreInOutput, readEnv(kStoreInOutput), true);
   if (std::optional<std::string> h = readEnv(kFwdHalves))
     v->fwdHalves = parseBool(kFwdHalves, h, false);
-  if (std::optional<std::string> h = readEnv(kFwdStaged))
-    v->fwdStaged = parseBool(kFwdStaged, h, true);
   return v;
 }
 
@@ -395,10 +391,6 @@ const std::vector<KnobInfo> &allKnobs() {
        "and share H's k-block, instead of ping-pong 128 x 128 tiles ([Note: sm90 column "
        "halves]; where the vocabulary is a multiple of 256): to measure it (part of the "
        "cache key)."},
-      {kFwdStaged, "bool", "1",
-       "Whether the wgmma forward's stored values leave through shared memory in 16-byte row "
-       "chunks ([Note: staged stored values]) instead of each lane's 4-byte pairs: to measure "
-       "either (part of the cache key)."},
       {kFwdL2, "H,W: each normal | first | last", "normal,normal",
        "The L2 eviction priority of the wgmma forward's TMA loads of H's row tiles and W's "
        "column tiles ([Note: sm90 L2 hints]): to measure them (part of the cache key)."},
@@ -480,7 +472,6 @@ const std::optional<std::string> &fwdL2() { return current().fwdL2; }
 std::optional<int64_t> fwdCluster() { return current().fwdCluster; }
 std::optional<int64_t> dbCluster() { return current().dbCluster; }
 std::optional<bool> fwdHalves() { return current().fwdHalves; }
-std::optional<bool> fwdStaged() { return current().fwdStaged; }
 std::optional<std::array<int32_t, 6>> gemmTile() { return current().gemmTile; }
 const std::string &mainloop() { return current().mainloop; }
 const std::string &backward() { return current().backward; }

@@ -112,10 +112,6 @@ std::optional<int64_t> dbCluster();
 /// instead of ping-pong 128 x 128 tiles ([Note: sm90 column halves]), to measure either.
 /// Default: unset (the planner's choice, [Note: forward tile by card]).
 std::optional<bool> fwdHalves();
-/// LCEJIT_FWD_STAGED: whether the wgmma forward's stored values leave through shared memory
-/// in 16-byte row chunks ([Note: staged stored values]); 0 stores each lane's 4-byte pairs
-/// directly, to measure either. Default: unset (staged).
-std::optional<bool> fwdStaged();
 /// LCEJIT_GEMM_TILE: a tensor-core GEMM tile for every GEMM of a plan, for tuning:
 /// "BMxBNxBK:WMxWN:STAGES" (e.g. "128x256x32:2x4:3") as {bm, bn, bk, warpsM, warpsN,
 /// stages}. Unset: the planner's choice.

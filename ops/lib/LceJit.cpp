@@ -115,7 +115,6 @@ plan::PlanOptions LceJit::planOptions(int64_t n, const plan::Target &target) con
   p.forwardCluster = static_cast<int32_t>(knobs::fwdCluster().value_or(0));
   p.dbCluster = static_cast<int32_t>(knobs::dbCluster().value_or(0));
   p.forwardHalves = knobs::fwdHalves();
-  p.forwardStaged = knobs::fwdStaged();
   if (const std::optional<std::string> &h = knobs::fwdL2()) {
     // Checked by the knob: two of normal, first, last.
     const size_t comma = h->find(',');
@@ -181,8 +180,6 @@ std::string LceJit::cacheKey(int64_t n, const plan::Target &target) const {
     tile += fmt::format("|db-cluster={}", *c);
   if (auto h = knobs::fwdHalves())
     tile += *h ? "|fwd-halves" : "|fwd-pingpong";
-  if (auto st = knobs::fwdStaged())
-    tile += *st ? "|fwd-staged" : "|fwd-unstaged";
   // Every field of plan::Target: the SM count sets the column splits, the shared memory
   // limit bounds the tile and stage choice, the memory interface the forward's CTA order
   // (absent when unknown).

@@ -312,20 +312,6 @@ __device__ __forceinline__ void st_shared_f32x4(u32 addr, float x, float y, floa
                "f"(z), "f"(w)
                : "memory");
 }
-__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
-  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ void st_shared_u16(u32 addr, u16 v) {
-  asm volatile("st.shared.b16 [%0], %1;" ::"r"(addr), "h"(v) : "memory");
-}
-__device__ __forceinline__ uint4 ld_shared_u32x4(u32 addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
 /// Four floats at `addr` in the shared memory of cluster CTA `rank` (the same offset as
 /// `addr` in this CTA's).
 __device__ __forceinline__ float4 ld_cluster_f32x4(u32 addr, u32 rank) {
@@ -383,9 +369,6 @@ template <int R> __device__ __forceinline__ void fence_acc(float (&d)[R]) {
 
 /// Named barriers (0 is __syncthreads): `sync` waits until `count` threads
 /// arrived; `arrive` counts this warp in without waiting.
-/// Hides v's value from the optimizer (no instruction): what derives from it is formed
-/// where it is used, not hoisted out of a loop into registers held across it.
-__device__ __forceinline__ void opaque_u32(u32 &v) { asm volatile("" : "+r"(v)); }
 __device__ __forceinline__ void named_bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
@@ -422,11 +405,6 @@ __device__ __forceinline__ void red_add_f32x2(float *p, float x, float y) {
 /// dB keeps the default.)
 __device__ __forceinline__ void st_cs_u32(void *p, u32 v) {
   asm volatile("st.global.cs.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void st_cs_u32x4(void *p, uint4 v) {
-  asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w)
-               : "memory");
 }
 
 template <int REGS> __device__ __forceinline__ void setmaxnreg_inc() {
@@ -575,7 +553,7 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[BN / 2], u64 desc_a,
 
 template <int BN_, int STAGES_, int MAJOR_A_, int MAJOR_B_, int PINGPONG_ = 0,
           int TMA_STORE_ = 0, int CLUSTER_M_ = 1, int SPLIT_K_ = 1, int BM_ = 128,
-          int HALVES_ = 0, int STAGED_VALUES_ = 0>
+          int HALVES_ = 0>
 struct GemmConfig {
   /// [Note: sm90 64-row ping-pong] BM = 64 (ping-pong only): a consumer's tile is one
   /// 64-row slice, as wide as 256 columns (m64n256k16: 128 accumulators a thread, as a
@@ -625,12 +603,7 @@ struct GemmConfig {
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int BOX_BYTES = 64 * 32 * 4; ///< one f32 box: 64 rows x 32 columns
   static constexpr int EPI_OFFSET = STAGES * STAGE_BYTES;
-  /// [Note: staged stored values] 1: the forward's stored values leave through shared
-  /// memory, a 64-row slice of a consumer's WN columns at a time (16 KB each).
-  static constexpr int STAGED_VALUES = STAGED_VALUES_;
-  static constexpr int VALUE_SLICE_BYTES = 64 * WN * 2;
-  static constexpr int EPI_BYTES =
-      TMA_STORE ? 2 * 2 * BOX_BYTES : STAGED_VALUES ? CONSUMERS * VALUE_SLICE_BYTES : 0;
+  static constexpr int EPI_BYTES = TMA_STORE ? 2 * 2 * BOX_BYTES : 0;
   static constexpr int BAR_OFFSET = EPI_OFFSET + EPI_BYTES;
   /// 1024 bytes of slack to align the base, the stages, the barriers.
   static constexpr int SMEM_BYTES = 1024 + BAR_OFFSET + 2 * STAGES * 8;
@@ -664,8 +637,6 @@ struct GemmConfig {
   static_assert(!TMA_STORE || (!PINGPONG && BN % 32 == 0),
                 "sm90 GEMM: the TMA store epilogue runs on cooperative consumers");
   static_assert(SMEM_BYTES <= 232448, "sm90 GEMM: shared memory over 227 KB");
-  static_assert(!STAGED_VALUES || (ALL_ROWS && BM == 128 && !TMA_STORE && WN == 128),
-                "sm90 GEMM: staged stored values are a ping-pong or column-halves epilogue's");
   static_assert(CLUSTER_M == 1 || ((CLUSTER_M == 2 || CLUSTER_M == 4) &&
                                     (MAJOR_B == K_MAJOR || (BN / 64) % CLUSTER_M == 0)),
                 "sm90 GEMM: clusters of 2 or 4 along M, with a K-major B (parts of BN / "
@@ -1530,7 +1501,6 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   int entries, split; ///< partial entries per row (Program::splits); this CTA's split
   typename Epi::Row rows[SL][2];
   float part[SL][2][SLOTS];
-  int consumer = 0; ///< this consumer warpgroup (begin's g)
 
   /// First row of slice j of consumer g.
   __device__ __forceinline__ i64 slice_row0(int g, int j) const {
@@ -1546,7 +1516,6 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       return rows[j][h];
   }
   __device__ __forceinline__ void begin(int g, int t) {
-    consumer = g;
 #pragma unroll
     for (int j = 0; j < SL; ++j)
 #pragma unroll
@@ -1638,56 +1607,6 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
             m, tt, [&](int k) { return acc[4 * (k / 2) + 2 * h + k % 2]; });
       lse_merge(part[j][h][S], part[j][h][S + 1], m, tt);
     }
-    if constexpr (Epi::STORE && Cfg::STAGED_VALUES)
-      flush_values(row0, col0, t);
-  }
-  /// [Note: staged stored values] A consumer's 64-row slice of stored values goes to its
-  /// VALUE_SLICE_BYTES of shared memory as the lanes hold it (4 bytes a lane, a row's 16-byte
-  /// chunk c at chunk c ^ (row & 7), so that the 8 rows of one store instruction hit
-  /// distinct banks), and leaves in whole 16-byte chunks, each row's WN columns by WN / 8
-  /// lanes: a store instruction then covers 2 x 256 contiguous bytes, where the lanes'
-  /// own 4-byte pairs covered 8 rows x 16 bytes, half of each 32-byte sector (ncu, H100:
-  /// the column-halves forward spent 4-8 % of its time on those stores, session 41).
-  __device__ __forceinline__ u32 value_slice() const {
-    return smem_base() + Cfg::EPI_OFFSET + consumer * Cfg::VALUE_SLICE_BYTES;
-  }
-  /// The shared-memory address of element (r, c) of the slice (c a column of the tile).
-  __device__ __forceinline__ u32 value_addr(int r, int c) const {
-    return value_slice() + r * (Cfg::WN * 2) + 16 * ((c >> 3) ^ (r & 7)) + 2 * (c & 7);
-  }
-  /// The slice's rows row0 .. row0 + 63 below n, from shared memory to the stored values.
-  __device__ __forceinline__ void flush_values(i64 row0, i64 col0, int t) const {
-    constexpr int CHUNKS = Cfg::WN / 8; // 16-byte chunks a row
-    constexpr int STEP = 128 / CHUNKS;  // rows a pass of the consumer's 128 threads
-    const int c = t % CHUNKS;
-    named_bar_sync(9 + consumer, 128); // the slice is in shared memory
-    const i64 r0 = row0 + t / CHUNKS;
-    // One row's address, then a constant stride, unless the slice straddles the head of
-    // a slab layout ([Note: slab tails]), where each row finds its own.
-    const i64 h = epi.store_head < n ? epi.store_head : n;
-    const bool uniform = epi.store_split < 0 || row0 + 64 <= h || row0 >= h;
-    const i64 stride = epi.store_split < 0 ? cols : 128;
-    u16 *p0 = stored_at(epi.store_values, epi.store_slabs2, epi.store_split, epi.store_stride,
-                        epi.store_head, n, cols, r0, col0) +
-              8 * c;
-    static_assert(STEP == 8, "the rows of a thread keep one swizzle (WN = 128)");
-    const int rt = t / CHUNKS;
-    const u32 src = value_slice() + rt * (Cfg::WN * 2) + 16 * (c ^ (rt & 7));
-#pragma unroll
-    for (int k = 0; k < 64 / STEP; ++k) {
-      const int r = t / CHUNKS + STEP * k;
-      const i64 row = row0 + r;
-      // r & 7 is (t / CHUNKS) & 7 for every k (STEP is 8): the thread's chunk offset.
-      const uint4 v = ld_shared_u32x4(src + static_cast<u32>(STEP * k * Cfg::WN * 2));
-      if (row < n) {
-        u16 *p = uniform ? p0 + static_cast<i64>(STEP * k) * stride
-                         : stored_at(epi.store_values, epi.store_slabs2, epi.store_split,
-                                     epi.store_stride, epi.store_head, n, cols, row, col0) +
-                               8 * c;
-        st_cs_u32x4(p, v); // [Note: streamed outputs]
-      }
-    }
-    named_bar_sync(9 + consumer, 128); // read: the next slice may overwrite it
   }
   /// [Note: the materialized backward] (plan/Program.h): lse_of_values over the thread's
   /// R / 2 values of a row, and in the same pass the stored values fp16(factor(v) *
@@ -1754,22 +1673,6 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
   template <int R>
   __device__ __forceinline__ void store_pairs(const float (&acc)[R], int h, i64 row, i64 col0,
                                               int t) const {
-    if constexpr (Cfg::STAGED_VALUES) {
-      // [Note: staged stored values]: into the slice; flush_values stores it. The row's
-      // base and swizzle are made opaque here, so that the 16 addresses are formed at each
-      // tile's stores: hoisted out of the tile loop they held 16 registers through the
-      // mainloop, and ptxas spilled.
-      const int r = acc_row(2 * h, t);
-      u32 row_base = value_slice() + r * (Cfg::WN * 2) + 4 * (t % 4);
-      u32 x = static_cast<u32>(r & 7);
-      opaque_u32(row_base);
-      opaque_u32(x);
-#pragma unroll
-      for (int g = 0; g < R / 4; ++g)
-        st_shared_u32(row_base + 16u * (static_cast<u32>(g) ^ x),
-                      __float_as_uint(acc[4 * g + 2 * h]));
-      return;
-    }
     // [Note: stored values in dW]: a tile's columns lie in one slab (BN divides 128).
     u32 *out = reinterpret_cast<u32 *>(stored_at(epi.store_values, epi.store_slabs2,
                                                  epi.store_split, epi.store_stride,
@@ -1812,13 +1715,9 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       // store after the pair's, by the same thread (a select per element, or the target
       // kept live across the loop, made ptxas spill).
       const i64 rel = epi.store_target(rv) - col0 - 2 * (t % 4);
-      if (rel >= 0 && rel < 2 * R && (rel % 8) < 2) {
-        if constexpr (Cfg::STAGED_VALUES)
-          st_shared_u16(value_addr(acc_row(2 * h, t), static_cast<int>(rel) + 2 * (t % 4)), 0);
-        else
-          *stored_at(epi.store_values, epi.store_slabs2, epi.store_split, epi.store_stride,
-                     epi.store_head, n, cols, row, col0 + rel + 2 * (t % 4)) = 0;
-      }
+      if (rel >= 0 && rel < 2 * R && (rel % 8) < 2)
+        *stored_at(epi.store_values, epi.store_slabs2, epi.store_split, epi.store_stride,
+                   epi.store_head, n, cols, row, col0 + rel + 2 * (t % 4)) = 0;
     }
   }
   /// Quad shuffles finish each row of a consumer. With ping-pong both consumers hold

@@ -1099,7 +1099,6 @@ struct Sm90Case {
   std::optional<bool> halves = std::nullopt; ///< PlanOptions::forwardHalves
   std::optional<int64_t> loadedRows = std::nullopt; ///< PlanOptions::loadedSumsMaxRows
   int32_t dbCluster = 0; ///< > 0: PlanOptions::dbCluster ([Note: dB multicast])
-  std::optional<bool> staged = std::nullopt; ///< PlanOptions::forwardStaged
 };
 /// What the launches of the calls run so far did.
 struct Sm90Seen {
@@ -1270,12 +1269,7 @@ void runSm90Case(const Sm90Case &c, Sm90Seen &seen,
     if (c.loadedRows)
       po.loadedSumsMaxRows = *c.loadedRows;
     po.dbCluster = c.dbCluster;
-    po.forwardStaged = c.staged;
   });
-  // [Note: staged stored values]: a forward that stores values stages them unless asked not.
-  for (const plan::Kernel &k : q.kernels)
-    if (const auto *f = std::get_if<plan::GemmReduceKernel>(&k.body); f && f->stored)
-      EXPECT_EQ(f->gemm.tile.stagedValues, c.staged.value_or(true)) << k.name;
   if (c.halves.value_or(false)) {
     // [Note: sm90 column halves]: the plan took them.
     bool halves = false;
@@ -1446,12 +1440,6 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
       {1024, 0.0, 512, 0, 0, false, "one row block", 72, 0, 0, std::nullopt, 0, true},
       {512, 5.0, 140, 32, 96, false, "its stored values in the gradient's memory", 72, 0, 0,
        std::nullopt, 0, true},
-      // [Note: staged stored values] off (LCEJIT_FWD_STAGED=0): each lane's pairs stored
-      // directly, on ping-pong with the values in dW's memory and on halves.
-      {512, 5.0, 140, 32, 96, false, "its stored values in the gradient's memory", 72, 0, 0,
-       std::nullopt, 0, std::nullopt, std::nullopt, 0, false},
-      {512, 5.0, 300, 0, 0, false, "one row block", 72, 0, 0, std::nullopt, 0, true,
-       std::nullopt, 0, false},
       // [Note: sm90 loaded sums] (LCEJIT_LOADED_SUMS_ROWS): an accumulating dB by TMA
       // reduce-adds, always (0) or past the threshold (blocks of 96 rows against 64).
       {296, 5.0, 200, 32, 0, true, "row blocks of 32 rows, 2 chunks of 256 columns", 72, 0,

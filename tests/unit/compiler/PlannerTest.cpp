@@ -2298,58 +2298,6 @@ TEST(Planner, ForwardOrderGroupFollowsTheMemoryInterface) {
   EXPECT_EQ(mmaWhy, "");
 }
 
-/// [Note: staged stored values]: the materialized wgmma forward (ping-pong or column halves)
-/// stages its stored values through 32 KB of shared memory after its stages, saying so, unless
-/// the caller turns it off (LCEJIT_FWD_STAGED=0); a forward that stores nothing (the
-/// recompute) stages nothing. The launch's shared memory follows the tile.
-TEST(Planner, ForwardStagesItsStoredValues) {
-  auto g = lceFused(4096, 128256, DType::BF16, std::nullopt);
-  struct Seen {
-    bool stored = false, staged = false;
-    int32_t shared = 0;
-    std::string why;
-  };
-  auto forward = [&](std::optional<bool> staged, std::optional<bool> halves,
-                     plan::PlanOptions::Backward backward) {
-    plan::PlanOptions o = wgmmaOptions(8192);
-    o.forwardStaged = staged;
-    o.forwardHalves = halves;
-    o.backward = backward;
-    plan::Program p = g->plan(o);
-    for (int32_t k = 0; k < static_cast<int32_t>(p.kernels.size()); ++k)
-      if (const auto *f = std::get_if<plan::GemmReduceKernel>(&p.kernels[k].body))
-        return Seen{f->stored.has_value(), f->gemm.tile.stagedValues,
-                    p.launchDims(k, 8192, 8192).sharedBytes, decision(p, "forward's stored values")};
-    ADD_FAILURE() << "no forward GEMM";
-    return Seen{};
-  };
-  const auto mat = plan::PlanOptions::Backward::Materialized;
-  const Seen pp = forward(std::nullopt, false, mat);
-  ASSERT_TRUE(pp.stored);
-  EXPECT_TRUE(pp.staged);
-  EXPECT_EQ(pp.shared, 1024 + 6 * 32768 + 2 * 64 * 128 * 2 + 96);
-  EXPECT_EQ(pp.why, "forward's stored values: staged through 32 KB of shared memory (a "
-                    "consumer's 64-row slice), stored in 16-byte row chunks ([Note: staged "
-                    "stored values])");
-  const Seen halves = forward(std::nullopt, true, mat);
-  EXPECT_TRUE(halves.staged);
-  EXPECT_EQ(halves.shared, 1024 + 4 * 49152 + 2 * 64 * 128 * 2 + 64);
-  const Seen asked = forward(true, false, mat);
-  EXPECT_TRUE(asked.staged);
-  EXPECT_NE(asked.why.find("given by the caller (LCEJIT_FWD_STAGED)"), std::string::npos)
-      << asked.why;
-  const Seen off = forward(false, false, mat);
-  EXPECT_FALSE(off.staged);
-  EXPECT_EQ(off.shared, 1024 + 6 * 32768 + 96);
-  EXPECT_EQ(off.why, "forward's stored values: each lane's 4-byte pairs stored directly, "
-                     "given by the caller (LCEJIT_FWD_STAGED=0)");
-  const Seen recompute = forward(std::nullopt, false, plan::PlanOptions::Backward::Recompute);
-  EXPECT_FALSE(recompute.stored);
-  EXPECT_FALSE(recompute.staged);
-  EXPECT_EQ(recompute.shared, 1024 + 6 * 32768 + 96);
-  EXPECT_EQ(recompute.why, "");
-}
-
 /// [Note: a group's first and last rows]: the planner takes the groups' words only where they
 /// leave the sampled run schedules alone. Between the samples they may still move a slab
 /// schedule's split (as dA's stream-K scratch may): for Llama-3's head in the bucket of

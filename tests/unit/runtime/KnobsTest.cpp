@@ -346,28 +346,6 @@ TEST_F(KnobsTest, ForwardHalvesIsUnsetOrAsked) {
   env.set("LCEJIT_FWD_HALVES", std::nullopt);
 }
 
-/// LCEJIT_FWD_STAGED: unset by default (staged); 0/off and 1/on are read back as asked;
-/// anything else names the variable and the value.
-TEST_F(KnobsTest, ForwardStagedIsUnsetOrAsked) {
-  env.set("LCEJIT_FWD_STAGED", std::nullopt);
-  EXPECT_FALSE(knobs::fwdStaged().has_value()) << "default: the planner's (staged)";
-  for (const char *off : {"0", "off"}) {
-    env.set("LCEJIT_FWD_STAGED", off);
-    ASSERT_TRUE(knobs::fwdStaged().has_value()) << off;
-    EXPECT_FALSE(*knobs::fwdStaged()) << off;
-  }
-  for (const char *on : {"1", "on"}) {
-    env.set("LCEJIT_FWD_STAGED", on);
-    ASSERT_TRUE(knobs::fwdStaged().has_value()) << on;
-    EXPECT_TRUE(*knobs::fwdStaged()) << on;
-  }
-  env.set("LCEJIT_FWD_STAGED", "maybe");
-  std::string msg = expectError(ErrorKind::InvalidArgument, [] { knobs::fwdStaged(); });
-  EXPECT_NE(msg.find("LCEJIT_FWD_STAGED"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'maybe'"), std::string::npos) << msg;
-  env.set("LCEJIT_FWD_STAGED", std::nullopt);
-}
-
 TEST_F(KnobsTest, ReadOnceUntilReload) {
   env.set("LCEJIT_ALWAYS_COMPILE", "1");
   EXPECT_TRUE(knobs::alwaysCompile());

@@ -581,20 +581,6 @@ inline void st_shared_f32x4(emu::u32 addr, float x, float y, float z, float w) {
   float v[4] = {x, y, z, w};
   std::memcpy(emu::at(emu::cta(), addr, 16, "st.shared.v4.f32"), v, 16);
 }
-// [Note: staged stored values]: only generic loads read these (no TMA copy), so they are not
-// noted as unfenced for the async proxy (the list would grow by every value of every tile).
-inline void st_shared_u32(emu::u32 addr, emu::u32 v) {
-  std::memcpy(emu::at(emu::cta(), addr, 4, "st.shared.b32"), &v, 4);
-}
-inline void st_shared_u16(emu::u32 addr, unsigned short v) {
-  std::memcpy(emu::at(emu::cta(), addr, 2, "st.shared.b16"), &v, 2);
-}
-inline uint4 ld_shared_u32x4(emu::u32 addr) {
-  emu::check_tma_loaded_read(addr, 16, "ld.shared.v4.b32");
-  uint4 v;
-  std::memcpy(&v, emu::at(emu::cta(), addr, 16, "ld.shared.v4.b32"), 16);
-  return v;
-}
 inline float4 ld_cluster_f32x4(emu::u32 addr, emu::u32 rank) {
   emu::Cluster *c = emu::cta().cluster;
   if (rank >= c->ctas.size())
@@ -778,7 +764,6 @@ inline void named_bar(int id, int count, bool wait) {
     ::lcejit_emu::fiber::wait_for([&] { return b.generation != gen; }, "bar.sync");
 }
 } // namespace detail_emu
-inline void opaque_u32(emu::u32 &) {}
 inline void named_bar_sync(int id, int count) { detail_emu::named_bar(id, count, true); }
 inline void named_bar_arrive(int id, int count) { detail_emu::named_bar(id, count, false); }
 
@@ -794,7 +779,6 @@ inline void red_add_f32x2(float *p, float x, float y) {
   p[1] += y;
 }
 inline void st_cs_u32(void *p, emu::u32 v) { std::memcpy(p, &v, 4); }
-inline void st_cs_u32x4(void *p, uint4 v) { std::memcpy(p, &v, 16); }
 template <int REGS> inline void setmaxnreg_inc() {}
 template <int REGS> inline void setmaxnreg_dec() {}
 
