@@ -22,10 +22,12 @@ import argparse
 import re
 import sys
 
-RESULT = re.compile(r"^\| ([A-Z]|custom) \| (\d+) \| (\d+) \| (\d+) \| [^|]* \| ([\d.]+) \| [\d.]+ \| "
+# A case letter, or `custom` for a `--tokens N` run.
+CASE = r"([A-Z]|custom)"
+RESULT = re.compile(r"^\| " + CASE + r" \| (\d+) \| (\d+) \| (\d+) \| [^|]* \| ([\d.]+) \| [\d.]+ \| "
                     r"([\d.]+) \| [\d.]+ \| ([\d.]+) \|")
-PAIRED = re.compile(r"^\| ([A-Z]|custom) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| ([\d.]+)-([\d.]+) \|")
-TRACE = re.compile(r"^([A-Z]|custom) trace:")
+PAIRED = re.compile(r"^\| " + CASE + r" \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| ([\d.]+)-([\d.]+) \|")
+TRACE = re.compile(r"^" + CASE + r" trace:")
 TOTAL = re.compile(r"one call, \d+ launches back to back: ([\d.]+) ms in kernels")
 BLOCK = re.compile(r"^\s*\|\s*(\d+)\s*\|\s*\d+\s*\|\s*[\d.]+\s*\|(.*)\|\s*$")
 KERNEL = re.compile(r"(\w+) (\d+)x ([\d.]+)")
