@@ -403,8 +403,8 @@ __device__ __forceinline__ void red_add_f32x2(float *p, float x, float y) {
 /// of a split share. (The same hint on dB's f32 dW stores and reductions was measured on
 /// the H200, 2026-12-02: DRAM reads rose from 2.3 to 2.8 GB per block at equal time, so
 /// dB keeps the default.)
-__device__ __forceinline__ void st_cs_u32(void *p, u32 v) {
-  asm volatile("st.global.cs.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ void st_cs_u32x2(void *p, u32 x, u32 y) {
+  asm volatile("st.global.cs.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(x), "r"(y) : "memory");
 }
 
 template <int REGS> __device__ __forceinline__ void setmaxnreg_inc() {
@@ -1636,8 +1636,8 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
     sm = fmaxf(sm, shfl_xor(sm, 2));
     const float base = sm == -f32_inf() ? 0.f : sm;
     pack_values<false>(acc, rv, h, row, col0, t, base);
+    store_pairs(acc, h, row, col0, t, row < n);
     if (row < n) {
-      store_pairs(acc, h, row, col0, t);
       if (t % 4 == 0)
         static_cast<float *>(epi.store_tile_max)[row * (cols / Cfg::WN) + col0 / Cfg::WN] = base;
     }
@@ -1668,19 +1668,36 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
       acc[i] = __uint_as_float(packed);
     }
   }
-  /// The stored values of one row of the tile, packed two per accumulator of slot
-  /// 4 g + 2 h (as pack_values leaves them), from one row base at constant offsets.
+  /// [Note: stored values in pairs of lanes] The stored values of one row of the tile,
+  /// packed two per accumulator of slot 4 g + 2 h (as pack_values leaves them): lane q of
+  /// the quad holds columns 8 g + 2 q and + 1 of every group g. Lanes q and q ^ 1 swap one
+  /// value of each pair of groups (2 c, 2 c + 1), so that the even lane holds columns 8 (2 c)
+  /// + 2 q .. + 3 and the odd one 8 (2 c + 1) + 2 (q - 1) .. + 3, and each stores them as 8
+  /// bytes: a warp's store writes 8 rows x 32 contiguous bytes (whole sectors) instead of 8
+  /// rows x 16. Half the store instructions, 18 % fewer L2 write sectors; the column-halves
+  /// forward 1.2-1.4 % faster alone on an H100, ping-pong the same (docs/hopper.md, session
+  /// 42). A quad transpose for 16-byte stores cost more in shuffles and selects than it saved.
+  /// Every lane of the warp calls it (the swap is a shuffle); only `live` lanes store.
   template <int R>
   __device__ __forceinline__ void store_pairs(const float (&acc)[R], int h, i64 row, i64 col0,
-                                              int t) const {
+                                              int t, bool live) const {
+    static_assert(R % 8 == 0, "pairs of groups of 8 columns");
+    const int q = t % 4;
+    const bool odd = q & 1;
     // [Note: stored values in dW]: a tile's columns lie in one slab (BN divides 128).
-    u32 *out = reinterpret_cast<u32 *>(stored_at(epi.store_values, epi.store_slabs2,
-                                                 epi.store_split, epi.store_stride,
-                                                 epi.store_head, n, cols, row, col0)) +
-               t % 4;
+    u32 *out = live ? reinterpret_cast<u32 *>(stored_at(epi.store_values, epi.store_slabs2,
+                                                        epi.store_split, epi.store_stride,
+                                                        epi.store_head, n, cols, row, col0)) +
+                          (odd ? q + 3 : q)
+                    : nullptr;
 #pragma unroll
-    for (int g = 0; g < R / 4; ++g)
-      st_cs_u32(out + 4 * g, __float_as_uint(acc[4 * g + 2 * h])); // [Note: streamed outputs]
+    for (int c = 0; c < R / 8; ++c) {
+      const u32 x0 = __float_as_uint(acc[4 * (2 * c) + 2 * h]);
+      const u32 x1 = __float_as_uint(acc[4 * (2 * c + 1) + 2 * h]);
+      const u32 r = __shfl_xor_sync(0xffffffffu, odd ? x0 : x1, 1);
+      if (live) // [Note: streamed outputs]
+        st_cs_u32x2(out + 8 * c, odd ? r : x0, odd ? x1 : r);
+    }
   }
   /// [Note: row-scaled stored values] (plan/Program.h): v <= C = Epi::STORE_REFERENCE
   /// for every element (or C per row: [Note: a per-row reference]). lse_of_values gives
@@ -1709,8 +1726,9 @@ template <class Cfg, class Epi> struct ReduceEpilogue {
     // values are 0 (ex2.approx.ftz), at least e^-87 below the row's largest (m >= c where
     // the target is in the row), far under bf16's 2^-9.
     pack_values<true>(acc, rv, h, row, col0, t, ref);
+    store_pairs(acc, h, row, col0, t, row < n);
+    __syncwarp(); // the target's pair may have been stored by the other lane of its pair
     if (row < n) {
-      store_pairs(acc, h, row, col0, t);
       // The target column stores 0 (its dZ goes whole through the residual): one 2-byte
       // store after the pair's, by the same thread (a select per element, or the target
       // kept live across the loop, made ptxas spill).

@@ -873,6 +873,15 @@ TEST_P(OpsNvrtc, EveryGeneratedKernelCompilesForSm90aAndSm80) {
           EXPECT_EQ(body.find(want) != std::string::npos, l2hints)
               << k.name << (l2hints ? " lacks " : " has ") << want;
       }
+      // [Note: stored values in pairs of lanes]: a materialized wgmma forward stores its
+      // values 8 bytes a lane (evict-first), never 4.
+      if (sm == 90 && std::holds_alternative<plan::GemmReduceKernel>(k.body) &&
+          plan::gemmMath(k) == plan::MathMode::WgmmaBF16 &&
+          std::get<plan::GemmReduceKernel>(k.body).stored) {
+        const std::string body = entryBody(out.ptx, k.name);
+        EXPECT_NE(body.find("st.global.cs.v2.b32"), std::string::npos) << k.name;
+        EXPECT_EQ(body.find("st.global.cs.b32"), std::string::npos) << k.name;
+      }
       bool found = false;
       for (const runtime::PtxasKernelInfo &info : out.kernels)
         if (info.kernel == k.name) {

@@ -210,6 +210,15 @@ inline float __shfl_xor_sync(unsigned, float v, int mask) {
   return lcejit_emu::warp_exchange(&lcejit_emu::Warp::shfl, v,
                                    [mask](int lane) { return lane ^ mask; });
 }
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  lcejit_emu::ThreadState &t = lcejit_emu::tls();
+  t.cta->warps[static_cast<size_t>(t.warp)]->bar.wait();
+}
+inline unsigned __shfl_xor_sync(unsigned, unsigned v, int mask) {
+  return static_cast<unsigned>(lcejit_emu::warp_exchange(
+      &lcejit_emu::Warp::shfl64, static_cast<long long>(v),
+      [mask](int lane) { return lane ^ mask; }));
+}
 inline double __shfl_xor_sync(unsigned, double v, int mask) {
   return lcejit_emu::warp_exchange(&lcejit_emu::Warp::shfld, v,
                                    [mask](int lane) { return lane ^ mask; });

@@ -778,7 +778,10 @@ inline void red_add_f32x2(float *p, float x, float y) {
   p[0] += x;
   p[1] += y;
 }
-inline void st_cs_u32(void *p, emu::u32 v) { std::memcpy(p, &v, 4); }
+inline void st_cs_u32x2(void *p, emu::u32 x, emu::u32 y) {
+  const emu::u32 v[2] = {x, y};
+  std::memcpy(p, v, 8);
+}
 template <int REGS> inline void setmaxnreg_inc() {}
 template <int REGS> inline void setmaxnreg_dec() {}
 
