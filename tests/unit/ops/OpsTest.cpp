@@ -863,24 +863,21 @@ TEST_P(OpsNvrtc, EveryGeneratedKernelCompilesForSm90aAndSm80) {
                                  "%cluster_nctarank"})
           EXPECT_NE(body.find(want), std::string::npos) << k.name << " lacks " << want;
       }
-      // [Note: sm90 L2 hints]: the forward's loads carry the policies only when asked.
       if (sm == 90 && std::holds_alternative<plan::GemmReduceKernel>(k.body) &&
           plan::gemmMath(k) == plan::MathMode::WgmmaBF16) {
         const std::string body = entryBody(out.ptx, k.name);
         ASSERT_FALSE(body.empty()) << k.name;
+        // [Note: sm90 L2 hints]: the forward's loads carry the policies only when asked.
         for (const char *want : {"createpolicy.fractional.L2::evict_last",
                                  "createpolicy.fractional.L2::evict_first", ".L2::cache_hint"})
           EXPECT_EQ(body.find(want) != std::string::npos, l2hints)
               << k.name << (l2hints ? " lacks " : " has ") << want;
-      }
-      // [Note: stored values in pairs of lanes]: a materialized wgmma forward stores its
-      // values 8 bytes a lane (evict-first), never 4.
-      if (sm == 90 && std::holds_alternative<plan::GemmReduceKernel>(k.body) &&
-          plan::gemmMath(k) == plan::MathMode::WgmmaBF16 &&
-          std::get<plan::GemmReduceKernel>(k.body).stored) {
-        const std::string body = entryBody(out.ptx, k.name);
-        EXPECT_NE(body.find("st.global.cs.v2.b32"), std::string::npos) << k.name;
-        EXPECT_EQ(body.find("st.global.cs.b32"), std::string::npos) << k.name;
+        // [Note: stored values in pairs of lanes]: a materialized forward stores its values
+        // 8 bytes a lane (evict-first), never 4.
+        if (std::get<plan::GemmReduceKernel>(k.body).stored) {
+          EXPECT_NE(body.find("st.global.cs.v2.b32"), std::string::npos) << k.name;
+          EXPECT_EQ(body.find("st.global.cs.b32"), std::string::npos) << k.name;
+        }
       }
       bool found = false;
       for (const runtime::PtxasKernelInfo &info : out.kernels)
