@@ -383,7 +383,8 @@ inline constexpr int32_t kForwardCluster = 2;
 
 /// [Note: dB multicast] (lcejit_sm90.cuh): the wgmma dB's persistent CTAs walk the output
 /// tiles in groups of this many row tiles (lcejit::sm90::DRHS_GROUP, the same number), so a
-/// cluster of up to this many CTAs takes adjacent row tiles of one column tile.
+/// cluster of up to this many CTAs takes adjacent row tiles of one column tile. The device
+/// headers' number is checked against this one by Emitter.DeviceConstantsMatchThePlanners.
 inline constexpr int64_t kDRhsOrderGroup = 8;
 /// [Note: dB multicast]: the wgmma dB's cluster along its row tiles when the caller gives
 /// none (PlanOptions::dbCluster, LCEJIT_DB_CLUSTER): 1, no clusters. Measured on an H100

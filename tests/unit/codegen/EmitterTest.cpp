@@ -9,6 +9,8 @@
 #include "compiler/frontend/LceGraph.h"
 #include "compiler/pipeline/Pipeline.h"
 #include "compiler/plan/Planner.h"
+#include "compiler/plan/Program.h"
+#include "compiler/plan/SchedulePolicy.h"
 #include "lcejit/Error.h"
 
 #include <fmt/format.h>
@@ -58,6 +60,35 @@ std::string expectThrowMessage(const std::function<void()> &f) {
 }
 
 } // namespace
+
+/// The device headers and the planner share a few numbers that neither can read from the
+/// other: the planner sizes buffers and chooses clusters by them, the kernels walk and
+/// index by them. A mismatch would not fail to compile; it would corrupt memory or tiles.
+/// So each is read from the embedded headers' text (the prelude NVRTC compiles) and
+/// compared with the planner's constant.
+TEST(Emitter, DeviceConstantsMatchThePlanners) {
+  const std::string &prelude = codegen::deviceHeaderPrelude();
+  // The first integer assigned to `name` after `scope` (the struct or enum it lives in).
+  auto deviceConstant = [&](const std::string &scope, const std::string &name) -> int64_t {
+    size_t at = prelude.find(scope);
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no `" << scope << "` in the device headers";
+      return -1;
+    }
+    std::smatch m;
+    std::string rest = prelude.substr(at, 4000);
+    if (!std::regex_search(rest, m, std::regex("\\b" + name + R"(\s*=\s*(\d+)\b)"))) {
+      ADD_FAILURE() << "no `" << name << " = <integer>` within 4000 characters of `" << scope
+                    << "`";
+      return -1;
+    }
+    return std::stoll(m[1].str());
+  };
+  EXPECT_EQ(deviceConstant("enum : int { DRHS_GROUP", "DRHS_GROUP"), kDRhsOrderGroup);
+  EXPECT_EQ(deviceConstant("struct StreamKTiles {", "FLAG_BYTES"), kStreamKFlagBytes);
+  EXPECT_EQ(deviceConstant("struct StreamKChain {", "FLAG_BYTES"), kChainFlagBytes);
+  EXPECT_EQ(deviceConstant("struct StreamKChain {", "MAX_Q"), kChainMaxQ);
+}
 
 TEST(Emitter, EveryEmbeddedHeaderIsInThePreludeInIncludeOrder) {
   std::vector<std::string> order = codegen::deviceHeaderOrder();
