@@ -1407,6 +1407,11 @@ TEST(Emulation, Sm90PlannedProgramsMatchFp64) {
       // card]; the planner's for an unknown card, the H200's, is to reduce-add).
       {296, 5.0, 200, 32, 0, true, "row blocks of 32 rows, 2 chunks of 256 columns", 72, 0, 0,
        std::nullopt, 0, std::nullopt, plan::kLoadedSumsMaxRows},
+      // Loaded sums with 10 tiles of vocabulary rows a dB launch on 4 CTAs: a CTA's next
+      // tile refills the stages its loaded sums gave back, so a stage given back before
+      // its stores have read it shows (a mutation that did so failed here, not above).
+      {1280, 0.0, 200, 32, 200, false, "then 2 row blocks of 64 rows", 72, 0, 0, std::nullopt, 0,
+       std::nullopt, plan::kLoadedSumsMaxRows},
       {384, 5.0, 140, 32, 72, false, "its stored values in the gradient's memory"},
       {384, 0.0, 200, 32, 116, false, "then 1 row block of 96 rows"},
       {384, 5.0, 300, 128, 244, false, "in the workspace's tails"},
