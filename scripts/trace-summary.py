@@ -14,6 +14,15 @@ case (what the log has of it):
   LOG  CASE  op MS / cuBLAS MS (RATIO)  paired RATIO (LO-HI)  trace MS
     block 0: fwd MS, dA MS, dB MS, rest MS
     K later blocks, mean: fwd MS, dA MS, dB MS (MIN-MAX), rest MS
+    over cuBLAS's share: block 0 fwd +MS, dA +MS, dB +MS; K later blocks, summed: fwd +MS,
+      dA +MS, dB +MS; rest MS; in all +MS (the trace MS against cuBLAS's GEMMs alone MS)
+
+The last line, where the log has the case's run schedule (`C: N = ...: 1 row block of R
+rows, ... then K row blocks of R' rows` or `K row blocks of R rows, ...`) and the trace's
+`cuBLAS, each GEMM alone` times: each block's forward, dA and dB against cuBLAS's Z, dH
+and dW alone times the block's share of the rows (the last block's rows are what N
+leaves), so that where a case's excess lies reads off one line (docs/hopper.md, session 43:
+B's is its later blocks' dB).
 
 Per-kernel figures compare only within one case and round (docs/hopper.md, session 35: a
 traced call can run at another clock than the timed ones).
@@ -30,7 +39,16 @@ PAIRED = re.compile(r"^\| " + CASE + r" \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| ([\d.
 TRACE = re.compile(r"^" + CASE + r" trace:")
 TOTAL = re.compile(r"one call, \d+ launches back to back: ([\d.]+) ms in kernels")
 BLOCK = re.compile(r"^\s*\|\s*(\d+)\s*\|\s*\d+\s*\|\s*[\d.]+\s*\|(.*)\|\s*$")
+# The trace's per-kernel table (`| name | launches | total ms | mean ms | share |`): a call
+# of one row block prints no per-block table, and is its one block.
+KERNEL_ROW = re.compile(r"^\s*\|\s*([A-Za-z]\w*)\s*\|\s*\d+\s*\|\s*([\d.]+)\s*\|\s*[\d.]+\s*\|"
+                        r"\s*[\d.]+ %\s*\|")
 KERNEL = re.compile(r"(\w+) (\d+)x ([\d.]+)")
+PLAN = re.compile(r"^" + CASE + r": N = (\d+): ([^;]*)")
+SLAB_PLAN = re.compile(r"^1 row block of (\d+) rows, \d+ slabs(?:.*then (\d+) row blocks? of (\d+) rows)?")
+CHUNK_PLAN = re.compile(r"^(\d+) row blocks? of (\d+) rows, \d+ chunks?")
+ALONE = re.compile(r"cuBLAS, each GEMM alone \(median of \d+\): Z ([\d.]+) ms, dH ([\d.]+) ms, "
+                   r"dW ([\d.]+) ms")
 ROLES = (("fwd", re.compile(r"_fwd\d")), ("dA", re.compile(r"_dlhs\d")),
          ("dB", re.compile(r"_drhs\d")))
 
@@ -42,16 +60,40 @@ def role(name):
     return "rest"
 
 
+def block_rows(n, schedule):
+    """The rows of each row block of a run schedule's text, or None if it is neither form."""
+    m = SLAB_PLAN.match(schedule)
+    if m:
+        first = int(m.group(1))
+        rows = [first] + ([int(m.group(3))] * int(m.group(2)) if m.group(2) else [])
+    else:
+        m = CHUNK_PLAN.match(schedule)
+        if not m:
+            return None
+        rows = [int(m.group(2))] * int(m.group(1))
+    # The last block takes what the others leave of N.
+    rows[-1] = n - sum(rows[:-1])
+    return rows if rows[-1] > 0 else None
+
+
 def parse(path):
     """{case: {"result": (op, blas, ratio) or None, "paired": (ratio, lo, hi) or None,
-    "total": ms, "blocks": [{role: ms}]}}"""
+    "total": ms, "blocks": [{role: ms}], "rows": [rows of each block] or None, "n": N,
+    "alone": (Z, dH, dW) ms or None}}"""
     cases, current = {}, None
 
     def entry(c):
         return cases.setdefault(c, {"result": None, "paired": None, "total": None,
-                                    "blocks": []})
+                                    "blocks": [], "rows": None, "n": None, "alone": None,
+                                    "kernels": None})
 
     for line in open(path):
+        m = PLAN.match(line)
+        if m:
+            e = entry(m.group(1))
+            e["n"] = int(m.group(2))
+            e["rows"] = block_rows(e["n"], m.group(3))
+            continue
         m = RESULT.match(line)
         if m:
             entry(m.group(1))["result"] = tuple(float(m.group(i)) for i in (5, 6, 7))
@@ -70,18 +112,54 @@ def parse(path):
         if m:
             current["total"] = float(m.group(1))
             continue
+        m = ALONE.search(line)
+        if m:
+            current["alone"] = tuple(float(m.group(i)) for i in (1, 2, 3))
+            continue
+        m = KERNEL_ROW.match(line)
+        if m:
+            if current["kernels"] is None:
+                current["kernels"] = {"fwd": 0.0, "dA": 0.0, "dB": 0.0, "rest": 0.0}
+            current["kernels"][role(m.group(1))] += float(m.group(2))
+            continue
         m = BLOCK.match(line)
         if m:
             times = {"fwd": 0.0, "dA": 0.0, "dB": 0.0, "rest": 0.0}
             for name, _, ms in KERNEL.findall(m.group(2)):
                 times[role(name)] += float(ms)
             current["blocks"].append(times)
+    for v in cases.values():
+        if not v["blocks"] and v["kernels"]:
+            v["blocks"] = [v["kernels"]]
     return {c: v for c, v in cases.items() if v["blocks"] or v["result"]}
 
 
 def fmt_block(b):
     return "fwd {:.2f}, dA {:.2f}, dB {:.2f}, rest {:.2f} ms".format(b["fwd"], b["dA"], b["dB"],
                                                                      b["rest"])
+
+
+def excess_line(v):
+    """Each block's forward, dA and dB over cuBLAS's Z, dH and dW alone times the block's
+    share of the rows; None where the log lacks the schedule, the times alone, or the
+    schedule's blocks are not the trace's (an accumulating call's schedule)."""
+    rows, alone, blocks = v["rows"], v["alone"], v["blocks"]
+    if not rows or not alone or len(rows) != len(blocks):
+        return None
+    n = float(sum(rows))
+    over = [{r: b[r] - a * k / n for r, a in zip(("fwd", "dA", "dB"), alone)}
+            for b, k in zip(blocks, rows)]
+    line = "  over cuBLAS's share: block 0 fwd {:+.2f}, dA {:+.2f}, dB {:+.2f}".format(
+        over[0]["fwd"], over[0]["dA"], over[0]["dB"])
+    if len(over) > 1:
+        line += "; {} later block{}, summed: fwd {:+.2f}, dA {:+.2f}, dB {:+.2f}".format(
+            len(over) - 1, "s" if len(over) > 2 else "",
+            *(sum(o[r] for o in over[1:]) for r in ("fwd", "dA", "dB")))
+    rest = sum(b["rest"] for b in blocks)
+    kernels = sum(b[r] for b in blocks for r in ("fwd", "dA", "dB", "rest"))
+    line += "; rest {:.2f}; in all {:+.2f} ms ({:.2f} against cuBLAS's GEMMs alone {:.2f})".format(
+        rest, kernels - sum(alone), kernels, sum(alone))
+    return line
 
 
 def main():
@@ -112,6 +190,9 @@ def main():
                       "rest {:.2f} ms".format(len(later), "s" if len(later) > 1 else "",
                                                mean["fwd"], mean["dA"], mean["dB"], min(dbs),
                                                max(dbs), mean["rest"]))
+            line = excess_line(v)
+            if line:
+                print(line)
     if not found:
         print("trace-summary: no lcejit-bench results or traces in " + ", ".join(args.logs),
               file=sys.stderr)
