@@ -60,6 +60,10 @@ def role(name):
     return "rest"
 
 
+def no_times():
+    return {"fwd": 0.0, "dA": 0.0, "dB": 0.0, "rest": 0.0}
+
+
 def block_rows(n, schedule):
     """The rows of each row block of a run schedule's text, or None if it is neither form."""
     m = SLAB_PLAN.match(schedule)
@@ -78,21 +82,19 @@ def block_rows(n, schedule):
 
 def parse(path):
     """{case: {"result": (op, blas, ratio) or None, "paired": (ratio, lo, hi) or None,
-    "total": ms, "blocks": [{role: ms}], "rows": [rows of each block] or None, "n": N,
-    "alone": (Z, dH, dW) ms or None}}"""
+    "total": ms, "blocks": [{role: ms}], "rows": [rows of each block] or None,
+    "alone": (Z, dH, dW) ms or None, "kernels": {role: ms} of the kernel table or None}}"""
     cases, current = {}, None
 
     def entry(c):
         return cases.setdefault(c, {"result": None, "paired": None, "total": None,
-                                    "blocks": [], "rows": None, "n": None, "alone": None,
+                                    "blocks": [], "rows": None, "alone": None,
                                     "kernels": None})
 
     for line in open(path):
         m = PLAN.match(line)
         if m:
-            e = entry(m.group(1))
-            e["n"] = int(m.group(2))
-            e["rows"] = block_rows(e["n"], m.group(3))
+            entry(m.group(1))["rows"] = block_rows(int(m.group(2)), m.group(3))
             continue
         m = RESULT.match(line)
         if m:
@@ -119,12 +121,12 @@ def parse(path):
         m = KERNEL_ROW.match(line)
         if m:
             if current["kernels"] is None:
-                current["kernels"] = {"fwd": 0.0, "dA": 0.0, "dB": 0.0, "rest": 0.0}
+                current["kernels"] = no_times()
             current["kernels"][role(m.group(1))] += float(m.group(2))
             continue
         m = BLOCK.match(line)
         if m:
-            times = {"fwd": 0.0, "dA": 0.0, "dB": 0.0, "rest": 0.0}
+            times = no_times()
             for name, _, ms in KERNEL.findall(m.group(2)):
                 times[role(name)] += float(ms)
             current["blocks"].append(times)
